@@ -1,0 +1,337 @@
+//! Checking and recording server host keys in OpenSSH `known_hosts` files
+//! (sshd(8), "SSH_KNOWN_HOSTS FILE FORMAT"), so ferry trusts exactly the keys
+//! `ssh` trusts and records new ones where `ssh` will find them.
+//!
+//! Keys are compared by type name and raw public-key blob (the SSH wire
+//! encoding that the file stores in base64), so this module needs no SSH
+//! library. The files are treated as untrusted input: lines that do not
+//! parse are skipped, never fatal.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use base64::alphabet;
+use base64::engine::general_purpose::{
+    GeneralPurpose, GeneralPurposeConfig, STANDARD, STANDARD_NO_PAD,
+};
+use base64::engine::DecodePaddingMode;
+use base64::Engine;
+use hmac::{Hmac, Mac};
+use sha1::Sha1;
+use sha2::{Digest, Sha256};
+
+use crate::pattern::match_list;
+
+/// Padding is optional when reading: hand-edited files sometimes lack it.
+const LENIENT_B64: GeneralPurpose = GeneralPurpose::new(
+    &alphabet::STANDARD,
+    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+);
+
+/// Magic prefix of a hashed host name (`HashKnownHosts`).
+const HASH_MAGIC: &str = "|1|";
+
+/// What the known_hosts files say about a host's key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostKeyStatus {
+    /// A line for this host has exactly this key.
+    Match {
+        path: PathBuf,
+        line: usize,
+    },
+    /// The host is known with a key of the same type but different value:
+    /// possibly an attack; refuse loudly.
+    Mismatch {
+        path: PathBuf,
+        line: usize,
+        known_algorithm: String,
+    },
+    /// An `@revoked` line lists this key (for any host): refuse.
+    Revoked {
+        path: PathBuf,
+        line: usize,
+    },
+    /// The host is known, but only with keys of other types.
+    OtherTypesKnown {
+        algorithms: Vec<String>,
+    },
+    NotFound,
+}
+
+/// The host-key *type* for an algorithm name. RSA servers sign with
+/// `rsa-sha2-256`/`rsa-sha2-512`, but the key (and the file) says `ssh-rsa`.
+pub fn key_type(algorithm: &str) -> &str {
+    match algorithm {
+        "rsa-sha2-256" | "rsa-sha2-512" => "ssh-rsa",
+        other => other,
+    }
+}
+
+/// The name under which a host is recorded: `host` for port 22, otherwise
+/// `[host]:port`.
+pub fn host_port_name(host: &str, port: u16) -> String {
+    if port == 22 {
+        host.to_string()
+    } else {
+        format!("[{host}]:{port}")
+    }
+}
+
+/// SHA256 fingerprint as OpenSSH prints it: `SHA256:` and unpadded base64.
+pub fn fingerprint_sha256(key_blob: &[u8]) -> String {
+    format!(
+        "SHA256:{}",
+        STANDARD_NO_PAD.encode(Sha256::digest(key_blob))
+    )
+}
+
+/// The key type string at the start of a wire-encoded key blob.
+fn blob_key_type(blob: &[u8]) -> Option<&str> {
+    let len_bytes: [u8; 4] = blob.get(..4)?.try_into().ok()?;
+    let len = usize::try_from(u32::from_be_bytes(len_bytes)).ok()?;
+    let name = blob.get(4..4usize.checked_add(len)?)?;
+    std::str::from_utf8(name).ok()
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Marker {
+    None,
+    Revoked,
+    CertAuthority,
+}
+
+struct Entry<'a> {
+    marker: Marker,
+    hosts: &'a str,
+    key_type: &'a str,
+    blob: Vec<u8>,
+}
+
+/// Parse one line; `None` for blank lines, comments and anything malformed.
+fn parse_line(line: &str) -> Option<Entry<'_>> {
+    let mut fields = line.split_ascii_whitespace();
+    let mut first = fields.next()?;
+    if first.starts_with('#') {
+        return None;
+    }
+    let marker = if let Some(m) = first.strip_prefix('@') {
+        let marker = match m {
+            "revoked" => Marker::Revoked,
+            "cert-authority" => Marker::CertAuthority,
+            _ => return None,
+        };
+        first = fields.next()?;
+        marker
+    } else {
+        Marker::None
+    };
+    let key_type = fields.next()?;
+    let blob = LENIENT_B64.decode(fields.next()?).ok()?;
+    // A blob whose embedded type disagrees with the type field is corrupt
+    // (OpenSSH rejects it too); comparing it would be meaningless.
+    if blob_key_type(&blob) != Some(key_type) {
+        return None;
+    }
+    Some(Entry {
+        marker,
+        hosts: first,
+        key_type,
+        blob,
+    })
+}
+
+/// Whether a line's host field covers `name` (already lower-cased and in
+/// `[host]:port` form where needed).
+fn hosts_match(hosts: &str, name: &str) -> bool {
+    match hosts.strip_prefix(HASH_MAGIC) {
+        Some(hashed) => {
+            let Some((salt, hash)) = hashed.split_once('|') else {
+                return false;
+            };
+            let (Ok(salt), Ok(hash)) = (LENIENT_B64.decode(salt), LENIENT_B64.decode(hash)) else {
+                return false;
+            };
+            let Ok(mut mac) = Hmac::<Sha1>::new_from_slice(&salt) else {
+                return false;
+            };
+            mac.update(name.as_bytes());
+            mac.verify_slice(&hash).is_ok()
+        }
+        None => match_list(name, hosts, true),
+    }
+}
+
+/// Look `host` (on `port`) up in `files`, in order; missing files are skipped.
+///
+/// Precedence: an `@revoked` line with this key anywhere wins, then an exact
+/// match, then a same-type different key (first in file order), then other
+/// key types known for the host. `@cert-authority` lines are not host keys
+/// and are ignored.
+pub fn check(
+    files: &[PathBuf],
+    host: &str,
+    port: u16,
+    algorithm: &str,
+    key_blob: &[u8],
+) -> io::Result<HostKeyStatus> {
+    // ssh lower-cases the host before lookup; hashed entries depend on it.
+    let name = host_port_name(&host.to_ascii_lowercase(), port);
+    let want_type = key_type(algorithm);
+    let mut matched = None;
+    let mut mismatch = None;
+    let mut others: Vec<String> = Vec::new();
+    for path in files {
+        let bytes = match fs::read(path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("reading {}: {e}", path.display()),
+                ))
+            }
+        };
+        let text = String::from_utf8_lossy(&bytes);
+        for (index, line) in text.lines().enumerate() {
+            let Some(entry) = parse_line(line) else {
+                continue;
+            };
+            let line = index + 1;
+            match entry.marker {
+                Marker::CertAuthority => continue,
+                // Stricter than OpenSSH (which also requires the host field
+                // to match): a key revoked anywhere is not trusted anywhere.
+                Marker::Revoked => {
+                    if entry.blob == key_blob {
+                        return Ok(HostKeyStatus::Revoked {
+                            path: path.clone(),
+                            line,
+                        });
+                    }
+                    continue;
+                }
+                Marker::None => {}
+            }
+            if !hosts_match(entry.hosts, &name) {
+                continue;
+            }
+            if entry.key_type == want_type {
+                if entry.blob == key_blob {
+                    matched.get_or_insert((path.clone(), line));
+                } else {
+                    mismatch.get_or_insert((path.clone(), line, entry.key_type.to_string()));
+                }
+            } else if !others.iter().any(|a| a == entry.key_type) {
+                others.push(entry.key_type.to_string());
+            }
+        }
+    }
+    Ok(if let Some((path, line)) = matched {
+        HostKeyStatus::Match { path, line }
+    } else if let Some((path, line, known_algorithm)) = mismatch {
+        HostKeyStatus::Mismatch {
+            path,
+            line,
+            known_algorithm,
+        }
+    } else if !others.is_empty() {
+        HostKeyStatus::OtherTypesKnown { algorithms: others }
+    } else {
+        HostKeyStatus::NotFound
+    })
+}
+
+/// A hashed host field: `|1|base64(salt)|base64(HMAC-SHA1(salt, name))`.
+fn hash_host(name: &str, salt: &[u8]) -> io::Result<String> {
+    let mut mac = Hmac::<Sha1>::new_from_slice(salt)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+    mac.update(name.as_bytes());
+    Ok(format!(
+        "{HASH_MAGIC}{}|{}",
+        STANDARD.encode(salt),
+        STANDARD.encode(mac.finalize().into_bytes())
+    ))
+}
+
+fn random_salt() -> io::Result<[u8; 20]> {
+    let mut salt = [0u8; 20];
+    File::open("/dev/urandom")?.read_exact(&mut salt)?;
+    Ok(salt)
+}
+
+fn invalid(message: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, message)
+}
+
+/// Append `host key` (or `[host]:port key` when port != 22) to `path`,
+/// creating the parent directory (0700) and file (0600) as needed and
+/// making sure the previous last line was terminated. With `hash`, the host
+/// is written as a `|1|salt|hash` entry, as `HashKnownHosts yes` does.
+pub fn learn(
+    path: &Path,
+    host: &str,
+    port: u16,
+    algorithm: &str,
+    key_blob: &[u8],
+    hash: bool,
+) -> io::Result<()> {
+    // Refuse anything that would make the line parse differently (or match
+    // other hosts) when read back.
+    let bad_char = |c: char| c.is_whitespace() || c.is_control() || c == ',';
+    if host.is_empty() || host.contains(bad_char) || host.starts_with(['@', '|', '!', '#']) {
+        return Err(invalid(format!(
+            "refusing to record host key for unusable host name {host:?}"
+        )));
+    }
+    if key_blob.is_empty() {
+        return Err(invalid("refusing to record an empty host key".to_string()));
+    }
+    let key_type = blob_key_type(key_blob)
+        .filter(|t| !t.is_empty() && !t.contains(bad_char))
+        .unwrap_or_else(|| key_type(algorithm));
+    if key_type.is_empty() || key_type.contains(bad_char) {
+        return Err(invalid(format!("unusable key algorithm {algorithm:?}")));
+    }
+    let name = host_port_name(&host.to_ascii_lowercase(), port);
+    let host_field = if hash {
+        hash_host(&name, &random_salt()?)?
+    } else {
+        name
+    };
+    let mut entry = format!("{host_field} {key_type} {}\n", STANDARD.encode(key_blob));
+
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        let mut builder = fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            builder.mode(0o700);
+        }
+        builder.create(parent)?;
+    }
+    let mut options = OpenOptions::new();
+    options.read(true).append(true).create(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut file = options.open(path)?;
+    if file.metadata()?.len() > 0 {
+        file.seek(SeekFrom::End(-1))?;
+        let mut last = [0u8; 1];
+        file.read_exact(&mut last)?;
+        if last[0] != b'\n' {
+            entry.insert(0, '\n');
+        }
+    }
+    // One write, so concurrent appenders do not interleave within a line.
+    file.write_all(entry.as_bytes())?;
+    file.flush()
+}
+
+#[cfg(test)]
+#[path = "known_hosts_tests.rs"]
+mod tests;
