@@ -1,1 +1,164 @@
-//! ferry-engine
+//! ferry's transfer engine: it plans a copy (which files, where, which
+//! parts), runs it over several connections with many requests in flight,
+//! and makes every file appear under its final name only when complete.
+//!
+//! The main entry point is [`copy`]: sources and a destination (see
+//! [`Location`]), [`CopyOptions`], and a shared [`Stats`] the caller can
+//! poll for progress. It returns a [`Summary`] or a [`TransferError`] whose
+//! [`TransferError::exit_code`] the command line uses.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use ferry_engine::{copy, CopyOptions, Location, Stats};
+//!
+//! let src = Location::parse("sftp://example.org/var/log/big.log").unwrap();
+//! let dst = Location::parse("/tmp/").unwrap();
+//! let summary = copy(&[src], &dst, &CopyOptions::default(), Arc::new(Stats::default())).unwrap();
+//! println!("{} bytes in {:.1} s", summary.bytes, summary.seconds);
+//! ```
+//!
+//! How the SFTP path works inside (pipelining, the request window, splitting
+//! files over connections) is in docs/internals/sftp.md.
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
+mod error;
+mod location;
+mod sftp;
+mod window;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub use error::TransferError;
+pub use ferry_ssh::ConnectOptions;
+pub use location::{Location, RemotePath, RemoteSpec};
+
+/// How to copy. The defaults are the measured ones (docs/internals/sftp.md).
+#[derive(Debug, Clone)]
+pub struct CopyOptions {
+    pub recursive: bool,
+    /// Keep modification times and permission bits.
+    pub preserve: bool,
+    /// Continue partial files instead of starting over.
+    pub resume: bool,
+    /// Files in flight at once, over all connections.
+    pub parallel: usize,
+    /// SSH connections to open; a large file is split over them.
+    pub streams: usize,
+    /// Bytes per READ/WRITE request wanted; capped by what the server
+    /// accepts (limits@openssh.com), 32 KiB when it does not say.
+    pub chunk: Option<u32>,
+    /// Most requests in flight for one file; the window adapts below it.
+    pub max_depth: usize,
+    /// Files smaller than this are never split into ranges.
+    pub split_min: u64,
+    pub connect: ConnectOptions,
+}
+
+impl Default for CopyOptions {
+    fn default() -> Self {
+        CopyOptions {
+            recursive: false,
+            preserve: false,
+            resume: false,
+            parallel: 16,
+            streams: 4,
+            chunk: None,
+            max_depth: 128,
+            split_min: 32 * 1024 * 1024,
+            connect: ConnectOptions::default(),
+        }
+    }
+}
+
+/// Counters the engine updates as it goes; poll them for a progress bar.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub bytes_done: AtomicU64,
+    pub bytes_total: AtomicU64,
+    pub files_done: AtomicU64,
+    pub files_total: AtomicU64,
+}
+
+impl Stats {
+    pub fn snapshot(&self) -> (u64, u64, u64, u64) {
+        (
+            self.bytes_done.load(Ordering::Relaxed),
+            self.bytes_total.load(Ordering::Relaxed),
+            self.files_done.load(Ordering::Relaxed),
+            self.files_total.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// What a finished copy did.
+#[derive(Debug, Clone)]
+pub struct Summary {
+    /// Bytes moved in this run (resumed bytes not counted).
+    pub bytes: u64,
+    pub files: u64,
+    pub seconds: f64,
+    pub protocol: &'static str,
+    /// Connections used.
+    pub streams: usize,
+    /// Request size used, after the server's limits.
+    pub chunk: u32,
+}
+
+/// Copy `sources` to `dest`. Blocks the calling thread; runs its own
+/// runtimes (one thread per connection).
+pub fn copy(
+    sources: &[Location],
+    dest: &Location,
+    opts: &CopyOptions,
+    stats: std::sync::Arc<Stats>,
+) -> Result<Summary, TransferError> {
+    if sources.is_empty() {
+        return Err(TransferError::Usage("no source given".into()));
+    }
+    let remote_srcs: Vec<&RemoteSpec> = sources
+        .iter()
+        .filter_map(|s| match s {
+            Location::Sftp(r) => Some(r),
+            Location::Local(_) => None,
+        })
+        .collect();
+    match dest {
+        Location::Local(d) => {
+            if remote_srcs.len() != sources.len() {
+                return Err(TransferError::Usage(
+                    "both source and destination are local; ferry cp copies between a local path and a remote URL (sftp://host/path or host:path)".into(),
+                ));
+            }
+            let first = remote_srcs
+                .first()
+                .ok_or_else(|| TransferError::Usage("no source".into()))?;
+            if let Some(other) = remote_srcs.iter().find(|r| !r.same_endpoint(first)) {
+                return Err(TransferError::Usage(format!(
+                    "{} and {} are on different servers; copy from one server at a time",
+                    first.original, other.original
+                )));
+            }
+            let paths: Vec<RemotePath> = remote_srcs.iter().map(|r| r.path.clone()).collect();
+            sftp::download(first, &paths, d, opts, stats)
+        }
+        Location::Sftp(d) => {
+            if !remote_srcs.is_empty() {
+                return Err(TransferError::Usage(format!(
+                    "{}: remote-to-remote copies are not supported yet; copy to a local path first",
+                    remote_srcs
+                        .first()
+                        .map(|r| r.original.as_str())
+                        .unwrap_or_default()
+                )));
+            }
+            let locals: Vec<std::path::PathBuf> = sources
+                .iter()
+                .filter_map(|s| match s {
+                    Location::Local(p) => Some(p.clone()),
+                    Location::Sftp(_) => None,
+                })
+                .collect();
+            sftp::upload(&locals, d, opts, stats)
+        }
+    }
+}

@@ -1,5 +1,246 @@
-//! The ferry command line: flags and glue over the library crates.
+//! The ferry command line: flags and glue. The work lives in the library
+//! crates (`ferry-engine`, `ferry-ssh`, `ferry-sftp`); this file turns
+//! flags into [`ferry_engine::CopyOptions`], shows progress, and maps
+//! errors to exit codes:
+//! 0 ok, 1 network or other, 2 usage, 3 authentication or host key,
+//! 4 remote error (the server refused, with its message and the path),
+//! 5 local I/O error.
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use ferry_engine::{copy, CopyOptions, Location, Stats, TransferError};
+
+#[derive(Parser)]
+#[command(
+    name = "ferry",
+    version,
+    about = "Move files fast: SFTP today; HTTP(S) and FTP next",
+    propagate_version = true
+)]
+struct Cli {
+    /// More logging (-v info, -vv debug); also FERRY_LOG=filter.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Copy files between local paths and sftp:// URLs (or scp-style host:path).
+    #[command(arg_required_else_help = true)]
+    Cp(CpArgs),
+}
+
+#[derive(Args)]
+struct CpArgs {
+    /// Sources then the destination: local paths, sftp://[user@]host[:port]/path
+    /// (sftp://host/~/path is relative to home), or [user@]host:path as in scp.
+    #[arg(required = true, num_args = 2.., value_name = "SRC... DST")]
+    paths: Vec<String>,
+    /// Copy directories recursively.
+    #[arg(short, long)]
+    recursive: bool,
+    /// Keep modification times and permission bits.
+    #[arg(short, long)]
+    preserve: bool,
+    /// Continue partial files (checked against the source) instead of starting over.
+    #[arg(long)]
+    resume: bool,
+    /// Files in flight at once.
+    #[arg(short = 'P', long = "parallel", value_name = "N", default_value_t = CopyOptions::default().parallel)]
+    parallel: usize,
+    /// SSH connections to use; a large file is split into ranges over them.
+    #[arg(long, value_name = "N", default_value_t = CopyOptions::default().streams)]
+    streams: usize,
+    /// Bytes per SFTP request (e.g. 32k, 256k, 1M); capped by the server's limits.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    chunk: Option<u64>,
+    /// Most requests in flight per file (the window adapts below this).
+    #[arg(long, value_name = "N", default_value_t = CopyOptions::default().max_depth)]
+    depth: usize,
+    /// SSH receive window per connection (e.g. 2M, 64M).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    window: Option<u64>,
+    /// ssh config file (only this file is read, as with ssh -F).
+    #[arg(short = 'F', value_name = "FILE")]
+    ssh_config: Option<PathBuf>,
+    /// Identity (private key) file; may be repeated.
+    #[arg(short = 'i', value_name = "FILE")]
+    identity: Vec<PathBuf>,
+    /// ssh option, e.g. -o StrictHostKeyChecking=accept-new; may be repeated.
+    #[arg(short = 'o', value_name = "KEY=VALUE")]
+    ssh_option: Vec<String>,
+    /// Compress the SSH connection (zlib).
+    #[arg(short = 'C', long)]
+    compress: bool,
+    /// Print a JSON summary on stdout when done.
+    #[arg(long)]
+    json: bool,
+    /// No progress bar.
+    #[arg(short, long)]
+    quiet: bool,
+    /// Show the progress bar even when stderr is not a terminal.
+    #[arg(long, conflicts_with = "quiet")]
+    progress: bool,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (examples: 32768, 256k, 1M)"))?;
+    let mult: u64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use k, M or G)")),
+    };
+    n.checked_mul(mult)
+        .filter(|v| *v > 0)
+        .ok_or_else(|| format!("{s:?} is out of range"))
+}
+
 fn main() {
-    eprintln!("ferry: not yet");
-    std::process::exit(1);
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    let code = match cli.cmd {
+        Cmd::Cp(args) => run_cp(args),
+    };
+    std::process::exit(code);
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info,russh=warn",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FERRY_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+fn run_cp(args: CpArgs) -> i32 {
+    let Some((dst, srcs)) = args.paths.split_last() else {
+        eprintln!("ferry: usage: ferry cp SRC... DST");
+        return 2;
+    };
+    let mut sources = Vec::new();
+    for s in srcs {
+        match Location::parse(s) {
+            Ok(l) => sources.push(l),
+            Err(e) => return usage(&e),
+        }
+    }
+    let dest = match Location::parse(dst) {
+        Ok(l) => l,
+        Err(e) => return usage(&e),
+    };
+    if args.parallel == 0 || args.streams == 0 || args.depth == 0 {
+        return usage("-P, --streams and --depth take a number of at least 1");
+    }
+    let mut opts = CopyOptions {
+        recursive: args.recursive,
+        preserve: args.preserve,
+        resume: args.resume,
+        parallel: args.parallel,
+        streams: args.streams,
+        chunk: match args.chunk {
+            Some(c) if c > 16 * 1024 * 1024 => return usage("--chunk: at most 16M"),
+            Some(c) => Some(c as u32),
+            None => None,
+        },
+        max_depth: args.depth,
+        ..CopyOptions::default()
+    };
+    opts.connect.config_file = args.ssh_config;
+    opts.connect.identity_files = args.identity;
+    opts.connect.options = args.ssh_option;
+    opts.connect.compression = args.compress;
+    if let Some(w) = args.window {
+        opts.connect.window_size = w.min(u32::MAX as u64) as u32;
+    }
+
+    let stats = Arc::new(Stats::default());
+    let show = !args.quiet && (args.progress || std::io::stderr().is_terminal());
+    let done = Arc::new(AtomicBool::new(false));
+    let bar = show.then(|| spawn_progress(stats.clone(), done.clone()));
+    let result = copy(&sources, &dest, &opts, stats.clone());
+    done.store(true, Ordering::Relaxed);
+    if let Some(b) = bar {
+        let _ = b.join();
+    }
+    match result {
+        Ok(s) => {
+            if args.json {
+                let mbps = if s.seconds > 0.0 {
+                    s.bytes as f64 / s.seconds / 1e6
+                } else {
+                    0.0
+                };
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "bytes": s.bytes,
+                        "seconds": s.seconds,
+                        "files": s.files,
+                        "mbps": mbps,
+                        "protocol": s.protocol,
+                        "streams": s.streams,
+                        "chunk": s.chunk,
+                    })
+                );
+            }
+            0
+        }
+        Err(e) => {
+            report(&e);
+            e.exit_code()
+        }
+    }
+}
+
+fn usage(msg: &str) -> i32 {
+    eprintln!("ferry: {msg}");
+    eprintln!("usage: ferry cp [OPTIONS] SRC... DST   (ferry cp --help for more)");
+    2
+}
+
+fn report(e: &TransferError) {
+    eprintln!("ferry: {e}");
+}
+
+fn spawn_progress(stats: Arc<Stats>, done: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let bar = indicatif::ProgressBar::new(0);
+        bar.set_draw_target(indicatif::ProgressDrawTarget::stderr_with_hz(10));
+        let style = indicatif::ProgressStyle::with_template(
+            "{bar:30.cyan/blue} {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta} {msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+        bar.set_style(style);
+        loop {
+            let (b, bt, f, ft) = stats.snapshot();
+            bar.set_length(bt);
+            bar.set_position(b);
+            bar.set_message(format!("files {f}/{ft}"));
+            if done.load(Ordering::Relaxed) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        bar.finish_and_clear();
+    })
 }

@@ -1,0 +1,72 @@
+//! Transfer errors, each in one of the classes the CLI turns into an exit
+//! code, each saying which file or URL and what to do.
+use ferry_ssh::{SftpError, SshError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TransferError {
+    /// The command line or config was wrong (exit 2).
+    #[error("{0}")]
+    Usage(String),
+    /// Host key or authentication refused (exit 3).
+    #[error("{0}")]
+    Auth(String),
+    /// The server answered with an error about a file (exit 4).
+    #[error("{0}")]
+    Remote(String),
+    /// Reading or writing a local file failed (exit 5).
+    #[error("{0}")]
+    Local(String),
+    /// Connection refused, lost, or a protocol failure (exit 1).
+    #[error("{0}")]
+    Network(String),
+}
+
+impl TransferError {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            TransferError::Usage(_) => 2,
+            TransferError::Auth(_) => 3,
+            TransferError::Remote(_) => 4,
+            TransferError::Local(_) => 5,
+            TransferError::Network(_) => 1,
+        }
+    }
+
+    pub fn local(path: &std::path::Path, what: &str, e: std::io::Error) -> Self {
+        TransferError::Local(format!("{}: {what}: {e}", path.display()))
+    }
+
+    /// An SFTP failure about `path` on `host`.
+    pub fn sftp(host: &str, path: &[u8], e: SftpError) -> Self {
+        match e {
+            SftpError::Status { code, message, .. } => {
+                let msg = if message.is_empty() {
+                    code.describe().to_string()
+                } else {
+                    message
+                };
+                TransferError::Remote(format!(
+                    "{host}:{}: {msg}",
+                    String::from_utf8_lossy(path)
+                ))
+            }
+            SftpError::Protocol(m) => TransferError::Network(format!("{host}: {m}")),
+            SftpError::Closed(m) => TransferError::Network(format!(
+                "{host}: connection lost ({m}) while copying {}; the partial data is kept, rerun with --resume",
+                String::from_utf8_lossy(path)
+            )),
+        }
+    }
+}
+
+impl From<SshError> for TransferError {
+    fn from(e: SshError) -> Self {
+        match e {
+            SshError::Config(m) => TransferError::Usage(m),
+            SshError::HostKey(m) | SshError::Auth(m) => TransferError::Auth(m),
+            e @ (SshError::Connect { .. } | SshError::Protocol { .. }) => {
+                TransferError::Network(e.to_string())
+            }
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! What the user typed as a source or destination: a local path, an
+//! `sftp://` URL, or the scp form `[user@]host:path`.
+//!
+//! Path rules follow curl for URLs (the path is absolute; `/~/` starts at
+//! the home directory) and scp for the short form (relative to home unless
+//! it starts with `/`).
+use std::path::PathBuf;
+
+/// A remote path before the server tells us where home is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RemotePath {
+    Absolute(Vec<u8>),
+    /// Relative to the login directory; empty means the directory itself.
+    HomeRelative(Vec<u8>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteSpec {
+    pub user: Option<String>,
+    pub host: String,
+    pub port: Option<u16>,
+    pub path: RemotePath,
+    /// The text as given, for messages.
+    pub original: String,
+}
+
+impl RemoteSpec {
+    /// Same server and account (so one set of connections serves both).
+    pub fn same_endpoint(&self, other: &RemoteSpec) -> bool {
+        self.user == other.user && self.host == other.host && self.port == other.port
+    }
+    /// Did the user end the path with `/` (meaning "into this directory")?
+    pub fn trailing_slash(&self) -> bool {
+        match &self.path {
+            RemotePath::Absolute(p) | RemotePath::HomeRelative(p) => p.ends_with(b"/"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    Local(PathBuf),
+    Sftp(RemoteSpec),
+}
+
+impl Location {
+    pub fn parse(arg: &str) -> Result<Location, String> {
+        if arg.is_empty() {
+            return Err("empty path".into());
+        }
+        if let Some(rest) = strip_scheme(arg, "sftp") {
+            return parse_url(arg, rest).map(Location::Sftp);
+        }
+        if let Some((scheme, _)) = arg.split_once("://") {
+            if !scheme.contains('/') {
+                return Err(format!(
+                    "{arg}: the {scheme}:// scheme is not supported yet; use sftp://, a local path, or host:path"
+                ));
+            }
+        }
+        // scp form: a colon before any slash, and not a path like ./a:b.
+        if !arg.starts_with('/') && !arg.starts_with('.') {
+            if let Some(spec) = parse_scp(arg)? {
+                return Ok(Location::Sftp(spec));
+            }
+        }
+        Ok(Location::Local(PathBuf::from(arg)))
+    }
+}
+
+fn strip_scheme<'a>(arg: &'a str, scheme: &str) -> Option<&'a str> {
+    let (s, rest) = arg.split_once("://")?;
+    s.eq_ignore_ascii_case(scheme).then_some(rest)
+}
+
+fn split_user(authority: &str) -> (Option<String>, &str) {
+    match authority.rsplit_once('@') {
+        Some((u, h)) => (Some(u.to_string()), h),
+        None => (None, authority),
+    }
+}
+
+/// `host`, `host:port`, `[v6]`, `[v6]:port`.
+fn split_host_port(hp: &str, original: &str) -> Result<(String, Option<u16>), String> {
+    if let Some(rest) = hp.strip_prefix('[') {
+        let (h, after) = rest
+            .split_once(']')
+            .ok_or_else(|| format!("{original}: unclosed '[' in host"))?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => Some(parse_port(p, original)?),
+            None if after.is_empty() => None,
+            None => return Err(format!("{original}: unexpected text after ']'")),
+        };
+        return Ok((h.to_string(), port));
+    }
+    match hp.rsplit_once(':') {
+        Some((h, p)) => Ok((h.to_string(), Some(parse_port(p, original)?))),
+        None => Ok((hp.to_string(), None)),
+    }
+}
+
+fn parse_port(p: &str, original: &str) -> Result<u16, String> {
+    p.parse::<u16>()
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or_else(|| format!("{original}: bad port {p:?}"))
+}
+
+fn parse_url(original: &str, rest: &str) -> Result<RemoteSpec, String> {
+    let (authority, path) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, "/"),
+    };
+    if authority.is_empty() {
+        return Err(format!(
+            "{original}: no host in URL; write sftp://[user@]host[:port]/path"
+        ));
+    }
+    let (user, hp) = split_user(authority);
+    let user = user
+        .map(|u| decode(&u).map(|b| String::from_utf8_lossy(&b).into_owned()))
+        .transpose()
+        .map_err(|e| format!("{original}: {e}"))?;
+    let (host, port) = split_host_port(hp, original)?;
+    if host.is_empty() {
+        return Err(format!("{original}: no host in URL"));
+    }
+    let decoded = decode(path).map_err(|e| format!("{original}: {e}"))?;
+    let path = if decoded == b"/~" {
+        RemotePath::HomeRelative(Vec::new())
+    } else if let Some(rel) = decoded.strip_prefix(b"/~/") {
+        RemotePath::HomeRelative(rel.to_vec())
+    } else {
+        RemotePath::Absolute(decoded)
+    };
+    Ok(RemoteSpec {
+        user,
+        host,
+        port,
+        path,
+        original: original.to_string(),
+    })
+}
+
+fn decode(s: &str) -> Result<Vec<u8>, String> {
+    let bytes: Vec<u8> = percent_encoding::percent_decode_str(s).collect();
+    if bytes.contains(&0) {
+        return Err("a NUL byte in the path".into());
+    }
+    Ok(bytes)
+}
+
+fn parse_scp(arg: &str) -> Result<Option<RemoteSpec>, String> {
+    // [v6]:path
+    let (authority, path) = if arg.starts_with('[') || arg.contains("@[") {
+        let Some(close) = arg.find("]:") else {
+            return Ok(None);
+        };
+        (&arg[..close + 1], &arg[close + 2..])
+    } else {
+        let Some(colon) = arg.find(':') else {
+            return Ok(None);
+        };
+        if arg[..colon].contains('/') {
+            return Ok(None);
+        }
+        (&arg[..colon], &arg[colon + 1..])
+    };
+    let (user, host) = split_user(authority);
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    if host.is_empty() {
+        return Err(format!("{arg}: no host before ':'"));
+    }
+    let path = if let Some(abs) = path.strip_prefix('/') {
+        RemotePath::Absolute(format!("/{abs}").into_bytes())
+    } else if path == "~" {
+        RemotePath::HomeRelative(Vec::new())
+    } else if let Some(rel) = path.strip_prefix("~/") {
+        RemotePath::HomeRelative(rel.as_bytes().to_vec())
+    } else {
+        RemotePath::HomeRelative(path.as_bytes().to_vec())
+    };
+    Ok(Some(RemoteSpec {
+        user,
+        host,
+        port: None,
+        path,
+        original: arg.to_string(),
+    }))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn remote(arg: &str) -> RemoteSpec {
+        match Location::parse(arg).unwrap() {
+            Location::Sftp(r) => r,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn url_forms() {
+        let r = remote("sftp://alice@example.org:2222/data/x%20y");
+        assert_eq!(r.user.as_deref(), Some("alice"));
+        assert_eq!(r.host, "example.org");
+        assert_eq!(r.port, Some(2222));
+        assert_eq!(r.path, RemotePath::Absolute(b"/data/x y".to_vec()));
+        assert_eq!(
+            remote("sftp://h/~/dir").path,
+            RemotePath::HomeRelative(b"dir".to_vec())
+        );
+        assert_eq!(remote("sftp://h/~").path, RemotePath::HomeRelative(vec![]));
+        assert_eq!(remote("sftp://h").path, RemotePath::Absolute(b"/".to_vec()));
+        let v6 = remote("sftp://[::1]:22/x");
+        assert_eq!((v6.host.as_str(), v6.port), ("::1", Some(22)));
+    }
+
+    #[test]
+    fn scp_forms() {
+        let r = remote("bob@host:dir/file");
+        assert_eq!(r.user.as_deref(), Some("bob"));
+        assert_eq!(r.path, RemotePath::HomeRelative(b"dir/file".to_vec()));
+        assert_eq!(
+            remote("host:/abs").path,
+            RemotePath::Absolute(b"/abs".to_vec())
+        );
+        assert_eq!(remote("host:").path, RemotePath::HomeRelative(vec![]));
+        assert_eq!(remote("[::1]:x").host, "::1");
+    }
+
+    #[test]
+    fn local_forms() {
+        for a in ["/tmp/a:b", "./a:b", "dir/a:b", "plain", "-"] {
+            assert_eq!(
+                Location::parse(a).unwrap(),
+                Location::Local(a.into()),
+                "{a}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_input_names_the_argument() {
+        for a in [
+            "sftp://",
+            "sftp:///x",
+            "sftp://h:99999/x",
+            "gopher://h/x",
+            "sftp://h/a%00b",
+        ] {
+            let e = Location::parse(a).unwrap_err();
+            assert!(e.contains(a), "{e}");
+        }
+    }
+}

@@ -1,0 +1,1315 @@
+//! Copies over SFTP: the connection pool, the plan, and the pipelined
+//! range transfers.
+//!
+//! Shape of a run:
+//! 1. one connection is opened first (so a host-key question or a password
+//!    prompt happens once), then the others in parallel, each on its own
+//!    thread with a current-thread runtime: on two cores that was twice as
+//!    fast as sharing a multi-thread runtime (shared/BASELINE.md);
+//! 2. the coordinator walks the sources, creates directories, prepares a
+//!    temporary file per destination (`.NAME.ferry-part`, resumed when asked),
+//!    and queues jobs: whole small files, or ranges of a large file;
+//! 3. each worker pulls a job only when it has a free slot, so jobs spread
+//!    over connections by how fast each one is going;
+//! 4. a file is renamed to its final name when its last range is done.
+use std::collections::VecDeque;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use ferry_sftp::{FileAttrs, OpenFlags};
+use ferry_ssh::{Connector, Handle, SftpClient, SftpError};
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+use crate::error::TransferError;
+use crate::location::{RemotePath, RemoteSpec};
+use crate::window::Window;
+use crate::{CopyOptions, Stats, Summary};
+
+/// Fallback request size when the server does not state its limits: the
+/// size every SFTP server must accept (draft-02 suggests 32 KiB).
+const FALLBACK_CHUNK: u32 = 32 * 1024;
+/// The request size we ask for by default (OpenSSH serves up to 255 KiB).
+const DEFAULT_CHUNK: u32 = 1024 * 1024;
+/// Bytes of the partial file compared with the source before resuming.
+const RESUME_CHECK: u64 = 64 * 1024;
+/// Bound on bytes in flight per file, whatever the depth says.
+const MAX_INFLIGHT_BYTES: u64 = 64 * 1024 * 1024;
+
+/// One destination file and where its bytes come from.
+#[derive(Debug, Clone)]
+struct FileTask {
+    /// Remote path (download) or local path as bytes (upload).
+    src: Vec<u8>,
+    /// Final and temporary destination (local path bytes or remote path).
+    dst: Vec<u8>,
+    tmp: Vec<u8>,
+    size: u64,
+    /// Permission bits (no file type) and (atime, mtime) of the source.
+    mode: u32,
+    times: Option<(u32, u32)>,
+    /// Bytes already in the temporary file from an earlier run.
+    start: u64,
+    /// Jobs this file was split into.
+    parts: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    Download,
+    Upload,
+}
+
+#[derive(Debug)]
+struct Job {
+    file: usize,
+    offset: u64,
+    len: u64,
+    /// The only job of its file: the worker finalizes it itself.
+    whole: bool,
+}
+
+struct JobResult {
+    file: usize,
+    result: Result<(), TransferError>,
+}
+
+/// What every worker shares.
+struct Ctx {
+    dir: Direction,
+    files: Vec<FileTask>,
+    read_chunk: u32,
+    write_chunk: u32,
+    max_depth: usize,
+    preserve: bool,
+    host: String,
+    stats: Arc<Stats>,
+}
+
+struct Pool {
+    control: SftpClient,
+    job_tx: async_channel::Sender<Job>,
+    job_rx: async_channel::Receiver<Job>,
+    results_rx: mpsc::UnboundedReceiver<JobResult>,
+    results_tx: mpsc::UnboundedSender<JobResult>,
+    /// Each worker waits for the shared context before taking jobs.
+    ctx_txs: Vec<oneshot::Sender<Arc<Ctx>>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    streams: usize,
+}
+
+fn worker(
+    connector: Arc<Connector>,
+    slots: usize,
+    max_in_flight: usize,
+    ready: oneshot::Sender<Result<SftpClient, TransferError>>,
+    ctx_rx: oneshot::Receiver<Arc<Ctx>>,
+    jobs: async_channel::Receiver<Job>,
+    results: mpsc::UnboundedSender<JobResult>,
+) {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            let _ = ready.send(Err(TransferError::Local(format!(
+                "cannot start a runtime: {e}"
+            ))));
+            return;
+        }
+    };
+    rt.block_on(async move {
+        let conn = match connector.connect().await {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = ready.send(Err(e.into()));
+                return;
+            }
+        };
+        let sftp = match conn.sftp(max_in_flight).await {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = ready.send(Err(e.into()));
+                return;
+            }
+        };
+        let _ = ready.send(Ok(sftp.clone()));
+        let Ok(ctx) = ctx_rx.await else {
+            conn.close().await;
+            return;
+        };
+        let sem = Arc::new(Semaphore::new(slots.max(1)));
+        let mut tasks = tokio::task::JoinSet::new();
+        loop {
+            let Ok(permit) = sem.clone().acquire_owned().await else {
+                break;
+            };
+            let Ok(job) = jobs.recv().await else {
+                break;
+            };
+            let (sftp, ctx, results) = (sftp.clone(), ctx.clone(), results.clone());
+            tasks.spawn(async move {
+                let file = job.file;
+                let result = run_job(&sftp, &ctx, job).await;
+                let _ = results.send(JobResult { file, result });
+                drop(permit);
+            });
+            while tasks.try_join_next().is_some() {}
+        }
+        while tasks.join_next().await.is_some() {}
+        conn.close().await;
+    });
+}
+
+impl Pool {
+    /// Connect `streams` times to `remote`. The first connection is made
+    /// alone, so prompts and host-key questions come once.
+    async fn start(remote: &RemoteSpec, opts: &CopyOptions) -> Result<Pool, TransferError> {
+        let mut copts = opts.connect.clone();
+        if remote.user.is_some() {
+            copts.user = remote.user.clone();
+        }
+        if remote.port.is_some() {
+            copts.port = remote.port;
+        }
+        let connector = Arc::new(Connector::new(&remote.host, copts)?);
+        let streams = opts.streams.max(1);
+        let (job_tx, job_rx) = async_channel::bounded::<Job>(1024);
+        let (results_tx, results_rx) = mpsc::unbounded_channel();
+        let slots = opts.parallel.max(1).div_ceil(streams);
+        // Requests in flight per connection: every slot at full depth.
+        let max_in_flight = (slots * opts.max_depth.max(4)).clamp(64, 16384);
+        let mut threads = Vec::new();
+        let mut ctx_txs = Vec::new();
+        let mut control = None;
+        let mut pending = Vec::new();
+        for i in 0..streams {
+            let (ready_tx, ready_rx) = oneshot::channel();
+            let (ctx_tx, ctx_rx) = oneshot::channel();
+            let (c, jr, rt) = (connector.clone(), job_rx.clone(), results_tx.clone());
+            let t = std::thread::Builder::new()
+                .name(format!("ferry-conn-{i}"))
+                .spawn(move || worker(c, slots, max_in_flight, ready_tx, ctx_rx, jr, rt))
+                .map_err(|e| TransferError::Local(format!("cannot start a thread: {e}")))?;
+            threads.push(t);
+            ctx_txs.push(ctx_tx);
+            if i == 0 {
+                let first = ready_rx
+                    .await
+                    .map_err(|_| TransferError::Network("connection thread died".into()))??;
+                control = Some(first);
+            } else {
+                pending.push(ready_rx);
+            }
+        }
+        let mut streams_up = 1;
+        for rx in pending {
+            match rx.await {
+                Ok(Ok(_)) => streams_up += 1,
+                // A server that caps sessions (MaxStartups) still lets us
+                // work with fewer connections: say so and go on.
+                Ok(Err(e)) => tracing::warn!("extra connection failed, continuing with fewer: {e}"),
+                Err(_) => {}
+            }
+        }
+        let control = control.ok_or_else(|| TransferError::Network("no connection".into()))?;
+        Ok(Pool {
+            control,
+            job_tx,
+            job_rx,
+            results_rx,
+            results_tx,
+            ctx_txs,
+            threads,
+            streams: streams_up,
+        })
+    }
+
+    fn chunks(&self, opts: &CopyOptions) -> (u32, u32) {
+        let info = self.control.info();
+        let want = opts.chunk.unwrap_or(DEFAULT_CHUNK).max(512);
+        let read = match info.max_read() {
+            Some(m) => want.min(m),
+            None if opts.chunk.is_some() => want,
+            None => FALLBACK_CHUNK,
+        };
+        let write = match info.max_write() {
+            Some(m) => want.min(m),
+            None if opts.chunk.is_some() => want,
+            None => FALLBACK_CHUNK,
+        };
+        (read, write)
+    }
+
+    /// Hand the plan to the workers, queue the jobs, finalize split files
+    /// as their last range completes, and wait.
+    async fn run(mut self, ctx: Arc<Ctx>, split_min: u64) -> Result<usize, TransferError> {
+        for tx in self.ctx_txs.drain(..) {
+            let _ = tx.send(ctx.clone());
+        }
+        drop(self.job_rx);
+        drop(self.results_tx);
+        // Largest first: a big file started last would finish alone.
+        let mut order: Vec<usize> = (0..ctx.files.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(ctx.files.get(i).map(|f| f.size).unwrap_or(0)));
+        let mut remaining: Vec<usize> = ctx.files.iter().map(|f| f.parts).collect();
+        let mut jobs = VecDeque::new();
+        for i in order {
+            let Some(f) = ctx.files.get(i) else { continue };
+            let left = f.size - f.start;
+            if f.parts <= 1 {
+                jobs.push_back(Job {
+                    file: i,
+                    offset: f.start,
+                    len: left,
+                    whole: true,
+                });
+                continue;
+            }
+            let part = left.div_ceil(f.parts as u64).max(split_min.min(left));
+            let mut off = f.start;
+            while off < f.size {
+                let len = part.min(f.size - off);
+                jobs.push_back(Job {
+                    file: i,
+                    offset: off,
+                    len,
+                    whole: false,
+                });
+                off += len;
+            }
+        }
+        let job_tx = self.job_tx.clone();
+        drop(self.job_tx);
+        let feeder = async move {
+            while let Some(j) = jobs.pop_front() {
+                if job_tx.send(j).await.is_err() {
+                    break;
+                }
+            }
+            drop(job_tx);
+        };
+        let control = self.control.clone();
+        let mut first_err: Option<TransferError> = None;
+        let mut errors = 0usize;
+        let mut results_rx = self.results_rx;
+        let collector = async {
+            while let Some(r) = results_rx.recv().await {
+                let Some(left) = remaining.get_mut(r.file) else {
+                    continue;
+                };
+                match r.result {
+                    Ok(()) => {
+                        *left = left.saturating_sub(1);
+                        if *left == 0 {
+                            if let Some(f) = ctx.files.get(r.file) {
+                                if f.parts > 1 {
+                                    if let Err(e) = finalize(&control, &ctx, f).await {
+                                        errors += 1;
+                                        report(&mut first_err, e);
+                                        continue;
+                                    }
+                                    ctx.stats.files_done.fetch_add(1, Ordering::Relaxed);
+                                }
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        // Other ranges of the file may still be running; the
+                        // file is not finalized since its count never hits 0.
+                        *left = usize::MAX;
+                        errors += 1;
+                        report(&mut first_err, e);
+                    }
+                }
+            }
+        };
+        tokio::join!(feeder, collector);
+        for t in self.threads {
+            let _ = t.join();
+        }
+        match first_err {
+            None => Ok(self.streams),
+            Some(e) if errors > 1 => Err(with_more(e, errors - 1)),
+            Some(e) => Err(e),
+        }
+    }
+}
+
+fn report(first: &mut Option<TransferError>, e: TransferError) {
+    eprintln!("ferry: {e}");
+    if first.is_none() {
+        *first = Some(e);
+    }
+}
+
+fn with_more(e: TransferError, more: usize) -> TransferError {
+    let suffix = format!(
+        " (and {more} more error{})",
+        if more == 1 { "" } else { "s" }
+    );
+    match e {
+        TransferError::Usage(m) => TransferError::Usage(m + &suffix),
+        TransferError::Auth(m) => TransferError::Auth(m + &suffix),
+        TransferError::Remote(m) => TransferError::Remote(m + &suffix),
+        TransferError::Local(m) => TransferError::Local(m + &suffix),
+        TransferError::Network(m) => TransferError::Network(m + &suffix),
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, TransferError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| TransferError::Local(format!("cannot start a runtime: {e}")))
+}
+
+fn lossy(p: &[u8]) -> String {
+    String::from_utf8_lossy(p).into_owned()
+}
+
+fn os(p: &[u8]) -> PathBuf {
+    PathBuf::from(std::ffi::OsString::from_vec(p.to_vec()))
+}
+
+fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut v = dir.to_vec();
+    if !v.ends_with(b"/") {
+        v.push(b'/');
+    }
+    v.extend_from_slice(name);
+    v
+}
+
+fn basename(p: &[u8]) -> &[u8] {
+    let trimmed = {
+        let mut end = p.len();
+        while end > 1 && p.get(end - 1) == Some(&b'/') {
+            end -= 1;
+        }
+        p.get(..end).unwrap_or(p)
+    };
+    match trimmed.iter().rposition(|&c| c == b'/') {
+        Some(i) => trimmed.get(i + 1..).unwrap_or(trimmed),
+        None => trimmed,
+    }
+}
+
+fn parent(p: &[u8]) -> &[u8] {
+    match p.iter().rposition(|&c| c == b'/') {
+        Some(0) => b"/",
+        Some(i) => p.get(..i).unwrap_or(b"."),
+        None => b".",
+    }
+}
+
+/// `.NAME.ferry-part` next to NAME: same directory, so the final rename is
+/// atomic and never crosses file systems.
+fn tmp_name(dst: &[u8]) -> Vec<u8> {
+    let mut name = b".".to_vec();
+    name.extend_from_slice(basename(dst));
+    name.extend_from_slice(b".ferry-part");
+    join(parent(dst), &name)
+}
+
+async fn resolve_remote(
+    sftp: &SftpClient,
+    host: &str,
+    p: &RemotePath,
+    home: &mut Option<Vec<u8>>,
+) -> Result<Vec<u8>, TransferError> {
+    match p {
+        RemotePath::Absolute(a) => Ok(a.clone()),
+        RemotePath::HomeRelative(rel) => {
+            if home.is_none() {
+                let h = sftp
+                    .realpath(b".")
+                    .await
+                    .map_err(|e| TransferError::sftp(host, b"~", e))?;
+                *home = Some(h.to_vec());
+            }
+            let h = home.clone().unwrap_or_default();
+            Ok(if rel.is_empty() { h } else { join(&h, rel) })
+        }
+    }
+}
+
+fn mtime_of(meta: &std::fs::Metadata) -> Option<(u32, u32)> {
+    Some((
+        meta.atime().clamp(0, u32::MAX as i64) as u32,
+        meta.mtime().clamp(0, u32::MAX as i64) as u32,
+    ))
+}
+
+fn parts_for(size: u64, start: u64, opts: &CopyOptions, streams: usize) -> usize {
+    let left = size.saturating_sub(start);
+    if streams <= 1 || left < opts.split_min.max(1) * 2 {
+        return 1;
+    }
+    ((left / opts.split_min.max(1)) as usize).clamp(1, streams * 2)
+}
+
+// ---------------------------------------------------------------- download
+
+pub(crate) fn download(
+    remote: &RemoteSpec,
+    sources: &[RemotePath],
+    dest: &Path,
+    opts: &CopyOptions,
+    stats: Arc<Stats>,
+) -> Result<Summary, TransferError> {
+    let started = Instant::now();
+    runtime()?.block_on(async {
+        let pool = Pool::start(remote, opts).await?;
+        let sftp = pool.control.clone();
+        let host = remote.host.clone();
+        let (read_chunk, write_chunk) = pool.chunks(opts);
+        let mut home = None;
+
+        let dest_is_dir = dest.is_dir();
+        let dest_wants_dir = dest.as_os_str().as_bytes().ends_with(b"/");
+        if sources.len() > 1 && !dest_is_dir {
+            return Err(TransferError::Usage(format!(
+                "{}: several sources need an existing directory as destination",
+                dest.display()
+            )));
+        }
+        let mut files = Vec::new();
+        let mut dirs: Vec<(PathBuf, Option<(u32, u32)>, u32)> = Vec::new();
+        for src in sources {
+            let path = resolve_remote(&sftp, &host, src, &mut home).await?;
+            let attrs = sftp
+                .stat(&path)
+                .await
+                .map_err(|e| TransferError::sftp(&host, &path, e))?;
+            let name = basename(&path).to_vec();
+            let target = if dest_is_dir || dest_wants_dir {
+                dest.join(os(&name))
+            } else {
+                dest.to_path_buf()
+            };
+            if attrs.is_dir() {
+                if !opts.recursive {
+                    return Err(TransferError::Usage(format!(
+                        "{host}:{} is a directory; use -r to copy it",
+                        lossy(&path)
+                    )));
+                }
+                walk_remote(&sftp, &host, &path, &target, &mut files, &mut dirs).await?;
+            } else {
+                files.push(remote_file(path, target, &attrs));
+            }
+        }
+        // Directories first, parents before children.
+        for (d, _, _) in &dirs {
+            std::fs::create_dir_all(d)
+                .map_err(|e| TransferError::local(d, "cannot create directory", e))?;
+        }
+        let mut tasks = Vec::new();
+        for (src, dst, attrs) in files {
+            let size = attrs.size.unwrap_or(0);
+            let dst_b = dst.as_os_str().as_bytes().to_vec();
+            if dst.is_dir() {
+                return Err(TransferError::Local(format!(
+                    "{}: is a directory; cannot replace it with the file {host}:{}",
+                    dst.display(),
+                    lossy(&src)
+                )));
+            }
+            let tmp = tmp_name(&dst_b);
+            let start =
+                prepare_local_tmp(&sftp, &host, &src, &dst, &os(&tmp), size, opts.resume).await?;
+            let parts = parts_for(size, start, opts, pool.streams);
+            let tmp_path = os(&tmp);
+            if parts > 1 {
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&tmp_path)
+                    .map_err(|e| TransferError::local(&tmp_path, "cannot open", e))?;
+                f.set_len(size)
+                    .map_err(|e| TransferError::local(&tmp_path, "cannot size", e))?;
+            }
+            tasks.push(FileTask {
+                src,
+                dst: dst_b,
+                tmp,
+                size,
+                mode: attrs.permissions.unwrap_or(0o644) & 0o7777,
+                times: attrs.atime_mtime,
+                start,
+                parts,
+            });
+        }
+        let total: u64 = tasks.iter().map(|f| f.size - f.start).sum();
+        stats.bytes_total.fetch_add(total, Ordering::Relaxed);
+        stats
+            .files_total
+            .fetch_add(tasks.len() as u64, Ordering::Relaxed);
+        let nfiles = tasks.len() as u64;
+        let ctx = Arc::new(Ctx {
+            dir: Direction::Download,
+            files: tasks,
+            read_chunk,
+            write_chunk,
+            max_depth: opts.max_depth,
+            preserve: opts.preserve,
+            host: host.clone(),
+            stats: stats.clone(),
+        });
+        let streams = pool.run(ctx, opts.split_min).await?;
+        if opts.preserve {
+            // Directory times last: writing files into them changed them.
+            for (d, times, mode) in dirs.iter().rev() {
+                let _ = std::fs::set_permissions(d, std::fs::Permissions::from_mode(*mode));
+                if let Some((a, m)) = times {
+                    set_local_times(d, *a, *m);
+                }
+            }
+        }
+        Ok(Summary {
+            bytes: total,
+            files: nfiles,
+            seconds: started.elapsed().as_secs_f64(),
+            protocol: "sftp",
+            streams,
+            chunk: read_chunk,
+        })
+    })
+}
+
+fn remote_file(path: Vec<u8>, target: PathBuf, attrs: &FileAttrs) -> (Vec<u8>, PathBuf, FileAttrs) {
+    (path, target, attrs.clone())
+}
+
+type RemoteFiles = Vec<(Vec<u8>, PathBuf, FileAttrs)>;
+
+/// Walk a remote tree, listing up to 16 directories at once.
+async fn walk_remote(
+    sftp: &SftpClient,
+    host: &str,
+    root: &[u8],
+    target: &Path,
+    files: &mut RemoteFiles,
+    dirs: &mut Vec<(PathBuf, Option<(u32, u32)>, u32)>,
+) -> Result<(), TransferError> {
+    let root_attrs = sftp
+        .stat(root)
+        .await
+        .map_err(|e| TransferError::sftp(host, root, e))?;
+    dirs.push((
+        target.to_path_buf(),
+        root_attrs.atime_mtime,
+        root_attrs.permissions.unwrap_or(0o755) & 0o7777,
+    ));
+    let mut queue: VecDeque<(Vec<u8>, PathBuf)> =
+        VecDeque::from([(root.to_vec(), target.to_path_buf())]);
+    let mut running = FuturesUnordered::new();
+    loop {
+        while running.len() < 16 {
+            let Some((dir, local)) = queue.pop_front() else {
+                break;
+            };
+            let s = sftp.clone();
+            running.push(async move {
+                let r = s.list_dir(&dir).await;
+                (dir, local, r)
+            });
+        }
+        let Some((dir, local, listing)) = running.next().await else {
+            break;
+        };
+        let entries = listing.map_err(|e| TransferError::sftp(host, &dir, e))?;
+        for e in entries {
+            let name = e.filename.to_vec();
+            if name.contains(&b'/') || name.is_empty() {
+                return Err(TransferError::Network(format!(
+                    "{host}:{}: the server sent a bad file name {:?}",
+                    lossy(&dir),
+                    lossy(&name)
+                )));
+            }
+            let rpath = join(&dir, &name);
+            let lpath = local.join(os(&name));
+            let mut attrs = e.attrs;
+            if attrs.is_symlink() {
+                match sftp.stat(&rpath).await {
+                    Ok(a) if a.is_regular() => attrs = a,
+                    Ok(_) => {
+                        eprintln!(
+                            "ferry: skipping {host}:{}: symbolic link to a directory",
+                            lossy(&rpath)
+                        );
+                        continue;
+                    }
+                    Err(_) => {
+                        eprintln!(
+                            "ferry: skipping {host}:{}: dangling symbolic link",
+                            lossy(&rpath)
+                        );
+                        continue;
+                    }
+                }
+            }
+            if attrs.is_dir() {
+                dirs.push((
+                    lpath.clone(),
+                    attrs.atime_mtime,
+                    attrs.permissions.unwrap_or(0o755) & 0o7777,
+                ));
+                queue.push_back((rpath, lpath));
+            } else if attrs.is_regular() || attrs.permissions.is_none() {
+                files.push((rpath, lpath, attrs));
+            } else {
+                eprintln!(
+                    "ferry: skipping {host}:{}: not a regular file",
+                    lossy(&rpath)
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Create or reuse `.NAME.ferry-part`; returns the offset to start from.
+async fn prepare_local_tmp(
+    sftp: &SftpClient,
+    host: &str,
+    src: &[u8],
+    dst: &Path,
+    tmp: &Path,
+    size: u64,
+    resume: bool,
+) -> Result<u64, TransferError> {
+    if resume {
+        // A partial copy may sit under the temporary name (ours) or under
+        // the final name (another tool's, e.g. an interrupted sftp get).
+        if !tmp.exists() {
+            if let Ok(m) = std::fs::metadata(dst) {
+                if m.is_file() && m.len() < size {
+                    std::fs::rename(dst, tmp).map_err(|e| {
+                        TransferError::local(dst, "cannot move the partial file aside", e)
+                    })?;
+                }
+            }
+        }
+        if let Ok(m) = std::fs::metadata(tmp) {
+            let have = m.len();
+            if have > size {
+                eprintln!(
+                    "ferry: {}: partial file is larger than the source; starting over",
+                    dst.display()
+                );
+            } else if have > 0 {
+                if tail_matches_remote(sftp, host, src, tmp, have).await? {
+                    return Ok(have);
+                }
+                eprintln!(
+                    "ferry: {}: partial file does not match {host}:{}; starting over",
+                    dst.display(),
+                    lossy(src)
+                );
+            } else {
+                return Ok(0);
+            }
+        }
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(tmp)
+        .map_err(|e| TransferError::local(tmp, "cannot create", e))?;
+    Ok(0)
+}
+
+async fn tail_matches_remote(
+    sftp: &SftpClient,
+    host: &str,
+    src: &[u8],
+    tmp: &Path,
+    have: u64,
+) -> Result<bool, TransferError> {
+    let k = have.min(RESUME_CHECK);
+    let off = have - k;
+    let mut local = vec![0u8; k as usize];
+    std::fs::File::open(tmp)
+        .and_then(|f| f.read_exact_at(&mut local, off))
+        .map_err(|e| TransferError::local(tmp, "cannot read the partial file", e))?;
+    let h = sftp
+        .open(src, OpenFlags::READ, FileAttrs::default())
+        .await
+        .map_err(|e| TransferError::sftp(host, src, e))?;
+    let mut remote = Vec::with_capacity(k as usize);
+    while (remote.len() as u64) < k {
+        let at = off + remote.len() as u64;
+        match sftp.read(&h, at, (k - remote.len() as u64) as u32).await {
+            Ok(Some(d)) if !d.is_empty() => remote.extend_from_slice(&d),
+            Ok(_) => break,
+            Err(e) => {
+                let _ = sftp.close(&h).await;
+                return Err(TransferError::sftp(host, src, e));
+            }
+        }
+    }
+    let _ = sftp.close(&h).await;
+    Ok(remote == local)
+}
+
+fn set_local_times(p: &Path, atime: u32, mtime: u32) {
+    let t = |s: u32| UNIX_EPOCH + Duration::from_secs(s as u64);
+    if let Ok(f) = std::fs::File::options()
+        .read(true)
+        .open(p)
+        .or_else(|_| std::fs::File::open(p))
+    {
+        let _ = f.set_times(
+            std::fs::FileTimes::new()
+                .set_accessed(t(atime))
+                .set_modified(t(mtime)),
+        );
+    }
+}
+
+// ------------------------------------------------------------------ upload
+
+pub(crate) fn upload(
+    sources: &[PathBuf],
+    remote: &RemoteSpec,
+    opts: &CopyOptions,
+    stats: Arc<Stats>,
+) -> Result<Summary, TransferError> {
+    let started = Instant::now();
+    // Check the sources before connecting: a typo should not cost a login.
+    for s in sources {
+        let m = std::fs::metadata(s).map_err(|e| TransferError::local(s, "cannot read", e))?;
+        if m.is_dir() && !opts.recursive {
+            return Err(TransferError::Usage(format!(
+                "{}: is a directory; use -r to copy it",
+                s.display()
+            )));
+        }
+    }
+    runtime()?.block_on(async {
+        let pool = Pool::start(remote, opts).await?;
+        let sftp = pool.control.clone();
+        let host = remote.host.clone();
+        let (read_chunk, write_chunk) = pool.chunks(opts);
+        let mut home = None;
+        let dest = resolve_remote(&sftp, &host, &remote.path, &mut home).await?;
+        let dest_attrs = match sftp.stat(&dest).await {
+            Ok(a) => Some(a),
+            Err(e) if e.is_no_such_file() => None,
+            Err(e) => return Err(TransferError::sftp(&host, &dest, e)),
+        };
+        let dest_is_dir = dest_attrs.as_ref().is_some_and(|a| a.is_dir());
+        if sources.len() > 1 && !dest_is_dir {
+            return Err(TransferError::Usage(format!(
+                "{}: several sources need an existing directory as destination",
+                remote.original
+            )));
+        }
+        if !dest_is_dir && remote.trailing_slash() {
+            return Err(TransferError::Remote(format!(
+                "{host}:{}: no such directory",
+                lossy(&dest)
+            )));
+        }
+        let mut files: Vec<(PathBuf, Vec<u8>, std::fs::Metadata)> = Vec::new();
+        let mut dirs: Vec<(Vec<u8>, std::fs::Metadata)> = Vec::new();
+        for src in sources {
+            let meta =
+                std::fs::metadata(src).map_err(|e| TransferError::local(src, "cannot read", e))?;
+            let name = src
+                .file_name()
+                .map(|n| n.as_bytes().to_vec())
+                .unwrap_or_else(|| basename(src.as_os_str().as_bytes()).to_vec());
+            let target = if dest_is_dir {
+                join(&dest, &name)
+            } else {
+                dest.clone()
+            };
+            if meta.is_dir() {
+                walk_local(src, &target, &mut files, &mut dirs)?;
+            } else {
+                files.push((src.clone(), target, meta));
+            }
+        }
+        for (d, meta) in &dirs {
+            mkdir_remote(&sftp, &host, d, meta.permissions().mode() & 0o7777).await?;
+        }
+        let mut tasks = Vec::new();
+        for (src, dst, meta) in files {
+            let size = meta.len();
+            let tmp = tmp_name(&dst);
+            let start =
+                prepare_remote_tmp(&sftp, &host, &src, &dst, &tmp, size, opts.resume).await?;
+            let parts = parts_for(size, start, opts, pool.streams);
+            tasks.push(FileTask {
+                src: src.as_os_str().as_bytes().to_vec(),
+                dst,
+                tmp,
+                size,
+                mode: meta.permissions().mode() & 0o7777,
+                times: mtime_of(&meta),
+                start,
+                parts,
+            });
+        }
+        let total: u64 = tasks.iter().map(|f| f.size - f.start).sum();
+        stats.bytes_total.fetch_add(total, Ordering::Relaxed);
+        stats
+            .files_total
+            .fetch_add(tasks.len() as u64, Ordering::Relaxed);
+        let nfiles = tasks.len() as u64;
+        let ctx = Arc::new(Ctx {
+            dir: Direction::Upload,
+            files: tasks,
+            read_chunk,
+            write_chunk,
+            max_depth: opts.max_depth,
+            preserve: opts.preserve,
+            host: host.clone(),
+            stats: stats.clone(),
+        });
+        let streams = pool.run(ctx, opts.split_min).await?;
+        if opts.preserve {
+            for (d, meta) in dirs.iter().rev() {
+                let attrs = FileAttrs {
+                    permissions: Some(meta.permissions().mode() & 0o7777),
+                    atime_mtime: mtime_of(meta),
+                    ..Default::default()
+                };
+                if let Err(e) = sftp.setstat(d, attrs).await {
+                    eprintln!("ferry: {}", TransferError::sftp(&host, d, e));
+                }
+            }
+        }
+        Ok(Summary {
+            bytes: total,
+            files: nfiles,
+            seconds: started.elapsed().as_secs_f64(),
+            protocol: "sftp",
+            streams,
+            chunk: write_chunk,
+        })
+    })
+}
+
+type LocalFiles = Vec<(PathBuf, Vec<u8>, std::fs::Metadata)>;
+
+fn walk_local(
+    root: &Path,
+    target: &[u8],
+    files: &mut LocalFiles,
+    dirs: &mut Vec<(Vec<u8>, std::fs::Metadata)>,
+) -> Result<(), TransferError> {
+    let meta = std::fs::metadata(root).map_err(|e| TransferError::local(root, "cannot read", e))?;
+    dirs.push((target.to_vec(), meta));
+    let mut stack = vec![(root.to_path_buf(), target.to_vec())];
+    while let Some((dir, rdir)) = stack.pop() {
+        let rd =
+            std::fs::read_dir(&dir).map_err(|e| TransferError::local(&dir, "cannot list", e))?;
+        let mut entries: Vec<_> = rd.filter_map(|e| e.ok()).collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let p = e.path();
+            let rp = join(&rdir, e.file_name().as_bytes());
+            // Follow symlinks to files, as scp does; skip links to directories.
+            let m = match std::fs::metadata(&p) {
+                Ok(m) => m,
+                Err(_) => {
+                    eprintln!("ferry: skipping {}: dangling symbolic link", p.display());
+                    continue;
+                }
+            };
+            if m.is_dir() {
+                if e.file_type().map(|t| t.is_symlink()).unwrap_or(false) {
+                    eprintln!(
+                        "ferry: skipping {}: symbolic link to a directory",
+                        p.display()
+                    );
+                    continue;
+                }
+                dirs.push((rp.clone(), m));
+                stack.push((p, rp));
+            } else if m.is_file() {
+                files.push((p, rp, m));
+            } else {
+                eprintln!("ferry: skipping {}: not a regular file", p.display());
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn mkdir_remote(
+    sftp: &SftpClient,
+    host: &str,
+    d: &[u8],
+    mode: u32,
+) -> Result<(), TransferError> {
+    let attrs = FileAttrs {
+        permissions: Some(mode | 0o700),
+        ..Default::default()
+    };
+    match sftp.mkdir(d, attrs).await {
+        Ok(()) => Ok(()),
+        Err(e) => match sftp.stat(d).await {
+            Ok(a) if a.is_dir() => Ok(()),
+            Ok(_) => Err(TransferError::Remote(format!(
+                "{host}:{}: exists and is not a directory",
+                lossy(d)
+            ))),
+            Err(_) => Err(TransferError::sftp(host, d, e)),
+        },
+    }
+}
+
+async fn prepare_remote_tmp(
+    sftp: &SftpClient,
+    host: &str,
+    src: &Path,
+    dst: &[u8],
+    tmp: &[u8],
+    size: u64,
+    resume: bool,
+) -> Result<u64, TransferError> {
+    if resume {
+        let mut have = match sftp.stat(tmp).await {
+            Ok(a) => a.size,
+            Err(_) => None,
+        };
+        if have.is_none() {
+            if let Ok(a) = sftp.stat(dst).await {
+                if a.is_regular() && a.size.unwrap_or(0) < size {
+                    sftp.rename_over(dst, tmp)
+                        .await
+                        .map_err(|e| TransferError::sftp(host, dst, e))?;
+                    have = a.size;
+                }
+            }
+        }
+        if let Some(have) = have {
+            if have > size {
+                eprintln!(
+                    "ferry: {host}:{}: partial file is larger than the source; starting over",
+                    lossy(dst)
+                );
+            } else if have > 0 && tail_matches_local(sftp, host, src, tmp, have).await? {
+                return Ok(have);
+            } else if have > 0 {
+                eprintln!(
+                    "ferry: {host}:{}: partial file does not match {}; starting over",
+                    lossy(dst),
+                    src.display()
+                );
+            }
+        }
+    }
+    // Create (truncate) now, so that ranges can open it for writing.
+    let h = sftp
+        .open(
+            tmp,
+            OpenFlags::WRITE | OpenFlags::CREATE | OpenFlags::TRUNCATE,
+            FileAttrs {
+                permissions: Some(0o600),
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| TransferError::sftp(host, tmp, e))?;
+    sftp.close(&h)
+        .await
+        .map_err(|e| TransferError::sftp(host, tmp, e))?;
+    Ok(0)
+}
+
+async fn tail_matches_local(
+    sftp: &SftpClient,
+    host: &str,
+    src: &Path,
+    tmp: &[u8],
+    have: u64,
+) -> Result<bool, TransferError> {
+    let k = have.min(RESUME_CHECK);
+    let off = have - k;
+    let mut local = vec![0u8; k as usize];
+    std::fs::File::open(src)
+        .and_then(|f| f.read_exact_at(&mut local, off))
+        .map_err(|e| TransferError::local(src, "cannot read", e))?;
+    let h = sftp
+        .open(tmp, OpenFlags::READ, FileAttrs::default())
+        .await
+        .map_err(|e| TransferError::sftp(host, tmp, e))?;
+    let mut remote = Vec::with_capacity(k as usize);
+    while (remote.len() as u64) < k {
+        match sftp
+            .read(
+                &h,
+                off + remote.len() as u64,
+                (k - remote.len() as u64) as u32,
+            )
+            .await
+        {
+            Ok(Some(d)) if !d.is_empty() => remote.extend_from_slice(&d),
+            _ => break,
+        }
+    }
+    let _ = sftp.close(&h).await;
+    Ok(remote == local)
+}
+
+// ------------------------------------------------------------ the jobs
+
+async fn run_job(sftp: &SftpClient, ctx: &Ctx, job: Job) -> Result<(), TransferError> {
+    let Some(f) = ctx.files.get(job.file) else {
+        return Err(TransferError::Local("internal: bad job".into()));
+    };
+    match ctx.dir {
+        Direction::Download => download_range(sftp, ctx, f, job.offset, job.len).await?,
+        Direction::Upload => upload_range(sftp, ctx, f, job.offset, job.len).await?,
+    }
+    if job.whole {
+        finalize(sftp, ctx, f).await?;
+        ctx.stats.files_done.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+async fn download_range(
+    sftp: &SftpClient,
+    ctx: &Ctx,
+    f: &FileTask,
+    offset: u64,
+    len: u64,
+) -> Result<(), TransferError> {
+    let tmp = os(&f.tmp);
+    let out = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&tmp)
+        .map_err(|e| TransferError::local(&tmp, "cannot open", e))?;
+    if len == 0 && f.size > 0 {
+        return Ok(());
+    }
+    let h = sftp
+        .open(&f.src, OpenFlags::READ, FileAttrs::default())
+        .await
+        .map_err(|e| TransferError::sftp(&ctx.host, &f.src, e))?;
+    let res = pull(sftp, ctx, f, &h, &out, &tmp, offset, len).await;
+    // Closing a read handle cannot lose data: don't wait for the answer.
+    let (s, h2) = (sftp.clone(), h.clone());
+    tokio::spawn(async move {
+        let _ = s.close(&h2).await;
+    });
+    res
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn pull(
+    sftp: &SftpClient,
+    ctx: &Ctx,
+    f: &FileTask,
+    h: &Handle,
+    out: &std::fs::File,
+    tmp: &Path,
+    offset: u64,
+    len: u64,
+) -> Result<(), TransferError> {
+    let chunk = ctx.read_chunk;
+    let max_depth = ctx
+        .max_depth
+        .min((MAX_INFLIGHT_BYTES / chunk as u64).max(4) as usize);
+    let mut window = Window::new(max_depth, chunk);
+    let end = offset + len;
+    let mut next = offset;
+    // Pieces a short read left behind, asked for again before new ones.
+    let mut holes: Vec<(u64, u32)> = Vec::new();
+    let mut inflight = FuturesUnordered::new();
+    let issue = |at: u64, n: u32| {
+        let s = sftp.clone();
+        let h = h.clone();
+        async move {
+            let t0 = Instant::now();
+            let r = s.read(&h, at, n).await;
+            (at, n, t0, r)
+        }
+    };
+    loop {
+        while inflight.len() < window.depth() {
+            if let Some((at, n)) = holes.pop() {
+                inflight.push(issue(at, n));
+            } else if next < end {
+                let n = (end - next).min(chunk as u64) as u32;
+                inflight.push(issue(next, n));
+                next += n as u64;
+            } else {
+                break;
+            }
+        }
+        let Some((at, n, t0, r)) = inflight.next().await else {
+            break;
+        };
+        let data: Bytes = match r {
+            Ok(Some(d)) => d,
+            Ok(None) => {
+                return Err(TransferError::Remote(format!(
+                    "{}:{}: the file ended at {at} bytes, but was {} bytes when the copy started (it changed during the copy); run again",
+                    ctx.host,
+                    lossy(&f.src),
+                    f.size
+                )))
+            }
+            Err(e) => return Err(TransferError::sftp(&ctx.host, &f.src, e)),
+        };
+        let got = data.len().min(n as usize);
+        let piece = data.get(..got).unwrap_or(&data);
+        out.write_all_at(piece, at)
+            .map_err(|e| TransferError::local(tmp, "cannot write", e))?;
+        ctx.stats
+            .bytes_done
+            .fetch_add(got as u64, Ordering::Relaxed);
+        let now = Instant::now();
+        window.on_reply(got as u64, now - t0, now);
+        if got < n as usize {
+            if got == 0 {
+                return Err(TransferError::Network(format!(
+                    "{}:{}: the server returned an empty read",
+                    ctx.host,
+                    lossy(&f.src)
+                )));
+            }
+            holes.push((at + got as u64, n - got as u32));
+        }
+    }
+    Ok(())
+}
+
+async fn upload_range(
+    sftp: &SftpClient,
+    ctx: &Ctx,
+    f: &FileTask,
+    offset: u64,
+    len: u64,
+) -> Result<(), TransferError> {
+    let src = os(&f.src);
+    let input =
+        std::fs::File::open(&src).map_err(|e| TransferError::local(&src, "cannot open", e))?;
+    let h = sftp
+        .open(&f.tmp, OpenFlags::WRITE, FileAttrs::default())
+        .await
+        .map_err(|e| TransferError::sftp(&ctx.host, &f.tmp, e))?;
+    let res = push(sftp, ctx, f, &h, &input, &src, offset, len).await;
+    // Closing a written file can report a failed write (NFS, quota): wait.
+    let closed = sftp
+        .close(&h)
+        .await
+        .map_err(|e| TransferError::sftp(&ctx.host, &f.dst, e));
+    res?;
+    closed
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn push(
+    sftp: &SftpClient,
+    ctx: &Ctx,
+    f: &FileTask,
+    h: &Handle,
+    input: &std::fs::File,
+    src: &Path,
+    offset: u64,
+    len: u64,
+) -> Result<(), TransferError> {
+    let chunk = ctx.write_chunk;
+    let max_depth = ctx
+        .max_depth
+        .min((MAX_INFLIGHT_BYTES / chunk as u64).max(4) as usize);
+    let mut window = Window::new(max_depth, chunk);
+    let end = offset + len;
+    let mut next = offset;
+    let mut inflight = FuturesUnordered::new();
+    loop {
+        while inflight.len() < window.depth() && next < end {
+            let n = (end - next).min(chunk as u64) as usize;
+            let mut buf = vec![0u8; n];
+            input.read_exact_at(&mut buf, next).map_err(|e| {
+                TransferError::local(src, "cannot read (did it shrink during the copy?)", e)
+            })?;
+            let (s, h, at) = (sftp.clone(), h.clone(), next);
+            inflight.push(async move {
+                let t0 = Instant::now();
+                let r = s.write(&h, at, &buf).await;
+                (buf.len(), t0, r)
+            });
+            next += n as u64;
+        }
+        let Some((n, t0, r)) = inflight.next().await else {
+            break;
+        };
+        r.map_err(|e| TransferError::sftp(&ctx.host, &f.dst, e))?;
+        ctx.stats.bytes_done.fetch_add(n as u64, Ordering::Relaxed);
+        let now = Instant::now();
+        window.on_reply(n as u64, now - t0, now);
+    }
+    Ok(())
+}
+
+/// Move a complete temporary file over its final name, with -p's times
+/// and modes. Only here does the destination name change.
+async fn finalize(sftp: &SftpClient, ctx: &Ctx, f: &FileTask) -> Result<(), TransferError> {
+    match ctx.dir {
+        Direction::Download => {
+            let (tmp, dst) = (os(&f.tmp), os(&f.dst));
+            let meta = std::fs::metadata(&tmp)
+                .map_err(|e| TransferError::local(&tmp, "cannot stat", e))?;
+            if meta.len() != f.size {
+                return Err(TransferError::Local(format!(
+                    "{}: got {} bytes, expected {}; partial data kept in {}, rerun with --resume",
+                    dst.display(),
+                    meta.len(),
+                    f.size,
+                    tmp.display()
+                )));
+            }
+            if ctx.preserve {
+                std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(f.mode))
+                    .map_err(|e| TransferError::local(&tmp, "cannot set permissions", e))?;
+                if let Some((a, m)) = f.times {
+                    set_local_times(&tmp, a, m);
+                }
+            } else {
+                // Like cp: the source's permission bits less the umask. The
+                // temporary file was created 0666 & ~umask, so only narrow.
+                let cur = meta.permissions().mode() & 0o7777;
+                let want = cur & (f.mode | !0o777) & 0o777;
+                if want != cur {
+                    let _ = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(want));
+                }
+            }
+            std::fs::rename(&tmp, &dst).map_err(|e| {
+                TransferError::local(&dst, "cannot rename the finished file into place", e)
+            })
+        }
+        Direction::Upload => {
+            let attrs = FileAttrs {
+                permissions: Some(f.mode),
+                atime_mtime: if ctx.preserve { f.times } else { None },
+                ..Default::default()
+            };
+            sftp.setstat(&f.tmp, attrs)
+                .await
+                .map_err(|e| TransferError::sftp(&ctx.host, &f.tmp, e))?;
+            sftp.rename_over(&f.tmp, &f.dst)
+                .await
+                .map_err(|e| TransferError::sftp(&ctx.host, &f.dst, e))
+        }
+    }
+}
+
+#[allow(dead_code)]
+fn _unused(_: SftpError, _: SystemTime) {}

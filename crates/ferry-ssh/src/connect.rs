@@ -1,0 +1,655 @@
+//! Opening SSH connections the way OpenSSH's `ssh` would: `ssh_config`,
+//! `known_hosts` with StrictHostKeyChecking, then public keys (agent first,
+//! then identity files, passphrase-protected ones included) and passwords.
+//!
+//! A [`Connector`] is made once per host and opens any number of
+//! connections: the engine uses several at once (`--streams`), and the user
+//! must be asked for a passphrase or password at most once.
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ferry_ssh_config::config::{standard_files, HostConfig, SshConfig, StrictHostKeyChecking};
+use ferry_ssh_config::known_hosts::{self, HostKeyStatus};
+use russh::client;
+use russh::keys::agent::client::AgentClient;
+use russh::keys::{HashAlg, PrivateKey, PrivateKeyWithHashAlg, PublicKey};
+use russh::{cipher, compression, Preferred};
+
+use crate::error::SshError;
+use crate::sftp::SftpClient;
+
+/// What the command line says about SSH, on top of `ssh_config`.
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    /// `-F`: use only this config file.
+    pub config_file: Option<PathBuf>,
+    /// `-i`: identities tried before those of the config.
+    pub identity_files: Vec<PathBuf>,
+    /// `-o Key=Value`, taking precedence over the files.
+    pub options: Vec<String>,
+    /// User and port from the URL (they beat the config, as with ssh).
+    pub user: Option<String>,
+    pub port: Option<u16>,
+    /// Our receive window per channel. OpenSSH uses 2 MiB, which caps a
+    /// download at window/RTT (about 100 MB/s at 20 ms); see
+    /// docs/internals/sftp.md for how the default was chosen.
+    pub window_size: u32,
+    /// Largest SSH packet we accept.
+    pub max_packet: u32,
+    /// May we prompt on the terminal (passwords, passphrases, new host keys)?
+    pub interactive: bool,
+    /// Compression (`-C`): zlib, as OpenSSH.
+    pub compression: bool,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            config_file: None,
+            identity_files: Vec::new(),
+            options: Vec::new(),
+            user: None,
+            port: None,
+            window_size: 64 * 1024 * 1024,
+            max_packet: 32 * 1024,
+            interactive: std::io::stdin().is_terminal() && std::io::stderr().is_terminal(),
+            compression: false,
+        }
+    }
+}
+
+/// Opens authenticated connections to one host.
+pub struct Connector {
+    host: HostConfig,
+    opts: ConnectOptions,
+    /// Keys loaded (and decrypted) once, then reused by every connection.
+    keys: Mutex<Option<Arc<Vec<(PathBuf, Arc<PrivateKey>)>>>>,
+    /// The password that worked, so later connections don't ask again.
+    password: Mutex<Option<String>>,
+    /// The authentication method that worked first.
+    winner: Mutex<Option<Winner>>,
+}
+
+#[derive(Debug, Clone)]
+enum Winner {
+    Agent,
+    Key(usize),
+    Password,
+}
+
+/// One authenticated SSH connection.
+pub struct SshConnection {
+    handle: client::Handle<ClientHandler>,
+    label: String,
+}
+
+impl SshConnection {
+    /// Open a session channel, start the sftp subsystem, and return the
+    /// SFTP client with at most `max_in_flight` requests outstanding.
+    pub async fn sftp(&self, max_in_flight: usize) -> Result<SftpClient, SshError> {
+        let channel = self
+            .handle
+            .channel_open_session()
+            .await
+            .map_err(|e| self.protocol(e))?;
+        channel
+            .request_subsystem(true, "sftp")
+            .await
+            .map_err(|e| self.protocol(e))?;
+        SftpClient::start(channel, max_in_flight)
+            .await
+            .map_err(|e| SshError::Protocol {
+                host: self.label.clone(),
+                message: e.to_string(),
+            })
+    }
+
+    fn protocol(&self, e: russh::Error) -> SshError {
+        SshError::Protocol {
+            host: self.label.clone(),
+            message: e.to_string(),
+        }
+    }
+
+    pub async fn close(&self) {
+        let _ = self
+            .handle
+            .disconnect(russh::Disconnect::ByApplication, "", "en")
+            .await;
+    }
+}
+
+impl Connector {
+    /// Resolve the configuration for `host` (an alias or a name).
+    pub fn new(host: &str, opts: ConnectOptions) -> Result<Connector, SshError> {
+        let files = standard_files(opts.config_file.as_deref())
+            .map_err(|e| SshError::Config(e.to_string()))?;
+        let mut overrides = Vec::new();
+        // URL user and port beat the config files, like ssh's -l and -p.
+        if let Some(u) = &opts.user {
+            overrides.push(format!("User={u}"));
+        }
+        if let Some(p) = opts.port {
+            overrides.push(format!("Port={p}"));
+        }
+        overrides.extend(opts.options.iter().cloned());
+        let host_cfg = SshConfig::resolve(host, &overrides, &files)
+            .map_err(|e| SshError::Config(e.to_string()))?;
+        Ok(Connector {
+            host: host_cfg,
+            opts,
+            keys: Mutex::new(None),
+            password: Mutex::new(None),
+            winner: Mutex::new(None),
+        })
+    }
+
+    pub fn host_config(&self) -> &HostConfig {
+        &self.host
+    }
+
+    /// `user@host:port`, for messages.
+    pub fn label(&self) -> String {
+        format!(
+            "{}@{}:{}",
+            self.host.user, self.host.hostname, self.host.port
+        )
+    }
+
+    fn client_config(&self) -> Result<client::Config, SshError> {
+        let mut preferred = Preferred::default();
+        preferred.cipher = match &self.host.ciphers {
+            Some(list) => {
+                let mut v = Vec::new();
+                for name in list.split(',') {
+                    let name = name.trim();
+                    match cipher_by_name(name) {
+                        Some(c) => v.push(c),
+                        None => {
+                            return Err(SshError::Config(format!(
+                                "cipher {name:?} is not supported; use one of aes128-gcm@openssh.com, aes256-gcm@openssh.com, chacha20-poly1305@openssh.com, aes128-ctr, aes192-ctr, aes256-ctr"
+                            )))
+                        }
+                    }
+                }
+                v.into()
+            }
+            // AES-GCM first: with AES-NI it costs half of chacha20-poly1305
+            // per byte on this class of machine (shared/BASELINE.md).
+            None => vec![
+                cipher::AES_128_GCM,
+                cipher::AES_256_GCM,
+                cipher::CHACHA20_POLY1305,
+                cipher::AES_128_CTR,
+                cipher::AES_192_CTR,
+                cipher::AES_256_CTR,
+            ]
+            .into(),
+        };
+        preferred.compression = if self.opts.compression || self.host.compression {
+            vec![
+                compression::ZLIB_LEGACY,
+                compression::ZLIB,
+                compression::NONE,
+            ]
+            .into()
+        } else {
+            vec![compression::NONE].into()
+        };
+        Ok(client::Config {
+            window_size: self.opts.window_size,
+            maximum_packet_size: self.opts.max_packet,
+            channel_buffer_size: 1024,
+            preferred,
+            nodelay: true,
+            keepalive_interval: self.host.server_alive_interval,
+            ..Default::default()
+        })
+    }
+
+    /// Open and authenticate one connection.
+    pub async fn connect(&self) -> Result<SshConnection, SshError> {
+        let config = Arc::new(self.client_config()?);
+        let host = self.host.hostname.clone();
+        let port = self.host.port;
+        let connect = tokio::net::TcpStream::connect((host.as_str(), port));
+        let stream = match self.host.connect_timeout {
+            Some(t) => tokio::time::timeout(t, connect)
+                .await
+                .map_err(|_| SshError::Connect {
+                    host: host.clone(),
+                    port,
+                    source: std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out"),
+                })?,
+            None => connect.await,
+        }
+        .map_err(|source| SshError::Connect {
+            host: host.clone(),
+            port,
+            source,
+        })?;
+        let _ = stream.set_nodelay(true);
+        let verdict = Arc::new(Mutex::new(None));
+        // HostKeyAlias, when set, is the name known_hosts is searched under.
+        let (kh_host, kh_port) = self.host.known_hosts_lookup();
+        let handler = ClientHandler {
+            host: kh_host,
+            port: kh_port,
+            strict: self.host.strict_host_key_checking,
+            user_files: self.host.user_known_hosts_files.clone(),
+            global_files: self.host.global_known_hosts_files.clone(),
+            interactive: self.opts.interactive && !self.host.batch_mode,
+            verdict: verdict.clone(),
+        };
+        let mut handle = match client::connect_stream(config, stream, handler).await {
+            Ok(h) => h,
+            Err(e) => {
+                if let Some(why) = lock(&verdict).take() {
+                    return Err(SshError::HostKey(why));
+                }
+                return Err(SshError::Protocol {
+                    host: format!("{host}:{port}"),
+                    message: e.to_string(),
+                });
+            }
+        };
+        self.authenticate(&mut handle).await?;
+        Ok(SshConnection {
+            handle,
+            label: self.label(),
+        })
+    }
+
+    async fn authenticate(
+        &self,
+        handle: &mut client::Handle<ClientHandler>,
+    ) -> Result<(), SshError> {
+        let user = self.host.user.clone();
+        let proto = |e: russh::Error| SshError::Protocol {
+            host: self.label(),
+            message: e.to_string(),
+        };
+        let mut tried = Vec::new();
+        // A later connection goes straight to what worked the first time.
+        let winner = lock_any(&self.winner).clone();
+        let rsa_hash = handle
+            .best_supported_rsa_hash()
+            .await
+            .map_err(proto)?
+            .flatten();
+
+        if self.host.pubkey_authentication {
+            if matches!(winner, None | Some(Winner::Agent)) && self.agent_allowed() {
+                if self.try_agent(handle, &user, rsa_hash).await {
+                    *lock_any(&self.winner) = Some(Winner::Agent);
+                    return Ok(());
+                }
+                tried.push("agent keys".to_string());
+            }
+            let keys = self.load_keys()?;
+            for (i, (path, key)) in keys.iter().enumerate() {
+                if let Some(Winner::Key(w)) = winner {
+                    if w != i {
+                        continue;
+                    }
+                }
+                if matches!(winner, Some(Winner::Agent | Winner::Password)) {
+                    break;
+                }
+                let hash = if key.algorithm().is_rsa() {
+                    rsa_hash
+                } else {
+                    None
+                };
+                let res = handle
+                    .authenticate_publickey(
+                        user.clone(),
+                        PrivateKeyWithHashAlg::new(key.clone(), hash),
+                    )
+                    .await
+                    .map_err(proto)?;
+                if res.success() {
+                    *lock_any(&self.winner) = Some(Winner::Key(i));
+                    return Ok(());
+                }
+                tried.push(format!("key {}", path.display()));
+            }
+        }
+
+        if self.host.password_authentication {
+            let mut attempts = 0;
+            loop {
+                let Some(pw) = self.password(attempts)? else {
+                    break;
+                };
+                let res = handle
+                    .authenticate_password(user.clone(), pw.clone())
+                    .await
+                    .map_err(proto)?;
+                if res.success() {
+                    *lock_any(&self.password) = Some(pw);
+                    *lock_any(&self.winner) = Some(Winner::Password);
+                    return Ok(());
+                }
+                attempts += 1;
+                if !tried.contains(&"password".to_string()) {
+                    tried.push("password".into());
+                }
+                // Only a person at a terminal gets to try again.
+                if !self.opts.interactive
+                    || std::env::var_os("FERRY_PASSWORD").is_some()
+                    || attempts >= 3
+                {
+                    break;
+                }
+            }
+        }
+        let tried = if tried.is_empty() {
+            "no method was available".to_string()
+        } else {
+            format!("tried {}", tried.join(", "))
+        };
+        Err(SshError::Auth(format!(
+            "permission denied for {} ({tried}); give a key with -i KEY, load it into ssh-agent, or set FERRY_PASSWORD",
+            self.label()
+        )))
+    }
+
+    fn agent_allowed(&self) -> bool {
+        if self.host.identities_only {
+            return false;
+        }
+        match self.host.identity_agent.as_deref() {
+            Some("none") => false,
+            _ => std::env::var_os("SSH_AUTH_SOCK").is_some(),
+        }
+    }
+
+    async fn try_agent(
+        &self,
+        handle: &mut client::Handle<ClientHandler>,
+        user: &str,
+        rsa_hash: Option<HashAlg>,
+    ) -> bool {
+        let agent = match self.host.identity_agent.as_deref() {
+            Some(path) if path != "SSH_AUTH_SOCK" => AgentClient::connect_uds(expand_home(path))
+                .await
+                .map(|a| a.dynamic()),
+            _ => AgentClient::connect_env().await.map(|a| a.dynamic()),
+        };
+        let Ok(mut agent) = agent else {
+            return false;
+        };
+        let Ok(ids) = agent.request_identities().await else {
+            return false;
+        };
+        for id in ids {
+            let key: PublicKey = match id {
+                russh::keys::agent::AgentIdentity::PublicKey { key, .. } => key,
+                _ => continue,
+            };
+            let hash = if key.algorithm().is_rsa() {
+                rsa_hash
+            } else {
+                None
+            };
+            if let Ok(res) = handle
+                .authenticate_publickey_with(user.to_string(), key, hash, &mut agent)
+                .await
+            {
+                if res.success() {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// Load every identity file that exists, asking for passphrases once.
+    fn load_keys(&self) -> Result<Arc<Vec<(PathBuf, Arc<PrivateKey>)>>, SshError> {
+        let mut guard = lock_any(&self.keys);
+        if let Some(k) = &*guard {
+            return Ok(k.clone());
+        }
+        let mut paths: Vec<PathBuf> = self.opts.identity_files.clone();
+        for p in &self.host.identity_files {
+            if !paths.contains(p) {
+                paths.push(p.clone());
+            }
+        }
+        let mut keys = Vec::new();
+        for path in paths {
+            if !path.exists() {
+                // Explicit -i that does not exist is the user's mistake: say so.
+                if self.opts.identity_files.contains(&path) {
+                    return Err(SshError::Config(format!(
+                        "identity file {} does not exist",
+                        path.display()
+                    )));
+                }
+                continue;
+            }
+            match russh::keys::load_secret_key(&path, None) {
+                Ok(k) => keys.push((path, Arc::new(k))),
+                Err(russh::keys::Error::KeyIsEncrypted) => match self.passphrase_for(&path)? {
+                    Some(pass) => match russh::keys::load_secret_key(&path, Some(&pass)) {
+                        Ok(k) => keys.push((path, Arc::new(k))),
+                        Err(e) => {
+                            return Err(SshError::Auth(format!(
+                                "cannot decrypt {}: {e} (wrong passphrase?)",
+                                path.display()
+                            )))
+                        }
+                    },
+                    None => {
+                        tracing::info!("skipping encrypted key {}: no passphrase (set FERRY_PASSPHRASE or run on a terminal)", path.display());
+                    }
+                },
+                Err(e) => {
+                    tracing::warn!("cannot read key {}: {e}", path.display());
+                }
+            }
+        }
+        let keys = Arc::new(keys);
+        *guard = Some(keys.clone());
+        Ok(keys)
+    }
+
+    fn passphrase_for(&self, path: &std::path::Path) -> Result<Option<String>, SshError> {
+        if let Ok(p) = std::env::var("FERRY_PASSPHRASE") {
+            return Ok(Some(p));
+        }
+        if !self.opts.interactive || self.host.batch_mode {
+            return Ok(None);
+        }
+        rpassword::prompt_password(format!("Enter passphrase for key '{}': ", path.display()))
+            .map(Some)
+            .map_err(|e| SshError::Auth(format!("cannot read passphrase: {e}")))
+    }
+
+    fn password(&self, attempt: usize) -> Result<Option<String>, SshError> {
+        if attempt == 0 {
+            if let Some(p) = lock_any(&self.password).clone() {
+                return Ok(Some(p));
+            }
+            if let Ok(p) = std::env::var("FERRY_PASSWORD") {
+                return Ok(Some(p));
+            }
+        }
+        if !self.opts.interactive || self.host.batch_mode {
+            return Ok(None);
+        }
+        rpassword::prompt_password(format!("{}'s password: ", self.label()))
+            .map(Some)
+            .map_err(|e| SshError::Auth(format!("cannot read password: {e}")))
+    }
+}
+
+fn expand_home(p: &str) -> PathBuf {
+    match (p.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(rest), Some(home)) => PathBuf::from(home).join(rest),
+        _ => PathBuf::from(p),
+    }
+}
+
+fn cipher_by_name(name: &str) -> Option<cipher::Name> {
+    [
+        cipher::AES_128_GCM,
+        cipher::AES_256_GCM,
+        cipher::CHACHA20_POLY1305,
+        cipher::AES_128_CTR,
+        cipher::AES_192_CTR,
+        cipher::AES_256_CTR,
+    ]
+    .into_iter()
+    .find(|c| c.as_ref() == name)
+}
+
+fn lock(m: &Mutex<Option<String>>) -> std::sync::MutexGuard<'_, Option<String>> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn lock_any<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Checks the server's host key; leaves the reason for a refusal in
+/// `verdict`, since russh only reports "rejected".
+pub(crate) struct ClientHandler {
+    host: String,
+    port: u16,
+    strict: StrictHostKeyChecking,
+    user_files: Vec<PathBuf>,
+    global_files: Vec<PathBuf>,
+    interactive: bool,
+    verdict: Arc<Mutex<Option<String>>>,
+}
+
+impl ClientHandler {
+    fn host_port(&self) -> String {
+        if self.port == 22 {
+            self.host.clone()
+        } else {
+            format!("[{}]:{}", self.host, self.port)
+        }
+    }
+
+    fn refuse(&self, why: String) -> Result<bool, russh::Error> {
+        *lock(&self.verdict) = Some(why);
+        Ok(false)
+    }
+
+    fn check(&self, key: &PublicKey) -> Result<bool, russh::Error> {
+        let blob = match key.to_bytes() {
+            Ok(b) => b,
+            Err(e) => {
+                return self.refuse(format!(
+                    "cannot encode the host key of {}: {e}",
+                    self.host_port()
+                ))
+            }
+        };
+        let alg = key.algorithm().as_str().to_string();
+        let fp = known_hosts::fingerprint_sha256(&blob);
+        let mut files = self.user_files.clone();
+        files.extend(self.global_files.iter().cloned());
+        let status = match known_hosts::check(&files, &self.host, self.port, &alg, &blob) {
+            Ok(s) => s,
+            Err(e) => return self.refuse(format!("cannot read known_hosts: {e}")),
+        };
+        let learn_to = self.user_files.first().cloned();
+        match status {
+            HostKeyStatus::Match { .. } => Ok(true),
+            HostKeyStatus::Revoked { path, line } => self.refuse(format!(
+                "the host key of {} ({alg} {fp}) is marked as revoked in {}:{line}; refusing to connect",
+                self.host_port(),
+                path.display()
+            )),
+            HostKeyStatus::Mismatch { path, line, .. } => self.refuse(format!(
+                "WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED for {hp}!\n\
+                 The {alg} host key it sent now has fingerprint {fp}, which does not match the key recorded in {}:{line}.\n\
+                 Someone could be eavesdropping on you (man-in-the-middle), or the host key has just been changed.\n\
+                 If you know the change is legitimate, remove the old key with: ssh-keygen -R '{hp}' -f {}",
+                path.display(),
+                path.display(),
+                hp = self.host_port(),
+            )),
+            HostKeyStatus::NotFound | HostKeyStatus::OtherTypesKnown { .. } => {
+                let accept = match self.strict {
+                    StrictHostKeyChecking::No | StrictHostKeyChecking::AcceptNew => true,
+                    StrictHostKeyChecking::Yes => false,
+                    StrictHostKeyChecking::Ask => self.interactive && ask_yes_no(&format!(
+                        "The authenticity of host '{}' can't be established.\n{alg} key fingerprint is {fp}.\nAre you sure you want to continue connecting (yes/no)? ",
+                        self.host_port()
+                    )),
+                };
+                if !accept {
+                    return self.refuse(format!(
+                        "host key verification failed: no {alg} key for {} is known ({fp}). \
+                         Add it to {} (e.g. ssh-keyscan -p {} {} >> FILE after checking the fingerprint), \
+                         or accept it on first use with -o StrictHostKeyChecking=accept-new",
+                        self.host_port(),
+                        learn_to.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "~/.ssh/known_hosts".into()),
+                        self.port,
+                        self.host
+                    ));
+                }
+                if let Some(path) = learn_to {
+                    match known_hosts::learn(&path, &self.host, self.port, &alg, &blob, false) {
+                        Ok(()) => eprintln!(
+                            "ferry: permanently added '{}' ({alg} {fp}) to {}",
+                            self.host_port(),
+                            path.display()
+                        ),
+                        Err(e) => eprintln!(
+                            "ferry: warning: could not record the host key in {}: {e}",
+                            path.display()
+                        ),
+                    }
+                }
+                Ok(true)
+            }
+        }
+    }
+}
+
+fn ask_yes_no(prompt: &str) -> bool {
+    use std::io::{BufRead, Write};
+    let Ok(tty) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/tty")
+    else {
+        return false;
+    };
+    let mut w = &tty;
+    let _ = w.write_all(prompt.as_bytes());
+    let mut line = String::new();
+    let _ = std::io::BufReader::new(&tty).read_line(&mut line);
+    line.trim().eq_ignore_ascii_case("yes")
+}
+
+impl client::Handler for ClientHandler {
+    type Error = russh::Error;
+
+    async fn check_server_key(
+        &mut self,
+        key: &russh::keys::PublicKeyOrCertificate,
+    ) -> Result<bool, Self::Error> {
+        match key {
+            russh::keys::PublicKeyOrCertificate::PublicKey { key, .. } => self.check(key),
+            russh::keys::PublicKeyOrCertificate::Certificate(_) => {
+                self.refuse("the server presented a host certificate; ferry checks plain host keys only (set HostKeyAlgorithms to plain key types)".into())
+            }
+        }
+    }
+}
+
+#[allow(dead_code)]
+fn _assert_send() {
+    fn is_send<T: Send>() {}
+    is_send::<Connector>();
+    let _ = Duration::from_secs(0);
+}

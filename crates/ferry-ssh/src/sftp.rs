@@ -1,0 +1,643 @@
+//! One SFTP session over one SSH channel: the async glue around the
+//! `ferry-sftp` codec and request table.
+//!
+//! Three pieces, so that many requests can be in flight from many tasks:
+//! - callers encode a request, record it in the table and await a oneshot;
+//! - one writer task owns the channel's write half. russh splits a large
+//!   write into several channel messages with awaits in between, so two
+//!   tasks writing directly could interleave halves of two SFTP packets; the
+//!   writer also coalesces small requests (READs are 29 bytes) into one
+//!   SSH packet;
+//! - one reader task owns the read half, reassembles packets and completes
+//!   the oneshot of the request each reply answers, in O(1).
+use std::sync::{Arc, Mutex};
+
+use bytes::{Bytes, BytesMut};
+use ferry_sftp::consts::{EXT_FSYNC, EXT_LIMITS, EXT_POSIX_RENAME, EXT_STATVFS, SFTP_VERSION};
+use ferry_sftp::packet_ext::Extended;
+use ferry_sftp::{
+    FileAttrs, Framer, Limits, NameEntry, OpenFlags, Request, RequestTable, Response, StatusCode,
+    Statvfs,
+};
+use russh::ChannelMsg;
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+use crate::error::SftpError;
+
+type Reply = Result<Response, SftpError>;
+
+/// An open file or directory on the server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handle(pub Bytes);
+
+/// What the server told us about itself in VERSION and limits@openssh.com.
+#[derive(Debug, Clone)]
+pub struct SftpInfo {
+    pub version: u32,
+    pub extensions: Vec<(String, String)>,
+    pub limits: Option<Limits>,
+}
+
+impl SftpInfo {
+    pub fn has(&self, name: &str) -> bool {
+        self.extensions.iter().any(|(n, _)| n == name)
+    }
+    /// Largest READ the server will answer in full.
+    pub fn max_read(&self) -> Option<u32> {
+        self.limits.and_then(|l| {
+            (l.max_read_len > 0).then_some(l.max_read_len.min(u32::MAX as u64) as u32)
+        })
+    }
+    pub fn max_write(&self) -> Option<u32> {
+        self.limits.and_then(|l| {
+            (l.max_write_len > 0).then_some(l.max_write_len.min(u32::MAX as u64) as u32)
+        })
+    }
+}
+
+struct State {
+    table: RequestTable<oneshot::Sender<Reply>>,
+    /// Why the session ended, once it has: no request may wait after that.
+    closed: Option<String>,
+}
+
+struct Inner {
+    state: Mutex<State>,
+    permits: Semaphore,
+    tx: mpsc::Sender<Bytes>,
+    info: SftpInfo,
+    limits: std::sync::OnceLock<Limits>,
+}
+
+/// A cheap-to-clone handle on one SFTP session.
+#[derive(Clone)]
+pub struct SftpClient {
+    inner: Arc<Inner>,
+}
+
+/// Largest reply packet we accept: a 1 MiB READ plus headers, or a large
+/// directory listing. Anything bigger is a protocol error, found before
+/// buffering it.
+const MAX_REPLY: u32 = 4 * 1024 * 1024;
+/// Coalesce queued small packets up to this size into one channel write.
+const COALESCE: usize = 64 * 1024;
+
+impl SftpClient {
+    /// Start SFTP on a channel whose "sftp" subsystem is already requested.
+    pub async fn start<S>(
+        channel: russh::Channel<S>,
+        max_in_flight: usize,
+    ) -> Result<SftpClient, SftpError>
+    where
+        S: From<(russh::ChannelId, ChannelMsg)> + Send + Sync + 'static,
+    {
+        let (mut read_half, write_half) = channel.split();
+        let mut init = BytesMut::new();
+        Request::Init {
+            version: SFTP_VERSION,
+            extensions: vec![],
+        }
+        .encode(&mut init);
+        write_half
+            .data_bytes(init.freeze())
+            .await
+            .map_err(|e| SftpError::Closed(e.to_string()))?;
+
+        // The VERSION reply comes before any request can be outstanding.
+        let mut framer = Framer::new(MAX_REPLY);
+        let version = loop {
+            if let Some(frame) = framer
+                .next_frame()
+                .map_err(|e| SftpError::Protocol(e.to_string()))?
+            {
+                break Response::decode(frame).map_err(|e| SftpError::Protocol(e.to_string()))?;
+            }
+            match read_half.wait().await {
+                Some(ChannelMsg::Data { data }) => framer.push(&data),
+                Some(ChannelMsg::ExtendedData { data, .. }) => {
+                    tracing::warn!("server: {}", String::from_utf8_lossy(&data).trim_end())
+                }
+                Some(ChannelMsg::Eof | ChannelMsg::Close) | None => {
+                    return Err(SftpError::Closed(
+                        "the server closed the SFTP channel before answering (is the sftp subsystem enabled?)".into(),
+                    ))
+                }
+                Some(_) => {}
+            }
+        };
+        let Response::Version {
+            version,
+            extensions,
+        } = version
+        else {
+            return Err(SftpError::Protocol(format!(
+                "expected VERSION, got packet type {}",
+                version.packet_type()
+            )));
+        };
+        let extensions = extensions
+            .into_iter()
+            .map(|(k, v)| {
+                (
+                    String::from_utf8_lossy(&k).into_owned(),
+                    String::from_utf8_lossy(&v).into_owned(),
+                )
+            })
+            .collect();
+
+        let (tx, rx) = mpsc::channel::<Bytes>(256);
+        let max_in_flight = max_in_flight.clamp(1, ferry_sftp::MAX_IN_FLIGHT);
+        let inner = Arc::new(Inner {
+            state: Mutex::new(State {
+                table: RequestTable::new(max_in_flight),
+                closed: None,
+            }),
+            permits: Semaphore::new(max_in_flight),
+            tx,
+            info: SftpInfo {
+                version,
+                extensions,
+                limits: None,
+            },
+            limits: std::sync::OnceLock::new(),
+        });
+        tokio::spawn(writer(write_half, rx));
+        tokio::spawn(reader(read_half, framer, Arc::downgrade(&inner)));
+        let client = SftpClient { inner };
+        if client.inner.info.has(EXT_LIMITS) {
+            let limits = client.limits().await?;
+            let _ = client.inner.limits.set(limits);
+        }
+        Ok(client)
+    }
+
+    /// The server's version, extensions and limits.
+    pub fn info(&self) -> SftpInfo {
+        let mut info = self.inner.info.clone();
+        info.limits = self.inner.limits.get().copied();
+        info
+    }
+
+    /// Send one request and wait for its reply. `build` gets the id.
+    pub async fn call(&self, build: impl FnOnce(u32) -> Request) -> Result<Response, SftpError> {
+        let _permit = self
+            .inner
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| SftpError::Closed("session closed".into()))?;
+        let (tx, rx) = oneshot::channel();
+        let id = {
+            let mut st = lock(&self.inner.state);
+            if let Some(why) = &st.closed {
+                return Err(SftpError::Closed(why.clone()));
+            }
+            st.table
+                .insert(tx)
+                .map_err(|e| SftpError::Protocol(e.to_string()))?
+        };
+        let req = build(id);
+        let mut buf = BytesMut::with_capacity(64 + write_len(&req));
+        req.encode(&mut buf);
+        self.send(buf.freeze()).await?;
+        rx.await
+            .map_err(|_| SftpError::Closed("session closed".into()))?
+    }
+
+    async fn send(&self, bytes: Bytes) -> Result<(), SftpError> {
+        self.inner
+            .tx
+            .send(bytes)
+            .await
+            .map_err(|_| SftpError::Closed(self.closed_reason()))
+    }
+
+    fn closed_reason(&self) -> String {
+        lock(&self.inner.state)
+            .closed
+            .clone()
+            .unwrap_or_else(|| "session closed".into())
+    }
+
+    /// Requests in flight right now.
+    pub fn in_flight(&self) -> usize {
+        lock(&self.inner.state).table.len()
+    }
+
+    pub async fn open(
+        &self,
+        path: &[u8],
+        flags: OpenFlags,
+        attrs: FileAttrs,
+    ) -> Result<Handle, SftpError> {
+        let p = Bytes::copy_from_slice(path);
+        match self
+            .call(|id| Request::Open {
+                id,
+                path: p,
+                flags,
+                attrs,
+            })
+            .await?
+        {
+            Response::Handle { handle, .. } => Ok(Handle(handle)),
+            other => Err(unexpected(other, path)),
+        }
+    }
+
+    pub async fn opendir(&self, path: &[u8]) -> Result<Handle, SftpError> {
+        let p = Bytes::copy_from_slice(path);
+        match self.call(|id| Request::Opendir { id, path: p }).await? {
+            Response::Handle { handle, .. } => Ok(Handle(handle)),
+            other => Err(unexpected(other, path)),
+        }
+    }
+
+    pub async fn close(&self, handle: &Handle) -> Result<(), SftpError> {
+        let h = handle.0.clone();
+        status(self.call(|id| Request::Close { id, handle: h }).await?, b"")
+    }
+
+    /// Read up to `len` bytes at `offset`; `None` at end of file. The server
+    /// may return fewer bytes than asked (servers cap reads), which the
+    /// caller must handle by asking again for the rest.
+    pub async fn read(
+        &self,
+        handle: &Handle,
+        offset: u64,
+        len: u32,
+    ) -> Result<Option<Bytes>, SftpError> {
+        let h = handle.0.clone();
+        match self
+            .call(|id| Request::Read {
+                id,
+                handle: h,
+                offset,
+                len,
+            })
+            .await?
+        {
+            Response::Data { data, .. } => Ok(Some(data)),
+            Response::Status { code, .. } if code == StatusCode::EOF => Ok(None),
+            other => Err(unexpected(other, b"")),
+        }
+    }
+
+    pub async fn write(&self, handle: &Handle, offset: u64, data: &[u8]) -> Result<(), SftpError> {
+        let _permit = self
+            .inner
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| SftpError::Closed("session closed".into()))?;
+        let (tx, rx) = oneshot::channel();
+        let id = {
+            let mut st = lock(&self.inner.state);
+            if let Some(why) = &st.closed {
+                return Err(SftpError::Closed(why.clone()));
+            }
+            st.table
+                .insert(tx)
+                .map_err(|e| SftpError::Protocol(e.to_string()))?
+        };
+        // Encode in place: prefix then data, one buffer, one copy.
+        let mut buf = BytesMut::with_capacity(
+            ferry_sftp::packet_ext::write_prefix_len(handle.0.len()) + data.len(),
+        );
+        Request::encode_write_prefix(&mut buf, id, &handle.0, offset, data.len() as u32);
+        buf.extend_from_slice(data);
+        self.send(buf.freeze()).await?;
+        let reply = rx
+            .await
+            .map_err(|_| SftpError::Closed("session closed".into()))??;
+        status(reply, b"")
+    }
+
+    pub async fn stat(&self, path: &[u8]) -> Result<FileAttrs, SftpError> {
+        let p = Bytes::copy_from_slice(path);
+        attrs(self.call(|id| Request::Stat { id, path: p }).await?, path)
+    }
+
+    pub async fn lstat(&self, path: &[u8]) -> Result<FileAttrs, SftpError> {
+        let p = Bytes::copy_from_slice(path);
+        attrs(self.call(|id| Request::Lstat { id, path: p }).await?, path)
+    }
+
+    pub async fn fstat(&self, handle: &Handle) -> Result<FileAttrs, SftpError> {
+        let h = handle.0.clone();
+        attrs(self.call(|id| Request::Fstat { id, handle: h }).await?, b"")
+    }
+
+    pub async fn setstat(&self, path: &[u8], a: FileAttrs) -> Result<(), SftpError> {
+        let p = Bytes::copy_from_slice(path);
+        status(
+            self.call(|id| Request::Setstat {
+                id,
+                path: p,
+                attrs: a,
+            })
+            .await?,
+            path,
+        )
+    }
+
+    pub async fn fsetstat(&self, handle: &Handle, a: FileAttrs) -> Result<(), SftpError> {
+        let h = handle.0.clone();
+        status(
+            self.call(|id| Request::Fsetstat {
+                id,
+                handle: h,
+                attrs: a,
+            })
+            .await?,
+            b"",
+        )
+    }
+
+    /// One batch of directory entries; `None` when the listing is done.
+    pub async fn readdir(&self, handle: &Handle) -> Result<Option<Vec<NameEntry>>, SftpError> {
+        let h = handle.0.clone();
+        match self.call(|id| Request::Readdir { id, handle: h }).await? {
+            Response::Name { entries, .. } => Ok(Some(entries)),
+            Response::Status { code, .. } if code == StatusCode::EOF => Ok(None),
+            other => Err(unexpected(other, b"")),
+        }
+    }
+
+    /// Every entry of a directory but `.` and `..`.
+    pub async fn list_dir(&self, path: &[u8]) -> Result<Vec<NameEntry>, SftpError> {
+        let h = self.opendir(path).await?;
+        let mut all = Vec::new();
+        let res = async {
+            while let Some(batch) = self.readdir(&h).await.map_err(|e| e.with_path(path))? {
+                all.extend(
+                    batch
+                        .into_iter()
+                        .filter(|e| &e.filename[..] != b"." && &e.filename[..] != b".."),
+                );
+            }
+            Ok::<_, SftpError>(())
+        }
+        .await;
+        let closed = self.close(&h).await;
+        res?;
+        closed?;
+        Ok(all)
+    }
+
+    pub async fn mkdir(&self, path: &[u8], a: FileAttrs) -> Result<(), SftpError> {
+        let p = Bytes::copy_from_slice(path);
+        status(
+            self.call(|id| Request::Mkdir {
+                id,
+                path: p,
+                attrs: a,
+            })
+            .await?,
+            path,
+        )
+    }
+
+    pub async fn remove(&self, path: &[u8]) -> Result<(), SftpError> {
+        let p = Bytes::copy_from_slice(path);
+        status(self.call(|id| Request::Remove { id, path: p }).await?, path)
+    }
+
+    pub async fn rmdir(&self, path: &[u8]) -> Result<(), SftpError> {
+        let p = Bytes::copy_from_slice(path);
+        status(self.call(|id| Request::Rmdir { id, path: p }).await?, path)
+    }
+
+    pub async fn realpath(&self, path: &[u8]) -> Result<Bytes, SftpError> {
+        let p = Bytes::copy_from_slice(path);
+        match self.call(|id| Request::Realpath { id, path: p }).await? {
+            Response::Name { mut entries, .. } if !entries.is_empty() => {
+                Ok(entries.swap_remove(0).filename)
+            }
+            other => Err(unexpected(other, path)),
+        }
+    }
+
+    /// Rename `from` over `to`, replacing `to` if it exists. Uses
+    /// posix-rename@openssh.com (atomic replace) where the server has it;
+    /// plain SFTP v3 RENAME refuses to overwrite, so without the extension
+    /// the old `to` is removed first (not atomic: said in the docs).
+    pub async fn rename_over(&self, from: &[u8], to: &[u8]) -> Result<(), SftpError> {
+        let (f, t) = (Bytes::copy_from_slice(from), Bytes::copy_from_slice(to));
+        if self.inner.info.has(EXT_POSIX_RENAME) {
+            return status(
+                self.call(|id| Request::Extended {
+                    id,
+                    request: Extended::PosixRename { from: f, to: t },
+                })
+                .await?,
+                to,
+            );
+        }
+        let (f2, t2) = (f.clone(), t.clone());
+        match status(
+            self.call(|id| Request::Rename { id, from: f, to: t })
+                .await?,
+            to,
+        ) {
+            Ok(()) => Ok(()),
+            Err(_) => {
+                let _ = self.remove(to).await;
+                status(
+                    self.call(|id| Request::Rename {
+                        id,
+                        from: f2,
+                        to: t2,
+                    })
+                    .await?,
+                    to,
+                )
+            }
+        }
+    }
+
+    pub async fn limits(&self) -> Result<Limits, SftpError> {
+        match self
+            .call(|id| Request::Extended {
+                id,
+                request: Extended::Limits,
+            })
+            .await?
+        {
+            Response::ExtendedReply { data, .. } => {
+                Limits::decode(data).map_err(|e| SftpError::Protocol(e.to_string()))
+            }
+            other => Err(unexpected(other, b"")),
+        }
+    }
+
+    /// Free space where `path` lives, when the server can tell.
+    pub async fn statvfs(&self, path: &[u8]) -> Result<Option<Statvfs>, SftpError> {
+        if !self.inner.info.has(EXT_STATVFS) {
+            return Ok(None);
+        }
+        let p = Bytes::copy_from_slice(path);
+        match self
+            .call(|id| Request::Extended {
+                id,
+                request: Extended::Statvfs { path: p },
+            })
+            .await?
+        {
+            Response::ExtendedReply { data, .. } => Statvfs::decode(data)
+                .map(Some)
+                .map_err(|e| SftpError::Protocol(e.to_string())),
+            other => Err(unexpected(other, path)),
+        }
+    }
+
+    /// Flush a file to stable storage, when the server supports it.
+    pub async fn fsync(&self, handle: &Handle) -> Result<(), SftpError> {
+        if !self.inner.info.has(EXT_FSYNC) {
+            return Ok(());
+        }
+        let h = handle.0.clone();
+        status(
+            self.call(|id| Request::Extended {
+                id,
+                request: Extended::Fsync { handle: h },
+            })
+            .await?,
+            b"",
+        )
+    }
+}
+
+fn write_len(req: &Request) -> usize {
+    match req {
+        Request::Write { data, .. } => data.len(),
+        _ => 0,
+    }
+}
+
+fn lock(m: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
+    // A panic while holding this lock cannot leave the table inconsistent in
+    // a way that matters more than the panic itself: keep going.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn status(resp: Response, path: &[u8]) -> Result<(), SftpError> {
+    match resp {
+        Response::Status { code, .. } if code == StatusCode::OK => Ok(()),
+        other => Err(unexpected(other, path)),
+    }
+}
+
+fn attrs(resp: Response, path: &[u8]) -> Result<FileAttrs, SftpError> {
+    match resp {
+        Response::Attrs { attrs, .. } => Ok(attrs),
+        other => Err(unexpected(other, path)),
+    }
+}
+
+fn unexpected(resp: Response, path: &[u8]) -> SftpError {
+    match resp {
+        Response::Status { code, message, .. } => SftpError::Status {
+            code,
+            message: String::from_utf8_lossy(&message).into_owned(),
+            path: path.to_vec(),
+        },
+        other => SftpError::Protocol(format!(
+            "unexpected reply of type {} for {}",
+            other.packet_type(),
+            String::from_utf8_lossy(path)
+        )),
+    }
+}
+
+async fn writer<S>(write_half: russh::ChannelWriteHalf<S>, mut rx: mpsc::Receiver<Bytes>)
+where
+    S: From<(russh::ChannelId, ChannelMsg)> + Send + Sync + 'static,
+{
+    let mut batch = BytesMut::new();
+    while let Some(first) = rx.recv().await {
+        let out = if first.len() >= COALESCE {
+            first
+        } else {
+            batch.extend_from_slice(&first);
+            while batch.len() < COALESCE {
+                match rx.try_recv() {
+                    Ok(next) if next.len() < COALESCE => batch.extend_from_slice(&next),
+                    Ok(next) => {
+                        // A big packet: flush the small ones, then it, in order.
+                        let small = batch.split().freeze();
+                        if write_half.data_bytes(small).await.is_err() {
+                            return;
+                        }
+                        batch.extend_from_slice(&next);
+                        break;
+                    }
+                    Err(_) => break,
+                }
+            }
+            batch.split().freeze()
+        };
+        if write_half.data_bytes(out).await.is_err() {
+            return;
+        }
+    }
+    let _ = write_half.eof().await;
+}
+
+async fn reader(
+    mut read_half: russh::ChannelReadHalf,
+    mut framer: Framer,
+    inner: std::sync::Weak<Inner>,
+) {
+    let why = loop {
+        match read_half.wait().await {
+            Some(ChannelMsg::Data { data }) => {
+                framer.push(&data);
+                let Some(inner) = inner.upgrade() else {
+                    return;
+                };
+                if let Err(e) = dispatch(&mut framer, &inner) {
+                    break e;
+                }
+            }
+            Some(ChannelMsg::ExtendedData { data, .. }) => {
+                tracing::warn!("server: {}", String::from_utf8_lossy(&data).trim_end());
+            }
+            Some(ChannelMsg::Eof) | Some(ChannelMsg::Close) | None => {
+                break "the server closed the connection".to_string()
+            }
+            Some(ChannelMsg::ExitStatus { exit_status }) => {
+                break format!("the server's SFTP process exited with status {exit_status}")
+            }
+            Some(_) => {}
+        }
+    };
+    if let Some(inner) = inner.upgrade() {
+        let waiting = {
+            let mut st = lock(&inner.state);
+            st.closed = Some(why.clone());
+            st.table.drain()
+        };
+        for tx in waiting {
+            let _ = tx.send(Err(SftpError::Closed(why.clone())));
+        }
+        inner.permits.close();
+    }
+}
+
+fn dispatch(framer: &mut Framer, inner: &Inner) -> Result<(), String> {
+    while let Some(frame) = framer.next_frame().map_err(|e| e.to_string())? {
+        let resp = Response::decode(frame).map_err(|e| format!("bad SFTP reply: {e}"))?;
+        let Some(id) = resp.id() else {
+            return Err("unexpected VERSION packet".into());
+        };
+        let tx = lock(&inner.state).table.take(id);
+        match tx {
+            Some(tx) => {
+                let _ = tx.send(Ok(resp));
+            }
+            None => return Err(format!("reply to unknown request id {id}")),
+        }
+    }
+    Ok(())
+}
