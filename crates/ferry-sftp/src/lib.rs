@@ -59,5 +59,5 @@ pub use packet::{NameEntry, OpenFlags, Request, Response};
 pub mod packet_ext {
     pub use crate::packet::{write_prefix_len, Extended};
 }
-pub use table::{RequestTable, TableFull};
+pub use table::{RequestTable, TableFull, MAX_IN_FLIGHT};
 pub use wire::DecodeError;
