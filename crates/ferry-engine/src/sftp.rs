@@ -481,7 +481,7 @@ pub(crate) fn download(
             )));
         }
         let mut files = Vec::new();
-        let mut dirs: Vec<(PathBuf, Option<(u32, u32)>, u32)> = Vec::new();
+        let mut dirs: LocalDirs = Vec::new();
         for src in sources {
             let path = resolve_remote(&sftp, &host, src, &mut home).await?;
             let attrs = sftp
@@ -588,6 +588,8 @@ fn remote_file(path: Vec<u8>, target: PathBuf, attrs: &FileAttrs) -> (Vec<u8>, P
 }
 
 type RemoteFiles = Vec<(Vec<u8>, PathBuf, FileAttrs)>;
+/// Local directories to create: path, (atime, mtime), permission bits.
+type LocalDirs = Vec<(PathBuf, Option<(u32, u32)>, u32)>;
 
 /// Walk a remote tree, listing up to 16 directories at once.
 async fn walk_remote(
@@ -596,7 +598,7 @@ async fn walk_remote(
     root: &[u8],
     target: &Path,
     files: &mut RemoteFiles,
-    dirs: &mut Vec<(PathBuf, Option<(u32, u32)>, u32)>,
+    dirs: &mut LocalDirs,
 ) -> Result<(), TransferError> {
     let root_attrs = sftp
         .stat(root)
@@ -847,9 +849,17 @@ pub(crate) fn upload(
         for (src, dst, meta) in files {
             let size = meta.len();
             let tmp = tmp_name(&dst);
-            let start =
-                prepare_remote_tmp(&sftp, &host, &src, &dst, &tmp, size, opts.resume).await?;
+            let start = if opts.resume {
+                resume_remote_tmp(&sftp, &host, &src, &dst, &tmp, size).await?
+            } else {
+                0
+            };
             let parts = parts_for(size, start, opts, pool.streams);
+            // A file sent as one job is created by that job (one round
+            // trip less per small file); ranges need the file to exist first.
+            if parts > 1 && start == 0 {
+                create_remote_tmp(&sftp, &host, &tmp).await?;
+            }
             tasks.push(FileTask {
                 src: src.as_os_str().as_bytes().to_vec(),
                 dst,
@@ -971,48 +981,55 @@ async fn mkdir_remote(
     }
 }
 
-async fn prepare_remote_tmp(
+/// With --resume: how much of the destination is already there and
+/// matches the source (0 to start over).
+async fn resume_remote_tmp(
     sftp: &SftpClient,
     host: &str,
     src: &Path,
     dst: &[u8],
     tmp: &[u8],
     size: u64,
-    resume: bool,
 ) -> Result<u64, TransferError> {
-    if resume {
-        let mut have = match sftp.stat(tmp).await {
-            Ok(a) => a.size,
-            Err(_) => None,
-        };
-        if have.is_none() {
-            if let Ok(a) = sftp.stat(dst).await {
-                if a.is_regular() && a.size.unwrap_or(0) < size {
-                    sftp.rename_over(dst, tmp)
-                        .await
-                        .map_err(|e| TransferError::sftp(host, dst, e))?;
-                    have = a.size;
-                }
+    let mut have = match sftp.stat(tmp).await {
+        Ok(a) => a.size,
+        Err(_) => None,
+    };
+    if have.is_none() {
+        if let Ok(a) = sftp.stat(dst).await {
+            if a.is_regular() && a.size.unwrap_or(0) < size {
+                sftp.rename_over(dst, tmp)
+                    .await
+                    .map_err(|e| TransferError::sftp(host, dst, e))?;
+                have = a.size;
             }
         }
-        if let Some(have) = have {
-            if have > size {
-                eprintln!(
-                    "ferry: {host}:{}: partial file is larger than the source; starting over",
-                    lossy(dst)
-                );
-            } else if have > 0 && tail_matches_local(sftp, host, src, tmp, have).await? {
-                return Ok(have);
-            } else if have > 0 {
+    }
+    match have {
+        Some(have) if have > size => {
+            eprintln!(
+                "ferry: {host}:{}: partial file is larger than the source; starting over",
+                lossy(dst)
+            );
+            Ok(0)
+        }
+        Some(have) if have > 0 => {
+            if tail_matches_local(sftp, host, src, tmp, have).await? {
+                Ok(have)
+            } else {
                 eprintln!(
                     "ferry: {host}:{}: partial file does not match {}; starting over",
                     lossy(dst),
                     src.display()
                 );
+                Ok(0)
             }
         }
+        _ => Ok(0),
     }
-    // Create (truncate) now, so that ranges can open it for writing.
+}
+
+async fn create_remote_tmp(sftp: &SftpClient, host: &str, tmp: &[u8]) -> Result<(), TransferError> {
     let h = sftp
         .open(
             tmp,
@@ -1026,8 +1043,7 @@ async fn prepare_remote_tmp(
         .map_err(|e| TransferError::sftp(host, tmp, e))?;
     sftp.close(&h)
         .await
-        .map_err(|e| TransferError::sftp(host, tmp, e))?;
-    Ok(0)
+        .map_err(|e| TransferError::sftp(host, tmp, e))
 }
 
 async fn tail_matches_local(
@@ -1200,11 +1216,37 @@ async fn upload_range(
     let src = os(&f.src);
     let input =
         std::fs::File::open(&src).map_err(|e| TransferError::local(&src, "cannot open", e))?;
+    // A whole file not resumed is created here, with the source's mode
+    // (the server's umask applies, as with cp); resumed files and ranges
+    // open what the coordinator prepared.
+    let single = f.parts <= 1;
+    let (flags, attrs) = if single && f.start == 0 {
+        (
+            OpenFlags::WRITE | OpenFlags::CREATE | OpenFlags::TRUNCATE,
+            FileAttrs {
+                permissions: Some(f.mode & 0o777),
+                ..Default::default()
+            },
+        )
+    } else {
+        (OpenFlags::WRITE, FileAttrs::default())
+    };
     let h = sftp
-        .open(&f.tmp, OpenFlags::WRITE, FileAttrs::default())
+        .open(&f.tmp, flags, attrs)
         .await
         .map_err(|e| TransferError::sftp(&ctx.host, &f.tmp, e))?;
-    let res = push(sftp, ctx, f, &h, &input, &src, offset, len).await;
+    let mut res = push(sftp, ctx, f, &h, &input, &src, offset, len).await;
+    if res.is_ok() && single && ctx.preserve {
+        let attrs = FileAttrs {
+            permissions: Some(f.mode),
+            atime_mtime: f.times,
+            ..Default::default()
+        };
+        res = sftp
+            .fsetstat(&h, attrs)
+            .await
+            .map_err(|e| TransferError::sftp(&ctx.host, &f.dst, e));
+    }
     // Closing a written file can report a failed write (NFS, quota): wait.
     let closed = sftp
         .close(&h)
@@ -1296,14 +1338,18 @@ async fn finalize(sftp: &SftpClient, ctx: &Ctx, f: &FileTask) -> Result<(), Tran
             })
         }
         Direction::Upload => {
-            let attrs = FileAttrs {
-                permissions: Some(f.mode),
-                atime_mtime: if ctx.preserve { f.times } else { None },
-                ..Default::default()
-            };
-            sftp.setstat(&f.tmp, attrs)
-                .await
-                .map_err(|e| TransferError::sftp(&ctx.host, &f.tmp, e))?;
+            // Whole files got their mode at creation (and -p's times before
+            // close); split or resumed files get them here.
+            if f.parts > 1 || f.start > 0 {
+                let attrs = FileAttrs {
+                    permissions: Some(if ctx.preserve { f.mode } else { f.mode & 0o777 }),
+                    atime_mtime: if ctx.preserve { f.times } else { None },
+                    ..Default::default()
+                };
+                sftp.setstat(&f.tmp, attrs)
+                    .await
+                    .map_err(|e| TransferError::sftp(&ctx.host, &f.tmp, e))?;
+            }
             sftp.rename_over(&f.tmp, &f.dst)
                 .await
                 .map_err(|e| TransferError::sftp(&ctx.host, &f.dst, e))

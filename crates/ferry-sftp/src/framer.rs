@@ -53,10 +53,10 @@ impl Framer {
     /// The next complete packet (type byte first, length prefix removed), if
     /// one is in. Errors are final: the stream cannot be resynchronised.
     pub fn next_frame(&mut self) -> Result<Option<Bytes>, FrameError> {
-        let Some(head) = self.buf.get(..4) else {
+        let Some(&[a, b, c, d]) = self.buf.get(..4) else {
             return Ok(None);
         };
-        let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]);
+        let len = u32::from_be_bytes([a, b, c, d]);
         if len == 0 {
             return Err(FrameError::Empty);
         }

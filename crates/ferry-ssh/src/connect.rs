@@ -60,12 +60,15 @@ impl Default for ConnectOptions {
     }
 }
 
+/// Identity files that loaded, in the order they are tried.
+type LoadedKeys = Arc<Vec<(PathBuf, Arc<PrivateKey>)>>;
+
 /// Opens authenticated connections to one host.
 pub struct Connector {
     host: HostConfig,
     opts: ConnectOptions,
     /// Keys loaded (and decrypted) once, then reused by every connection.
-    keys: Mutex<Option<Arc<Vec<(PathBuf, Arc<PrivateKey>)>>>>,
+    keys: Mutex<Option<LoadedKeys>>,
     /// The password that worked, so later connections don't ask again.
     password: Mutex<Option<String>>,
     /// The authentication method that worked first.
@@ -159,8 +162,7 @@ impl Connector {
     }
 
     fn client_config(&self) -> Result<client::Config, SshError> {
-        let mut preferred = Preferred::default();
-        preferred.cipher = match &self.host.ciphers {
+        let cipher: std::borrow::Cow<'static, [cipher::Name]> = match &self.host.ciphers {
             Some(list) => {
                 let mut v = Vec::new();
                 for name in list.split(',') {
@@ -188,15 +190,21 @@ impl Connector {
             ]
             .into(),
         };
-        preferred.compression = if self.opts.compression || self.host.compression {
-            vec![
-                compression::ZLIB_LEGACY,
-                compression::ZLIB,
-                compression::NONE,
-            ]
-            .into()
-        } else {
-            vec![compression::NONE].into()
+        let compression: std::borrow::Cow<'static, [compression::Name]> =
+            if self.opts.compression || self.host.compression {
+                vec![
+                    compression::ZLIB_LEGACY,
+                    compression::ZLIB,
+                    compression::NONE,
+                ]
+                .into()
+            } else {
+                vec![compression::NONE].into()
+            };
+        let preferred = Preferred {
+            cipher,
+            compression,
+            ..Preferred::default()
         };
         Ok(client::Config {
             window_size: self.opts.window_size,
@@ -320,10 +328,7 @@ impl Connector {
 
         if self.host.password_authentication {
             let mut attempts = 0;
-            loop {
-                let Some(pw) = self.password(attempts)? else {
-                    break;
-                };
+            while let Some(pw) = self.password(attempts)? {
                 let res = handle
                     .authenticate_password(user.clone(), pw.clone())
                     .await
@@ -408,7 +413,7 @@ impl Connector {
     }
 
     /// Load every identity file that exists, asking for passphrases once.
-    fn load_keys(&self) -> Result<Arc<Vec<(PathBuf, Arc<PrivateKey>)>>, SshError> {
+    fn load_keys(&self) -> Result<LoadedKeys, SshError> {
         let mut guard = lock_any(&self.keys);
         if let Some(k) = &*guard {
             return Ok(k.clone());
