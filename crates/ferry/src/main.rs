@@ -66,6 +66,9 @@ struct CpArgs {
     /// SSH receive window per connection (e.g. 2M, 64M).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     window: Option<u64>,
+    /// Largest SSH packet we accept from the server (tuning; default 32k).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, hide = true)]
+    ssh_packet: Option<u64>,
     /// ssh config file (only this file is read, as with ssh -F).
     #[arg(short = 'F', value_name = "FILE")]
     ssh_config: Option<PathBuf>,
@@ -169,6 +172,9 @@ fn run_cp(args: CpArgs) -> i32 {
     opts.connect.identity_files = args.identity;
     opts.connect.options = args.ssh_option;
     opts.connect.compression = args.compress;
+    if let Some(p) = args.ssh_packet {
+        opts.connect.max_packet = p.min(1 << 20) as u32;
+    }
     if let Some(w) = args.window {
         opts.connect.window_size = w.min(u32::MAX as u64) as u32;
     }
