@@ -91,6 +91,30 @@ struct Ctx {
     stats: Arc<Stats>,
 }
 
+/// Joins the connection threads when the copy is over.
+struct PoolHandle {
+    hold: Option<oneshot::Sender<()>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl PoolHandle {
+    /// Let the first connection go and wait for every connection thread.
+    fn finish(mut self) {
+        drop(self.hold.take());
+        for t in std::mem::take(&mut self.threads) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for PoolHandle {
+    fn drop(&mut self) {
+        // On an early error return: still release the first connection, so
+        // its thread ends instead of waiting forever.
+        drop(self.hold.take());
+    }
+}
+
 struct Pool {
     control: SftpClient,
     job_tx: async_channel::Sender<Job>,
@@ -101,6 +125,8 @@ struct Pool {
     ctx_txs: Vec<oneshot::Sender<Arc<Ctx>>>,
     threads: Vec<std::thread::JoinHandle<()>>,
     streams: usize,
+    /// Dropped in [`Pool::finish`] to let the first connection close.
+    hold: Option<oneshot::Sender<()>>,
 }
 
 fn worker(
@@ -111,6 +137,7 @@ fn worker(
     ctx_rx: oneshot::Receiver<Arc<Ctx>>,
     jobs: async_channel::Receiver<Job>,
     results: mpsc::UnboundedSender<JobResult>,
+    hold: Option<oneshot::Receiver<()>>,
 ) {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -163,6 +190,15 @@ fn worker(
             while tasks.try_join_next().is_some() {}
         }
         while tasks.join_next().await.is_some() {}
+        // The coordinator keeps using the first connection (finalizing
+        // split files, directory times) after the jobs are done.
+        // Drop our ends first: the coordinator waits for every results
+        // sender to go before it returns and releases `hold`.
+        drop(results);
+        drop(jobs);
+        if let Some(hold) = hold {
+            let _ = hold.await;
+        }
         conn.close().await;
     });
 }
@@ -189,13 +225,16 @@ impl Pool {
         let mut ctx_txs = Vec::new();
         let mut control = None;
         let mut pending = Vec::new();
+        let (hold_tx, hold_rx) = oneshot::channel();
+        let mut hold_rx = Some(hold_rx);
         for i in 0..streams {
             let (ready_tx, ready_rx) = oneshot::channel();
             let (ctx_tx, ctx_rx) = oneshot::channel();
             let (c, jr, rt) = (connector.clone(), job_rx.clone(), results_tx.clone());
+            let hold = hold_rx.take();
             let t = std::thread::Builder::new()
                 .name(format!("ferry-conn-{i}"))
-                .spawn(move || worker(c, slots, max_in_flight, ready_tx, ctx_rx, jr, rt))
+                .spawn(move || worker(c, slots, max_in_flight, ready_tx, ctx_rx, jr, rt, hold))
                 .map_err(|e| TransferError::Local(format!("cannot start a thread: {e}")))?;
             threads.push(t);
             ctx_txs.push(ctx_tx);
@@ -228,6 +267,7 @@ impl Pool {
             ctx_txs,
             threads,
             streams: streams_up,
+            hold: Some(hold_tx),
         })
     }
 
@@ -245,6 +285,15 @@ impl Pool {
             None => FALLBACK_CHUNK,
         };
         (read, write)
+    }
+
+    /// What must outlive [`Pool::run`]: the threads and the first
+    /// connection, which the coordinator still uses afterwards.
+    fn handle(&mut self) -> PoolHandle {
+        PoolHandle {
+            hold: self.hold.take(),
+            threads: std::mem::take(&mut self.threads),
+        }
     }
 
     /// Hand the plan to the workers, queue the jobs, finalize split files
@@ -331,9 +380,6 @@ impl Pool {
             }
         };
         tokio::join!(feeder, collector);
-        for t in self.threads {
-            let _ = t.join();
-        }
         match first_err {
             None => Ok(self.streams),
             Some(e) if errors > 1 => Err(with_more(e, errors - 1)),
@@ -466,7 +512,8 @@ pub(crate) fn download(
 ) -> Result<Summary, TransferError> {
     let started = Instant::now();
     runtime()?.block_on(async {
-        let pool = Pool::start(remote, opts).await?;
+        let mut pool = Pool::start(remote, opts).await?;
+        let handle = pool.handle();
         let sftp = pool.control.clone();
         let host = remote.host.clone();
         let (read_chunk, write_chunk) = pool.chunks(opts);
@@ -562,7 +609,15 @@ pub(crate) fn download(
             host: host.clone(),
             stats: stats.clone(),
         });
-        let streams = pool.run(ctx, opts.split_min).await?;
+        let streams = pool.run(ctx, opts.split_min).await;
+        let streams = match streams {
+            Ok(s) => s,
+            Err(e) => {
+                drop(sftp);
+                handle.finish();
+                return Err(e);
+            }
+        };
         if opts.preserve {
             // Directory times last: writing files into them changed them.
             for (d, times, mode) in dirs.iter().rev() {
@@ -572,6 +627,7 @@ pub(crate) fn download(
                 }
             }
         }
+        handle.finish();
         Ok(Summary {
             bytes: total,
             files: nfiles,
@@ -798,7 +854,8 @@ pub(crate) fn upload(
         }
     }
     runtime()?.block_on(async {
-        let pool = Pool::start(remote, opts).await?;
+        let mut pool = Pool::start(remote, opts).await?;
+        let handle = pool.handle();
         let sftp = pool.control.clone();
         let host = remote.host.clone();
         let (read_chunk, write_chunk) = pool.chunks(opts);
@@ -887,7 +944,15 @@ pub(crate) fn upload(
             host: host.clone(),
             stats: stats.clone(),
         });
-        let streams = pool.run(ctx, opts.split_min).await?;
+        let streams = pool.run(ctx, opts.split_min).await;
+        let streams = match streams {
+            Ok(s) => s,
+            Err(e) => {
+                drop(sftp);
+                handle.finish();
+                return Err(e);
+            }
+        };
         if opts.preserve {
             for (d, meta) in dirs.iter().rev() {
                 let attrs = FileAttrs {
@@ -900,6 +965,7 @@ pub(crate) fn upload(
                 }
             }
         }
+        handle.finish();
         Ok(Summary {
             bytes: total,
             files: nfiles,
