@@ -42,8 +42,9 @@ pub struct CopyOptions {
     pub resume: bool,
     /// Files in flight at once, over all connections.
     pub parallel: usize,
-    /// SSH connections to open; a large file is split over them.
-    pub streams: usize,
+    /// SSH connections to open; a large file is split over them. `None`:
+    /// the measured default for the direction (see [`Tuning`]).
+    pub streams: Option<usize>,
     /// Bytes per READ/WRITE request wanted; capped by what the server
     /// accepts (limits@openssh.com), 32 KiB when it does not say.
     pub chunk: Option<u32>,
@@ -51,6 +52,13 @@ pub struct CopyOptions {
     pub max_depth: usize,
     /// Files smaller than this are never split into ranges.
     pub split_min: u64,
+    /// Bytes requested and not yet answered, over all files and
+    /// connections. Enough for the bandwidth-delay product, and a cap on
+    /// what a server must buffer: OpenSSH's sshd spends several times more
+    /// CPU per byte when many megabytes of replies queue up in it
+    /// (docs/internals/sftp.md).
+    /// `None`: the measured default for the direction (see [`Tuning`]).
+    pub max_inflight: Option<u64>,
     pub connect: ConnectOptions,
 }
 
@@ -61,13 +69,30 @@ impl Default for CopyOptions {
             preserve: false,
             resume: false,
             parallel: 16,
-            streams: 4,
+            streams: None,
             chunk: None,
             max_depth: 128,
             split_min: 32 * 1024 * 1024,
+            max_inflight: None,
             connect: ConnectOptions::default(),
         }
     }
+}
+
+/// Defaults measured on loopback and at 20 ms RTT against OpenSSH 9.2 on a
+/// 2-core machine (docs/internals/sftp.md, BENCHMARKS.md).
+pub struct Tuning;
+
+impl Tuning {
+    /// Downloads: sshd answers reads fast and our 64 MiB window lets one
+    /// connection fill a 20 ms link; more connections, or more than 16 MiB
+    /// requested at once, only made sshd burn CPU on queued replies.
+    pub const DOWNLOAD_STREAMS: usize = 1;
+    pub const DOWNLOAD_INFLIGHT: u64 = 16 * 1024 * 1024;
+    /// Uploads: sshd's own 2 MiB window caps each connection at
+    /// 2 MiB / RTT, so uploads spread over four.
+    pub const UPLOAD_STREAMS: usize = 4;
+    pub const UPLOAD_INFLIGHT: u64 = 32 * 1024 * 1024;
 }
 
 /// Counters the engine updates as it goes; poll them for a progress bar.

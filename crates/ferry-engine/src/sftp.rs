@@ -24,12 +24,12 @@ use bytes::Bytes;
 use ferry_sftp::{FileAttrs, OpenFlags};
 use ferry_ssh::{Connector, Handle, SftpClient, SftpError};
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 use crate::error::TransferError;
 use crate::location::{RemotePath, RemoteSpec};
 use crate::window::Window;
-use crate::{CopyOptions, Stats, Summary};
+use crate::{CopyOptions, Stats, Summary, Tuning};
 
 /// Fallback request size when the server does not state its limits: the
 /// size every SFTP server must accept (draft-02 suggests 32 KiB).
@@ -89,6 +89,20 @@ struct Ctx {
     preserve: bool,
     host: String,
     stats: Arc<Stats>,
+    /// Bytes requested and not yet answered, over every connection, in KiB.
+    budget: Arc<Semaphore>,
+}
+
+/// Take room for `bytes` in flight from the copy-wide budget. With `must`
+/// (nothing of this job is in flight) wait for room; otherwise give up at
+/// once so the job goes back to collecting replies.
+async fn reserve(budget: &Arc<Semaphore>, bytes: u32, must: bool) -> Option<OwnedSemaphorePermit> {
+    let k = bytes.div_ceil(1024).max(1);
+    match budget.clone().try_acquire_many_owned(k) {
+        Ok(p) => Some(p),
+        Err(_) if must => budget.clone().acquire_many_owned(k).await.ok(),
+        Err(_) => None,
+    }
 }
 
 /// Joins the connection threads when the copy is over.
@@ -206,7 +220,11 @@ fn worker(
 impl Pool {
     /// Connect `streams` times to `remote`. The first connection is made
     /// alone, so prompts and host-key questions come once.
-    async fn start(remote: &RemoteSpec, opts: &CopyOptions) -> Result<Pool, TransferError> {
+    async fn start(
+        remote: &RemoteSpec,
+        opts: &CopyOptions,
+        default_streams: usize,
+    ) -> Result<Pool, TransferError> {
         let mut copts = opts.connect.clone();
         if remote.user.is_some() {
             copts.user = remote.user.clone();
@@ -215,7 +233,7 @@ impl Pool {
             copts.port = remote.port;
         }
         let connector = Arc::new(Connector::new(&remote.host, copts)?);
-        let streams = opts.streams.max(1);
+        let streams = opts.streams.unwrap_or(default_streams).max(1);
         let (job_tx, job_rx) = async_channel::bounded::<Job>(1024);
         let (results_tx, results_rx) = mpsc::unbounded_channel();
         let slots = opts.parallel.max(1).div_ceil(streams);
@@ -493,6 +511,10 @@ fn mtime_of(meta: &std::fs::Metadata) -> Option<(u32, u32)> {
     ))
 }
 
+fn budget_kib(opts: &CopyOptions, default: u64) -> usize {
+    (opts.max_inflight.unwrap_or(default) / 1024).clamp(64, Semaphore::MAX_PERMITS as u64) as usize
+}
+
 fn parts_for(size: u64, start: u64, opts: &CopyOptions, streams: usize) -> usize {
     let left = size.saturating_sub(start);
     if streams <= 1 || left < opts.split_min.max(1) * 2 {
@@ -512,7 +534,7 @@ pub(crate) fn download(
 ) -> Result<Summary, TransferError> {
     let started = Instant::now();
     runtime()?.block_on(async {
-        let mut pool = Pool::start(remote, opts).await?;
+        let mut pool = Pool::start(remote, opts, Tuning::DOWNLOAD_STREAMS).await?;
         let handle = pool.handle();
         let sftp = pool.control.clone();
         let host = remote.host.clone();
@@ -608,6 +630,7 @@ pub(crate) fn download(
             preserve: opts.preserve,
             host: host.clone(),
             stats: stats.clone(),
+            budget: Arc::new(Semaphore::new(budget_kib(opts, Tuning::DOWNLOAD_INFLIGHT))),
         });
         let streams = pool.run(ctx, opts.split_min).await;
         let streams = match streams {
@@ -854,7 +877,7 @@ pub(crate) fn upload(
         }
     }
     runtime()?.block_on(async {
-        let mut pool = Pool::start(remote, opts).await?;
+        let mut pool = Pool::start(remote, opts, Tuning::UPLOAD_STREAMS).await?;
         let handle = pool.handle();
         let sftp = pool.control.clone();
         let host = remote.host.clone();
@@ -943,6 +966,7 @@ pub(crate) fn upload(
             preserve: opts.preserve,
             host: host.clone(),
             stats: stats.clone(),
+            budget: Arc::new(Semaphore::new(budget_kib(opts, Tuning::UPLOAD_INFLIGHT))),
         });
         let streams = pool.run(ctx, opts.split_min).await;
         let streams = match streams {
@@ -1213,28 +1237,35 @@ async fn pull(
     // Pieces a short read left behind, asked for again before new ones.
     let mut holes: Vec<(u64, u32)> = Vec::new();
     let mut inflight = FuturesUnordered::new();
-    let issue = |at: u64, n: u32| {
+    let issue = |at: u64, n: u32, permit: OwnedSemaphorePermit| {
         let s = sftp.clone();
         let h = h.clone();
         async move {
             let t0 = Instant::now();
             let r = s.read(&h, at, n).await;
-            (at, n, t0, r)
+            (at, n, t0, r, permit)
         }
     };
     loop {
         while inflight.len() < window.depth() {
-            if let Some((at, n)) = holes.pop() {
-                inflight.push(issue(at, n));
+            let (at, n, hole) = if let Some(&(at, n)) = holes.last() {
+                (at, n, true)
             } else if next < end {
-                let n = (end - next).min(chunk as u64) as u32;
-                inflight.push(issue(next, n));
-                next += n as u64;
+                (next, (end - next).min(chunk as u64) as u32, false)
             } else {
                 break;
+            };
+            let Some(permit) = reserve(&ctx.budget, n, inflight.is_empty()).await else {
+                break;
+            };
+            if hole {
+                holes.pop();
+            } else {
+                next += n as u64;
             }
+            inflight.push(issue(at, n, permit));
         }
-        let Some((at, n, t0, r)) = inflight.next().await else {
+        let Some((at, n, t0, r, _permit)) = inflight.next().await else {
             break;
         };
         let data: Bytes = match r {
@@ -1344,6 +1375,9 @@ async fn push(
     loop {
         while inflight.len() < window.depth() && next < end {
             let n = (end - next).min(chunk as u64) as usize;
+            let Some(permit) = reserve(&ctx.budget, n as u32, inflight.is_empty()).await else {
+                break;
+            };
             let mut buf = vec![0u8; n];
             input.read_exact_at(&mut buf, next).map_err(|e| {
                 TransferError::local(src, "cannot read (did it shrink during the copy?)", e)
@@ -1352,6 +1386,7 @@ async fn push(
             inflight.push(async move {
                 let t0 = Instant::now();
                 let r = s.write(&h, at, &buf).await;
+                drop(permit);
                 (buf.len(), t0, r)
             });
             next += n as u64;

@@ -54,9 +54,10 @@ struct CpArgs {
     /// Files in flight at once.
     #[arg(short = 'P', long = "parallel", value_name = "N", default_value_t = CopyOptions::default().parallel)]
     parallel: usize,
-    /// SSH connections to use; a large file is split into ranges over them.
-    #[arg(long, value_name = "N", default_value_t = CopyOptions::default().streams)]
-    streams: usize,
+    /// SSH connections to use; a large file is split into ranges over them
+    /// [default: 1 for downloads, 4 for uploads, as measured].
+    #[arg(long, value_name = "N")]
+    streams: Option<usize>,
     /// Bytes per SFTP request (e.g. 32k, 256k, 1M); capped by the server's limits.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     chunk: Option<u64>,
@@ -66,6 +67,9 @@ struct CpArgs {
     /// SSH receive window per connection (e.g. 2M, 64M).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     window: Option<u64>,
+    /// Bytes in flight over the whole copy (tuning).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, hide = true)]
+    inflight: Option<u64>,
     /// Largest SSH packet we accept from the server (tuning; default 32k).
     #[arg(long, value_name = "SIZE", value_parser = parse_size, hide = true)]
     ssh_packet: Option<u64>,
@@ -151,7 +155,7 @@ fn run_cp(args: CpArgs) -> i32 {
         Ok(l) => l,
         Err(e) => return usage(&e),
     };
-    if args.parallel == 0 || args.streams == 0 || args.depth == 0 {
+    if args.parallel == 0 || args.streams == Some(0) || args.depth == 0 {
         return usage("-P, --streams and --depth take a number of at least 1");
     }
     let mut opts = CopyOptions {
@@ -172,6 +176,9 @@ fn run_cp(args: CpArgs) -> i32 {
     opts.connect.identity_files = args.identity;
     opts.connect.options = args.ssh_option;
     opts.connect.compression = args.compress;
+    if let Some(b) = args.inflight {
+        opts.max_inflight = Some(b);
+    }
     if let Some(p) = args.ssh_packet {
         opts.connect.max_packet = p.min(1 << 20) as u32;
     }
