@@ -143,6 +143,7 @@ struct Pool {
     hold: Option<oneshot::Sender<()>>,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn worker(
     connector: Arc<Connector>,
     slots: usize,

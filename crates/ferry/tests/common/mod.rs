@@ -476,6 +476,8 @@ pub struct Sshd {
     child: Option<Child>,
     user: String,
     host_key_line: String,
+    /// The sshd is too old for `SetEnv` in sshd_config.
+    no_setenv: bool,
 }
 
 fn keygen(path: &Path, kind: &str, bits: Option<&str>, passphrase: &str) {
@@ -562,6 +564,7 @@ impl Sshd {
             child: None,
             user: current_user(),
             host_key_line,
+            no_setenv: false,
         };
         let mut last = String::new();
         for _ in 0..10 {
@@ -570,6 +573,11 @@ impl Sshd {
             match sshd.spawn() {
                 Ok(()) => return sshd,
                 Err(StartError::PortBusy(log)) => last = log,
+                Err(StartError::Fatal(msg))
+                    if !sshd.no_setenv && msg.contains("Bad configuration option: SetEnv") =>
+                {
+                    sshd.no_setenv = true;
+                }
                 Err(StartError::Fatal(msg)) => panic!("{msg}"),
             }
         }
@@ -613,12 +621,23 @@ impl Sshd {
              LogLevel VERBOSE\n\
              PermitRootLogin yes\n\
              MaxStartups 100\n\
-             MaxSessions 100\n",
+             MaxSessions 100\n\
+             {setenv}",
             port = self.port,
             hk = d.join("ssh_host_ed25519_key").display(),
             ak = d.join("authorized_keys").display(),
             pid = d.join("sshd.pid").display(),
             sftp = SFTP_SERVER,
+            // sshd runs the subsystem as `$SHELL -c sftp-server`, and
+            // Debian's bash then sources ~/.bashrc (it was "run by ssh").
+            // A slow or hanging rc file (pyenv's rehash lock, prompts...)
+            // would stall every SFTP session; bash skips that when SHLVL
+            // says it is nested. (SetEnv needs OpenSSH >= 8.7.)
+            setenv = if self.no_setenv {
+                ""
+            } else {
+                "SetEnv SHLVL=1\n"
+            },
         );
         write(&d.join("sshd_config"), cfg.as_bytes());
         let client = format!(
