@@ -1332,7 +1332,7 @@ async fn upload_range(
     let h = sftp
         .open(&f.tmp, flags, attrs)
         .await
-        .map_err(|e| TransferError::sftp(&ctx.host, &f.tmp, e))?;
+        .map_err(|e| TransferError::sftp(&ctx.host, &f.dst, e))?;
     let mut res = push(sftp, ctx, f, &h, &input, &src, offset, len).await;
     if res.is_ok() && single && ctx.preserve {
         let attrs = FileAttrs {
@@ -1450,7 +1450,7 @@ async fn finalize(sftp: &SftpClient, ctx: &Ctx, f: &FileTask) -> Result<(), Tran
                 };
                 sftp.setstat(&f.tmp, attrs)
                     .await
-                    .map_err(|e| TransferError::sftp(&ctx.host, &f.tmp, e))?;
+                    .map_err(|e| TransferError::sftp(&ctx.host, &f.dst, e))?;
             }
             sftp.rename_over(&f.tmp, &f.dst)
                 .await

@@ -369,6 +369,13 @@ fn harness_sshd_accepts_openssh_sftp() {
 }
 
 #[test]
+fn harness_watchdog_kills_orphaned_sshd() {
+    let mut sshd = Sshd::start();
+    assert!(sshd.fire_watchdog(), "sshd survived its watchdog");
+    assert!(!sshd.is_running());
+}
+
+#[test]
 fn harness_tmpfs_fills_up_and_unmounts() {
     let Some(t) = Tmpfs::mount("4m") else {
         eprintln!("SKIP: no tmpfs");

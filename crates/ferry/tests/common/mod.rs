@@ -474,6 +474,9 @@ pub struct Sshd {
     dir: TempDir,
     port: u16,
     child: Option<Child>,
+    /// `sh` that kills sshd when our end of its stdin closes, i.e. when the
+    /// test process dies without running Drop (panic=abort, SIGKILL, ^C).
+    watchdog: Option<Child>,
     user: String,
     host_key_line: String,
     /// The sshd is too old for `SetEnv` in sshd_config.
@@ -562,6 +565,7 @@ impl Sshd {
             dir,
             port: 0,
             child: None,
+            watchdog: None,
             user: current_user(),
             host_key_line,
             no_setenv: false,
@@ -686,7 +690,20 @@ impl Sshd {
             .process_group(0)
             .spawn()
             .map_err(|e| StartError::Fatal(format!("cannot start {SSHD_BIN}: {e}")))?;
+        let pid = child.id();
         self.child = Some(child);
+        // Own process group, so a ^C to the test run does not take the
+        // watchdog down before it has done its job.
+        let watchdog = Command::new("sh")
+            .arg("-c")
+            .arg(format!("read _; kill -KILL -- -{pid} {pid} 2>/dev/null"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .map_err(|e| StartError::Fatal(format!("cannot start the sshd watchdog: {e}")))?;
+        self.watchdog = Some(watchdog);
 
         let ready = format!("Server listening on 127.0.0.1 port {}", self.port);
         let deadline = Instant::now() + SSHD_START_TIMEOUT;
@@ -731,6 +748,11 @@ impl Sshd {
     }
 
     fn stop(&mut self) {
+        // The watchdog goes first: once sshd is reaped its PID may be reused.
+        if let Some(mut w) = self.watchdog.take() {
+            let _ = w.kill();
+            let _ = w.wait();
+        }
         if let Some(mut child) = self.child.take() {
             kill_tree(child.id());
             let _ = child.wait();
@@ -747,6 +769,28 @@ impl Sshd {
     /// whose stderr is a channel), wherever they were re-parented.
     pub fn log_holders(&self) -> Vec<u32> {
         holders_of(&self.log_path())
+    }
+
+    /// For the harness self-test: act as if the test process had died
+    /// (close the watchdog's stdin); true once the watchdog killed sshd.
+    pub fn fire_watchdog(&mut self) -> bool {
+        if let Some(w) = self.watchdog.as_mut() {
+            drop(w.stdin.take());
+            let _ = w.wait();
+        }
+        self.watchdog = None;
+        let Some(child) = self.child.as_mut() else {
+            return false;
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if child.try_wait().ok().flatten().is_some() {
+                self.child = None;
+                return true;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        false
     }
 
     /// Kill sshd and every per-connection child (SIGKILL, like a dropped
