@@ -22,6 +22,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 mod error;
+mod journal;
 mod location;
 mod sftp;
 mod window;

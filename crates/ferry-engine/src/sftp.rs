@@ -27,6 +27,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 use crate::error::TransferError;
+use crate::journal;
 use crate::location::{RemotePath, RemoteSpec};
 use crate::window::Window;
 use crate::{CopyOptions, Stats, Summary, Tuning};
@@ -53,10 +54,23 @@ struct FileTask {
     /// Permission bits (no file type) and (atime, mtime) of the source.
     mode: u32,
     times: Option<(u32, u32)>,
-    /// Bytes already in the temporary file from an earlier run.
-    start: u64,
-    /// Jobs this file was split into.
+    /// The ranges to copy, one job each (all of the file, unless resuming).
+    jobs: Vec<(u64, u64)>,
+    /// Jobs this file was split into (`jobs.len()`).
     parts: usize,
+    /// The temporary file is new: nothing from an earlier run is in it.
+    fresh: bool,
+    /// Where progress is recorded if the copy fails (see journal.rs).
+    journal: PathBuf,
+    /// Source mtime, which voids a journal when the source changed.
+    src_mtime: u32,
+}
+
+impl FileTask {
+    /// Bytes this run moves.
+    fn todo(&self) -> u64 {
+        self.jobs.iter().map(|(a, b)| b - a).sum()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +91,8 @@ struct Job {
 struct JobResult {
     file: usize,
     result: Result<(), TransferError>,
+    /// Ranges that reached the destination, even if the job failed.
+    done: Vec<(u64, u64)>,
 }
 
 /// What every worker shares.
@@ -198,8 +214,9 @@ fn worker(
             let (sftp, ctx, results) = (sftp.clone(), ctx.clone(), results.clone());
             tasks.spawn(async move {
                 let file = job.file;
-                let result = run_job(&sftp, &ctx, job).await;
-                let _ = results.send(JobResult { file, result });
+                let mut done = Vec::new();
+                let result = run_job(&sftp, &ctx, job, &mut done).await;
+                let _ = results.send(JobResult { file, result, done });
                 drop(permit);
             });
             while tasks.try_join_next().is_some() {}
@@ -317,7 +334,7 @@ impl Pool {
 
     /// Hand the plan to the workers, queue the jobs, finalize split files
     /// as their last range completes, and wait.
-    async fn run(mut self, ctx: Arc<Ctx>, split_min: u64) -> Result<usize, TransferError> {
+    async fn run(mut self, ctx: Arc<Ctx>) -> Result<usize, TransferError> {
         for tx in self.ctx_txs.drain(..) {
             let _ = tx.send(ctx.clone());
         }
@@ -326,31 +343,19 @@ impl Pool {
         // Largest first: a big file started last would finish alone.
         let mut order: Vec<usize> = (0..ctx.files.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(ctx.files.get(i).map(|f| f.size).unwrap_or(0)));
-        let mut remaining: Vec<usize> = ctx.files.iter().map(|f| f.parts).collect();
+        let mut pending: Vec<usize> = ctx.files.iter().map(|f| f.parts).collect();
+        let mut failed = vec![false; ctx.files.len()];
+        let mut arrived: Vec<Vec<(u64, u64)>> = vec![Vec::new(); ctx.files.len()];
         let mut jobs = VecDeque::new();
         for i in order {
             let Some(f) = ctx.files.get(i) else { continue };
-            let left = f.size - f.start;
-            if f.parts <= 1 {
+            for &(a, b) in &f.jobs {
                 jobs.push_back(Job {
                     file: i,
-                    offset: f.start,
-                    len: left,
-                    whole: true,
+                    offset: a,
+                    len: b - a,
+                    whole: f.parts == 1,
                 });
-                continue;
-            }
-            let part = left.div_ceil(f.parts as u64).max(split_min.min(left));
-            let mut off = f.start;
-            while off < f.size {
-                let len = part.min(f.size - off);
-                jobs.push_back(Job {
-                    file: i,
-                    offset: off,
-                    len,
-                    whole: false,
-                });
-                off += len;
             }
         }
         let job_tx = self.job_tx.clone();
@@ -369,31 +374,55 @@ impl Pool {
         let mut results_rx = self.results_rx;
         let collector = async {
             while let Some(r) = results_rx.recv().await {
-                let Some(left) = remaining.get_mut(r.file) else {
+                let (Some(left), Some(f)) = (pending.get_mut(r.file), ctx.files.get(r.file)) else {
                     continue;
                 };
-                match r.result {
-                    Ok(()) => {
-                        *left = left.saturating_sub(1);
-                        if *left == 0 {
-                            if let Some(f) = ctx.files.get(r.file) {
-                                if f.parts > 1 {
-                                    if let Err(e) = finalize(&control, &ctx, f).await {
-                                        errors += 1;
-                                        report(&mut first_err, e);
-                                        continue;
-                                    }
-                                    ctx.stats.files_done.fetch_add(1, Ordering::Relaxed);
-                                }
-                            }
-                        }
+                *left = left.saturating_sub(1);
+                if let Some(a) = arrived.get_mut(r.file) {
+                    a.extend(r.done);
+                }
+                if let Err(e) = r.result {
+                    if let Some(fl) = failed.get_mut(r.file) {
+                        *fl = true;
                     }
-                    Err(e) => {
-                        // Other ranges of the file may still be running; the
-                        // file is not finalized since its count never hits 0.
-                        *left = usize::MAX;
+                    errors += 1;
+                    report(&mut first_err, e);
+                }
+                if *left > 0 {
+                    continue;
+                }
+                let file_failed = failed.get(r.file).copied().unwrap_or(true);
+                if !file_failed && f.parts > 1 {
+                    if let Err(e) = finalize(&control, &ctx, f).await {
                         errors += 1;
                         report(&mut first_err, e);
+                        continue;
+                    }
+                    ctx.stats.files_done.fetch_add(1, Ordering::Relaxed);
+                }
+                if file_failed {
+                    // Record what really arrived, for --resume.
+                    let mut done = journal::missing(&journal::merge(f.jobs.clone()), f.size);
+                    done.extend(
+                        arrived
+                            .get_mut(r.file)
+                            .map(std::mem::take)
+                            .unwrap_or_default(),
+                    );
+                    let j = journal::Journal {
+                        size: f.size,
+                        mtime: f.src_mtime,
+                        done: journal::merge(done),
+                    };
+                    if j.done.is_empty() {
+                        journal::remove(&f.journal);
+                    } else if let Err(e) = journal::write(&f.journal, &j) {
+                        tracing::warn!("cannot write {}: {e}", f.journal.display());
+                    }
+                } else {
+                    journal::remove(&f.journal);
+                    if let Some(a) = arrived.get_mut(r.file) {
+                        *a = Vec::new();
                     }
                 }
             }
@@ -408,7 +437,14 @@ impl Pool {
 }
 
 fn report(first: &mut Option<TransferError>, e: TransferError) {
-    eprintln!("ferry: {e}");
+    // A lost connection fails every transfer in flight on it: say it once.
+    let repeat = matches!(
+        (&e, first.as_ref()),
+        (TransferError::Network(_), Some(TransferError::Network(_)))
+    );
+    if !repeat {
+        eprintln!("ferry: {e}");
+    }
     if first.is_none() {
         *first = Some(e);
     }
@@ -477,9 +513,14 @@ fn parent(p: &[u8]) -> &[u8] {
 /// `.NAME.ferry-part` next to NAME: same directory, so the final rename is
 /// atomic and never crosses file systems.
 fn tmp_name(dst: &[u8]) -> Vec<u8> {
+    side_name(dst, b".ferry-part")
+}
+
+/// `.NAME<suffix>` in NAME's directory.
+fn side_name(dst: &[u8], suffix: &[u8]) -> Vec<u8> {
     let mut name = b".".to_vec();
     name.extend_from_slice(basename(dst));
-    name.extend_from_slice(b".ferry-part");
+    name.extend_from_slice(suffix);
     join(parent(dst), &name)
 }
 
@@ -516,12 +557,35 @@ fn budget_kib(opts: &CopyOptions, default: u64) -> usize {
     (opts.max_inflight.unwrap_or(default) / 1024).clamp(64, Semaphore::MAX_PERMITS as u64) as usize
 }
 
-fn parts_for(size: u64, start: u64, opts: &CopyOptions, streams: usize) -> usize {
-    let left = size.saturating_sub(start);
-    if streams <= 1 || left < opts.split_min.max(1) * 2 {
-        return 1;
+/// Cut the ranges still to copy into jobs. A big file is split so that
+/// every connection gets a share (up to two each), in pieces of at least
+/// `split_min`; an empty file or a finished one still gets one (empty) job,
+/// which creates or finalizes it.
+fn plan_jobs(
+    todo: Vec<(u64, u64)>,
+    size: u64,
+    opts: &CopyOptions,
+    streams: usize,
+) -> Vec<(u64, u64)> {
+    if todo.is_empty() {
+        return vec![(size, size)];
     }
-    ((left / opts.split_min.max(1)) as usize).clamp(1, streams * 2)
+    let total: u64 = todo.iter().map(|(a, b)| b - a).sum();
+    let min = opts.split_min.max(1);
+    if streams <= 1 || total < 2 * min {
+        return todo;
+    }
+    let pieces = (total / min).clamp(1, streams as u64 * 2);
+    let piece = total.div_ceil(pieces).max(min);
+    let mut jobs = Vec::new();
+    for (mut a, b) in todo {
+        while a < b {
+            let e = (a + piece).min(b);
+            jobs.push((a, e));
+            a = e;
+        }
+    }
+    jobs
 }
 
 // ---------------------------------------------------------------- download
@@ -541,6 +605,10 @@ pub(crate) fn download(
         let host = remote.host.clone();
         let (read_chunk, write_chunk) = pool.chunks(opts);
         let mut home = None;
+        let backoff = opts
+            .max_inflight
+            .unwrap_or(Tuning::DOWNLOAD_INFLIGHT)
+            .max(MAX_INFLIGHT_BYTES);
 
         let dest_is_dir = dest.is_dir();
         let dest_wants_dir = dest.as_os_str().as_bytes().ends_with(b"/");
@@ -593,30 +661,38 @@ pub(crate) fn download(
                 )));
             }
             let tmp = tmp_name(&dst_b);
-            let start =
-                prepare_local_tmp(&sftp, &host, &src, &dst, &os(&tmp), size, opts.resume).await?;
-            let parts = parts_for(size, start, opts, pool.streams);
-            let tmp_path = os(&tmp);
-            if parts > 1 {
-                let f = std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(&tmp_path)
-                    .map_err(|e| TransferError::local(&tmp_path, "cannot open", e))?;
-                f.set_len(size)
-                    .map_err(|e| TransferError::local(&tmp_path, "cannot size", e))?;
-            }
-            tasks.push(FileTask {
+            let journal_path = os(&side_name(&dst_b, b".ferry-resume"));
+            let src_mtime = attrs.mtime().unwrap_or(0);
+            let (todo, fresh) = prepare_local_tmp(
+                &sftp,
+                &host,
+                &src,
+                &dst,
+                &os(&tmp),
+                &journal_path,
+                (size, src_mtime),
+                opts.resume,
+                backoff,
+            )
+            .await?;
+            let jobs = plan_jobs(todo, size, opts, pool.streams);
+            let task = FileTask {
                 src,
                 dst: dst_b,
                 tmp,
                 size,
                 mode: attrs.permissions.unwrap_or(0o644) & 0o7777,
                 times: attrs.atime_mtime,
-                start,
-                parts,
-            });
+                parts: jobs.len(),
+                jobs,
+                fresh,
+                journal: journal_path,
+                src_mtime,
+            };
+            start_journal(&task)?;
+            tasks.push(task);
         }
-        let total: u64 = tasks.iter().map(|f| f.size - f.start).sum();
+        let total: u64 = tasks.iter().map(FileTask::todo).sum();
         stats.bytes_total.fetch_add(total, Ordering::Relaxed);
         stats
             .files_total
@@ -633,7 +709,7 @@ pub(crate) fn download(
             stats: stats.clone(),
             budget: Arc::new(Semaphore::new(budget_kib(opts, Tuning::DOWNLOAD_INFLIGHT))),
         });
-        let streams = pool.run(ctx, opts.split_min).await;
+        let streams = pool.run(ctx).await;
         let streams = match streams {
             Ok(s) => s,
             Err(e) => {
@@ -758,19 +834,28 @@ async fn walk_remote(
     Ok(())
 }
 
-/// Create or reuse `.NAME.ferry-part`; returns the offset to start from.
+/// Create or reuse `.NAME.ferry-part`. Returns the ranges still to copy
+/// and whether the file starts empty.
+///
+/// With --resume, a journal (written when an earlier run failed) says
+/// exactly which ranges arrived. Without one, the part file (or a shorter
+/// file under the final name, e.g. from an interrupted `sftp get`) is
+/// trusted up to its size less `backoff`, since replies land out of order
+/// and the last requests in flight may have left holes; the block before
+/// that point must match the source.
+#[allow(clippy::too_many_arguments)]
 async fn prepare_local_tmp(
     sftp: &SftpClient,
     host: &str,
     src: &[u8],
     dst: &Path,
     tmp: &Path,
-    size: u64,
+    journal_path: &Path,
+    (size, mtime): (u64, u32),
     resume: bool,
-) -> Result<u64, TransferError> {
+    backoff: u64,
+) -> Result<(Vec<(u64, u64)>, bool), TransferError> {
     if resume {
-        // A partial copy may sit under the temporary name (ours) or under
-        // the final name (another tool's, e.g. an interrupted sftp get).
         if !tmp.exists() {
             if let Ok(m) = std::fs::metadata(dst) {
                 if m.is_file() && m.len() < size {
@@ -782,32 +867,61 @@ async fn prepare_local_tmp(
         }
         if let Ok(m) = std::fs::metadata(tmp) {
             let have = m.len();
+            if let Some(j) = journal::read(journal_path) {
+                let end = j.done.last().map(|d| d.1).unwrap_or(0);
+                if j.size == size && j.mtime == mtime && have >= end {
+                    return Ok((journal::missing(&j.done, size), false));
+                }
+            }
+            let start = have.saturating_sub(backoff);
             if have > size {
                 eprintln!(
                     "ferry: {}: partial file is larger than the source; starting over",
                     dst.display()
                 );
-            } else if have > 0 {
-                if tail_matches_remote(sftp, host, src, tmp, have).await? {
-                    return Ok(have);
+            } else if start > 0 {
+                if tail_matches_remote(sftp, host, src, tmp, start).await? {
+                    journal::remove(journal_path);
+                    return Ok((vec![(start, size)], false));
                 }
                 eprintln!(
                     "ferry: {}: partial file does not match {host}:{}; starting over",
                     dst.display(),
                     lossy(src)
                 );
-            } else {
-                return Ok(0);
             }
         }
     }
+    journal::remove(journal_path);
     std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .open(tmp)
         .map_err(|e| TransferError::local(tmp, "cannot create", e))?;
-    Ok(0)
+    Ok((
+        if size == 0 {
+            Vec::new()
+        } else {
+            vec![(0, size)]
+        },
+        true,
+    ))
+}
+
+/// A split file gets its journal before any byte moves: if ferry is killed
+/// outright, the journal still says which ranges are trustworthy (those
+/// from before this run), never more.
+fn start_journal(f: &FileTask) -> Result<(), TransferError> {
+    if f.parts <= 1 {
+        return Ok(());
+    }
+    let j = journal::Journal {
+        size: f.size,
+        mtime: f.src_mtime,
+        done: journal::missing(&journal::merge(f.jobs.clone()), f.size),
+    };
+    journal::write(&f.journal, &j).map_err(|e| TransferError::local(&f.journal, "cannot write", e))
 }
 
 async fn tail_matches_remote(
@@ -884,6 +998,16 @@ pub(crate) fn upload(
         let host = remote.host.clone();
         let (read_chunk, write_chunk) = pool.chunks(opts);
         let mut home = None;
+        let backoff = opts
+            .max_inflight
+            .unwrap_or(Tuning::UPLOAD_INFLIGHT)
+            .max(MAX_INFLIGHT_BYTES);
+        let server = format!(
+            "{}@{}:{}",
+            remote.user.as_deref().unwrap_or(""),
+            remote.host,
+            remote.port.unwrap_or(22)
+        );
         let dest = resolve_remote(&sftp, &host, &remote.path, &mut home).await?;
         let dest_attrs = match sftp.stat(&dest).await {
             Ok(a) => Some(a),
@@ -930,29 +1054,56 @@ pub(crate) fn upload(
         for (src, dst, meta) in files {
             let size = meta.len();
             let tmp = tmp_name(&dst);
-            let start = if opts.resume {
-                resume_remote_tmp(&sftp, &host, &src, &dst, &tmp, size).await?
+            let journal_path = journal::upload_path(&server, &tmp);
+            let src_mtime = meta.mtime().clamp(0, u32::MAX as i64) as u32;
+            let resumed = if opts.resume {
+                resume_remote_tmp(
+                    &sftp,
+                    &host,
+                    &src,
+                    (&dst, &tmp),
+                    &journal_path,
+                    (size, src_mtime),
+                    backoff,
+                )
+                .await?
             } else {
-                0
+                None
             };
-            let parts = parts_for(size, start, opts, pool.streams);
+            let fresh = resumed.is_none();
+            let todo = resumed.unwrap_or_else(|| {
+                if size == 0 {
+                    Vec::new()
+                } else {
+                    vec![(0, size)]
+                }
+            });
+            if fresh {
+                journal::remove(&journal_path);
+            }
+            let jobs = plan_jobs(todo, size, opts, pool.streams);
             // A file sent as one job is created by that job (one round
             // trip less per small file); ranges need the file to exist first.
-            if parts > 1 && start == 0 {
+            if jobs.len() > 1 && fresh {
                 create_remote_tmp(&sftp, &host, &tmp).await?;
             }
-            tasks.push(FileTask {
+            let task = FileTask {
                 src: src.as_os_str().as_bytes().to_vec(),
                 dst,
                 tmp,
                 size,
                 mode: meta.permissions().mode() & 0o7777,
                 times: mtime_of(&meta),
-                start,
-                parts,
-            });
+                parts: jobs.len(),
+                jobs,
+                fresh,
+                journal: journal_path,
+                src_mtime,
+            };
+            start_journal(&task)?;
+            tasks.push(task);
         }
-        let total: u64 = tasks.iter().map(|f| f.size - f.start).sum();
+        let total: u64 = tasks.iter().map(FileTask::todo).sum();
         stats.bytes_total.fetch_add(total, Ordering::Relaxed);
         stats
             .files_total
@@ -969,7 +1120,7 @@ pub(crate) fn upload(
             stats: stats.clone(),
             budget: Arc::new(Semaphore::new(budget_kib(opts, Tuning::UPLOAD_INFLIGHT))),
         });
-        let streams = pool.run(ctx, opts.split_min).await;
+        let streams = pool.run(ctx).await;
         let streams = match streams {
             Ok(s) => s,
             Err(e) => {
@@ -1072,16 +1223,17 @@ async fn mkdir_remote(
     }
 }
 
-/// With --resume: how much of the destination is already there and
-/// matches the source (0 to start over).
+/// With --resume: the ranges still to send, or `None` to start over.
+/// Same rules as [`prepare_local_tmp`], with the journal kept locally.
 async fn resume_remote_tmp(
     sftp: &SftpClient,
     host: &str,
     src: &Path,
-    dst: &[u8],
-    tmp: &[u8],
-    size: u64,
-) -> Result<u64, TransferError> {
+    (dst, tmp): (&[u8], &[u8]),
+    journal_path: &Path,
+    (size, mtime): (u64, u32),
+    backoff: u64,
+) -> Result<Option<Vec<(u64, u64)>>, TransferError> {
     let mut have = match sftp.stat(tmp).await {
         Ok(a) => a.size,
         Err(_) => None,
@@ -1096,28 +1248,33 @@ async fn resume_remote_tmp(
             }
         }
     }
-    match have {
-        Some(have) if have > size => {
-            eprintln!(
-                "ferry: {host}:{}: partial file is larger than the source; starting over",
-                lossy(dst)
-            );
-            Ok(0)
+    let Some(have) = have else {
+        return Ok(None);
+    };
+    if let Some(j) = journal::read(journal_path) {
+        let end = j.done.last().map(|d| d.1).unwrap_or(0);
+        if j.size == size && j.mtime == mtime && have >= end {
+            return Ok(Some(journal::missing(&j.done, size)));
         }
-        Some(have) if have > 0 => {
-            if tail_matches_local(sftp, host, src, tmp, have).await? {
-                Ok(have)
-            } else {
-                eprintln!(
-                    "ferry: {host}:{}: partial file does not match {}; starting over",
-                    lossy(dst),
-                    src.display()
-                );
-                Ok(0)
-            }
-        }
-        _ => Ok(0),
     }
+    let start = have.saturating_sub(backoff);
+    if have > size {
+        eprintln!(
+            "ferry: {host}:{}: partial file is larger than the source; starting over",
+            lossy(dst)
+        );
+    } else if start > 0 {
+        if tail_matches_local(sftp, host, src, tmp, start).await? {
+            journal::remove(journal_path);
+            return Ok(Some(vec![(start, size)]));
+        }
+        eprintln!(
+            "ferry: {host}:{}: partial file does not match {}; starting over",
+            lossy(dst),
+            src.display()
+        );
+    }
+    Ok(None)
 }
 
 async fn create_remote_tmp(sftp: &SftpClient, host: &str, tmp: &[u8]) -> Result<(), TransferError> {
@@ -1174,13 +1331,18 @@ async fn tail_matches_local(
 
 // ------------------------------------------------------------ the jobs
 
-async fn run_job(sftp: &SftpClient, ctx: &Ctx, job: Job) -> Result<(), TransferError> {
+async fn run_job(
+    sftp: &SftpClient,
+    ctx: &Ctx,
+    job: Job,
+    done: &mut Vec<(u64, u64)>,
+) -> Result<(), TransferError> {
     let Some(f) = ctx.files.get(job.file) else {
         return Err(TransferError::Local("internal: bad job".into()));
     };
     match ctx.dir {
-        Direction::Download => download_range(sftp, ctx, f, job.offset, job.len).await?,
-        Direction::Upload => upload_range(sftp, ctx, f, job.offset, job.len).await?,
+        Direction::Download => download_range(sftp, ctx, f, job.offset, job.len, done).await?,
+        Direction::Upload => upload_range(sftp, ctx, f, job.offset, job.len, done).await?,
     }
     if job.whole {
         finalize(sftp, ctx, f).await?;
@@ -1195,6 +1357,7 @@ async fn download_range(
     f: &FileTask,
     offset: u64,
     len: u64,
+    done: &mut Vec<(u64, u64)>,
 ) -> Result<(), TransferError> {
     let tmp = os(&f.tmp);
     let out = std::fs::OpenOptions::new()
@@ -1208,7 +1371,7 @@ async fn download_range(
         .open(&f.src, OpenFlags::READ, FileAttrs::default())
         .await
         .map_err(|e| TransferError::sftp(&ctx.host, &f.src, e))?;
-    let res = pull(sftp, ctx, f, &h, &out, &tmp, offset, len).await;
+    let res = pull(sftp, ctx, f, &h, &out, &tmp, offset, len, done).await;
     // Closing a read handle cannot lose data: don't wait for the answer.
     let (s, h2) = (sftp.clone(), h.clone());
     tokio::spawn(async move {
@@ -1227,6 +1390,7 @@ async fn pull(
     tmp: &Path,
     offset: u64,
     len: u64,
+    done: &mut Vec<(u64, u64)>,
 ) -> Result<(), TransferError> {
     let chunk = ctx.read_chunk;
     let max_depth = ctx
@@ -1285,6 +1449,7 @@ async fn pull(
         let piece = data.get(..got).unwrap_or(&data);
         out.write_all_at(piece, at)
             .map_err(|e| TransferError::local(tmp, "cannot write", e))?;
+        record(done, at, got as u64);
         ctx.stats
             .bytes_done
             .fetch_add(got as u64, Ordering::Relaxed);
@@ -1304,12 +1469,22 @@ async fn pull(
     Ok(())
 }
 
+/// Note that `len` bytes at `at` reached the destination. Kept merged now
+/// and then so a long job's list stays short.
+fn record(done: &mut Vec<(u64, u64)>, at: u64, len: u64) {
+    done.push((at, at + len));
+    if done.len() >= 1024 {
+        *done = journal::merge(std::mem::take(done));
+    }
+}
+
 async fn upload_range(
     sftp: &SftpClient,
     ctx: &Ctx,
     f: &FileTask,
     offset: u64,
     len: u64,
+    done: &mut Vec<(u64, u64)>,
 ) -> Result<(), TransferError> {
     let src = os(&f.src);
     let input =
@@ -1318,7 +1493,7 @@ async fn upload_range(
     // (the server's umask applies, as with cp); resumed files and ranges
     // open what the coordinator prepared.
     let single = f.parts <= 1;
-    let (flags, attrs) = if single && f.start == 0 {
+    let (flags, attrs) = if single && f.fresh {
         (
             OpenFlags::WRITE | OpenFlags::CREATE | OpenFlags::TRUNCATE,
             FileAttrs {
@@ -1333,7 +1508,7 @@ async fn upload_range(
         .open(&f.tmp, flags, attrs)
         .await
         .map_err(|e| TransferError::sftp(&ctx.host, &f.dst, e))?;
-    let mut res = push(sftp, ctx, f, &h, &input, &src, offset, len).await;
+    let mut res = push(sftp, ctx, f, &h, &input, &src, offset, len, done).await;
     if res.is_ok() && single && ctx.preserve {
         let attrs = FileAttrs {
             permissions: Some(f.mode),
@@ -1364,6 +1539,7 @@ async fn push(
     src: &Path,
     offset: u64,
     len: u64,
+    done: &mut Vec<(u64, u64)>,
 ) -> Result<(), TransferError> {
     let chunk = ctx.write_chunk;
     let max_depth = ctx
@@ -1388,14 +1564,15 @@ async fn push(
                 let t0 = Instant::now();
                 let r = s.write(&h, at, &buf).await;
                 drop(permit);
-                (buf.len(), t0, r)
+                (at, buf.len(), t0, r)
             });
             next += n as u64;
         }
-        let Some((n, t0, r)) = inflight.next().await else {
+        let Some((at, n, t0, r)) = inflight.next().await else {
             break;
         };
         r.map_err(|e| TransferError::sftp(&ctx.host, &f.dst, e))?;
+        record(done, at, n as u64);
         ctx.stats.bytes_done.fetch_add(n as u64, Ordering::Relaxed);
         let now = Instant::now();
         window.on_reply(n as u64, now - t0, now);
@@ -1442,7 +1619,7 @@ async fn finalize(sftp: &SftpClient, ctx: &Ctx, f: &FileTask) -> Result<(), Tran
         Direction::Upload => {
             // Whole files got their mode at creation (and -p's times before
             // close); split or resumed files get them here.
-            if f.parts > 1 || f.start > 0 {
+            if f.parts > 1 || !f.fresh {
                 let attrs = FileAttrs {
                     permissions: Some(if ctx.preserve { f.mode } else { f.mode & 0o777 }),
                     atime_mtime: if ctx.preserve { f.times } else { None },

@@ -508,6 +508,19 @@ fn assert_no_parts(sshd: &Sshd, dir: &Path, ctx: &str) {
     );
 }
 
+/// After a failed copy: nothing in `dir` but (allowed) `.ferry-part` files
+/// and their `.ferry-resume` journals.
+fn assert_only_parts(dir: &Path, ctx: &str) {
+    let names = list_dir(dir);
+    assert!(
+        names
+            .iter()
+            .all(|n| n.ends_with(".ferry-part") || n.ends_with(".ferry-resume")),
+        "{ctx}: failed copy left files in {}: {names:?}",
+        dir.display()
+    );
+}
+
 fn stderr_lower(o: &Output) -> String {
     stderr_text(o).to_lowercase()
 }
@@ -1028,7 +1041,8 @@ fn check_resume_get(partial: Partial) {
     write_prefix(&src, &at, forty_percent());
     let o = sshd.cp(&args!["--resume", sshd.url(&src), &dst]);
     sshd.assert_ok(&o, &format!("get --resume from {partial:?}"));
-    assert_file_hash(&dst, &h, &format!("get --resume from {partial:?}"));
+    assert_eq!(hash_file(&src), h, "source changed");
+    assert_same_file(&src, &dst, &format!("get --resume from {partial:?}"));
     assert_no_parts(&sshd, &local, "get --resume");
 }
 
@@ -1046,7 +1060,8 @@ fn check_resume_put(partial: Partial) {
     write_prefix(&src, &at, forty_percent());
     let o = sshd.cp(&args!["--resume", &src, sshd.scp(&dst)]);
     sshd.assert_ok(&o, &format!("put --resume from {partial:?}"));
-    assert_file_hash(&dst, &h, &format!("put --resume from {partial:?}"));
+    assert_eq!(hash_file(&src), h, "source changed");
+    assert_same_file(&src, &dst, &format!("put --resume from {partial:?}"));
     assert_no_parts(&sshd, &rem, "put --resume");
 }
 
@@ -1198,7 +1213,8 @@ fn check_interrupted(upload: bool) {
     sshd.restart();
     let o = sshd.cp(&args!["--resume", &s, &d]);
     sshd.assert_ok(&o, "--resume after interruption");
-    assert_file_hash(&dst, &h, "--resume after interruption");
+    assert_eq!(hash_file(&src), h, "source changed");
+    assert_same_file(&src, &dst, "--resume after interruption");
     let dir = dst.parent().unwrap().to_path_buf();
     assert_no_parts(&sshd, &dir, "--resume after interruption");
 }
@@ -1234,7 +1250,7 @@ fn remote_missing_file_exit_4_names_path() {
         e.to_lowercase().contains("no such file"),
         "server message missing:\n{e}"
     );
-    assert!(list_dir(&local).is_empty(), "{:?}", list_dir(&local));
+    assert_only_parts(&local, "get of a missing remote file");
 
     // upload into a remote directory that does not exist
     let f = local.join("f.bin");
@@ -1301,7 +1317,7 @@ fn remote_permission_denied_exit_4() {
         e.contains(&secret.display().to_string()),
         "remote path not named:\n{e}"
     );
-    assert!(list_dir(&back).is_empty(), "{:?}", list_dir(&back));
+    assert_only_parts(&back, "get of a root-only file");
 }
 
 fn mentions_disk_full(e: &str) -> bool {

@@ -35,7 +35,9 @@ const SSHD_START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// `vec![OsString, ...]` from anything path- or string-like.
 macro_rules! args {
-    ($($a:expr),* $(,)?) => { vec![$(::std::ffi::OsString::from($a)),*] };
+    ($($a:expr),* $(,)?) => {
+        ::std::vec::Vec::<::std::ffi::OsString>::from([$(::std::ffi::OsString::from($a)),*])
+    };
 }
 
 // ---------------------------------------------------------------------------
@@ -67,13 +69,22 @@ fn stdout_of(cmd: &mut Command) -> String {
         .to_string()
 }
 
+/// The procps `kill` program (shells' builtins differ, e.g. dash has no
+/// `--`).
+fn kill_bin() -> &'static str {
+    ["/bin/kill", "/usr/bin/kill"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .unwrap_or("kill")
+}
+
 /// Send `signal` (a name like "KILL") to the given process ids with the
 /// `kill` utility. Missing processes are ignored.
 fn send_signal(signal: &str, pids: &[String]) {
     if pids.is_empty() {
         return;
     }
-    let _ = Command::new("kill")
+    let _ = Command::new(kill_bin())
         .arg(format!("-{signal}"))
         .arg("--")
         .args(pids)
@@ -696,7 +707,10 @@ impl Sshd {
         // watchdog down before it has done its job.
         let watchdog = Command::new("sh")
             .arg("-c")
-            .arg(format!("read _; kill -KILL -- -{pid} {pid} 2>/dev/null"))
+            .arg(format!(
+                "read _; {} -KILL -- -{pid} {pid} 2>/dev/null",
+                kill_bin()
+            ))
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -1295,6 +1309,70 @@ pub fn assert_file_hash(path: &Path, want: &blake3::Hash, ctx: &str) {
         "{ctx}: content of {} differs (size {})",
         path.display(),
         file_len(path)
+    );
+}
+
+/// Where `got` differs from `want`, in 1 MiB blocks: the first few
+/// differing ranges and whether those blocks are all zeros (holes).
+pub fn describe_difference(want: &Path, got: &Path) -> String {
+    let (Ok(mut a), Ok(mut b)) = (File::open(want), File::open(got)) else {
+        return format!("cannot open {} or {}", want.display(), got.display());
+    };
+    let (la, lb) = (file_len(want), file_len(got));
+    let mut ba = vec![0u8; MIB as usize];
+    let mut bb = vec![0u8; MIB as usize];
+    let mut ranges: Vec<(u64, u64, bool)> = Vec::new(); // (start MiB, end MiB, all zero)
+    let mut block = 0u64;
+    loop {
+        let na = read_full(&mut a, &mut ba);
+        let nb = read_full(&mut b, &mut bb);
+        if na == 0 && nb == 0 {
+            break;
+        }
+        if ba[..na] != bb[..nb] {
+            let zero = bb[..nb].iter().all(|x| *x == 0);
+            match ranges.last_mut() {
+                Some(r) if r.1 == block && r.2 == zero => r.1 = block + 1,
+                _ => ranges.push((block, block + 1, zero)),
+            }
+        }
+        block += 1;
+    }
+    let total: u64 = ranges.iter().map(|r| r.1 - r.0).sum();
+    let shown: Vec<String> = ranges
+        .iter()
+        .take(8)
+        .map(|(s, e, z)| format!("[{s}..{e}) MiB{}", if *z { " zeros" } else { "" }))
+        .collect();
+    format!(
+        "sizes {la} (want) vs {lb} (got); {total} MiB block(s) differ in {} range(s): {}",
+        ranges.len(),
+        shown.join(", ")
+    )
+}
+
+fn read_full(f: &mut File, buf: &mut [u8]) -> usize {
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read(&mut buf[n..]) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => n += k,
+        }
+    }
+    n
+}
+
+/// Panic unless `got` has exactly the bytes of `want` (blake3), saying
+/// where they differ if not.
+pub fn assert_same_file(want: &Path, got: &Path, ctx: &str) {
+    assert!(got.is_file(), "{ctx}: {} missing", got.display());
+    let (hw, hg) = (hash_file(want), hash_file(got));
+    assert!(
+        hw == hg,
+        "{ctx}: {} differs from {}: {}",
+        got.display(),
+        want.display(),
+        describe_difference(want, got)
     );
 }
 

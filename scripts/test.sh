@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Full check of the ferry workspace: formatting, clippy, all tests.
+#
+# The end-to-end tests (crates/ferry/tests/sftp_openssh.rs) start a real
+# OpenSSH sshd on 127.0.0.1 and use OpenSSH's own clients, so those are
+# installed first when missing (Debian/Ubuntu, apt-get). Tests needing root
+# (password user, tmpfs for disk-full) skip themselves when not root.
+#
+# Usage: scripts/test.sh [extra args for `cargo test --workspace`]
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# --- system packages --------------------------------------------------------
+missing=()
+want() { # want PACKAGE TEST...  (PACKAGE is needed unless every TEST passes)
+    local pkg=$1
+    shift
+    local t
+    for t in "$@"; do
+        if ! eval "$t" >/dev/null 2>&1; then
+            case " ${missing[*]-} " in
+            *" $pkg "*) ;;
+            *) missing+=("$pkg") ;;
+            esac
+            return
+        fi
+    done
+}
+want openssh-server 'test -x /usr/sbin/sshd'
+want openssh-sftp-server 'test -x /usr/lib/openssh/sftp-server'
+want openssh-client 'command -v ssh' 'command -v sftp' 'command -v ssh-keygen'
+want passwd 'command -v useradd' 'command -v chpasswd'
+want mount 'command -v mount' 'command -v umount'
+want procps 'test -x /usr/bin/kill || test -x /bin/kill'
+want util-linux 'command -v setsid'
+want libc-bin 'command -v getent'
+
+if ((${#missing[@]})); then
+    echo "test.sh: installing missing packages: ${missing[*]}" >&2
+    sudo=()
+    if [ "$(id -u)" -ne 0 ]; then
+        if command -v sudo >/dev/null 2>&1; then
+            sudo=(sudo)
+        else
+            echo "test.sh: need root or sudo to install: ${missing[*]}" >&2
+            exit 1
+        fi
+    fi
+    if ! command -v apt-get >/dev/null 2>&1; then
+        echo "test.sh: no apt-get; please install: ${missing[*]}" >&2
+        exit 1
+    fi
+    "${sudo[@]}" apt-get update
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+
+# --- checks -----------------------------------------------------------------
+echo "== cargo fmt --all -- --check" >&2
+cargo fmt --all -- --check
+
+echo "== cargo clippy --workspace --all-targets -- -D warnings" >&2
+cargo clippy --workspace --all-targets -- -D warnings
+
+echo "== cargo test --workspace --no-fail-fast $*" >&2
+cargo test --workspace --no-fail-fast "$@"
