@@ -124,14 +124,18 @@ async fn reserve(budget: &Arc<Semaphore>, bytes: u32, must: bool) -> Option<Owne
 /// Joins the connection threads when the copy is over.
 struct PoolHandle {
     hold: Option<oneshot::Sender<()>>,
-    threads: Vec<std::thread::JoinHandle<()>>,
+    threads: Threads,
 }
+
+/// Connection threads, shared so that ones started late are joined too.
+type Threads = Arc<std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>>;
 
 impl PoolHandle {
     /// Let the first connection go and wait for every connection thread.
     fn finish(mut self) {
         drop(self.hold.take());
-        for t in std::mem::take(&mut self.threads) {
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        for t in threads {
             let _ = t.join();
         }
     }
@@ -146,23 +150,39 @@ impl Drop for PoolHandle {
 }
 
 struct Pool {
-    control: SftpClient,
+    /// The first connection, used by the coordinator too.
+    control: Option<SftpClient>,
     job_tx: async_channel::Sender<Job>,
     job_rx: async_channel::Receiver<Job>,
     results_rx: mpsc::UnboundedReceiver<JobResult>,
     results_tx: mpsc::UnboundedSender<JobResult>,
     /// Each worker waits for the shared context before taking jobs.
     ctx_txs: Vec<oneshot::Sender<Arc<Ctx>>>,
-    threads: Vec<std::thread::JoinHandle<()>>,
+    threads: Threads,
+    /// Connections asked for.
     streams: usize,
+    /// The user chose `--streams`: open them all, whatever the plan.
+    explicit_streams: bool,
+    /// Readiness of the connections after the first.
+    pending: Vec<oneshot::Receiver<Result<SftpClient, TransferError>>>,
     /// Dropped in [`Pool::finish`] to let the first connection close.
     hold: Option<oneshot::Sender<()>>,
+    connector: Arc<Connector>,
+    /// `-P`: files (or ranges) in flight over all connections.
+    parallel: usize,
+    /// The first connection's job slots, given out once the number of
+    /// connections is known.
+    first_slots: Arc<Semaphore>,
+    max_in_flight: usize,
 }
+
+/// Bytes of work that justify one more connection.
+const EXTRA_STREAM_BYTES: u64 = 32 * 1024 * 1024;
 
 #[allow(clippy::too_many_arguments)]
 fn worker(
     connector: Arc<Connector>,
-    slots: usize,
+    sem: Arc<Semaphore>,
     max_in_flight: usize,
     ready: oneshot::Sender<Result<SftpClient, TransferError>>,
     ctx_rx: oneshot::Receiver<Arc<Ctx>>,
@@ -202,7 +222,6 @@ fn worker(
             conn.close().await;
             return;
         };
-        let sem = Arc::new(Semaphore::new(slots.max(1)));
         let mut tasks = tokio::task::JoinSet::new();
         loop {
             let Ok(permit) = sem.clone().acquire_owned().await else {
@@ -254,61 +273,92 @@ impl Pool {
         let streams = opts.streams.unwrap_or(default_streams).max(1);
         let (job_tx, job_rx) = async_channel::bounded::<Job>(1024);
         let (results_tx, results_rx) = mpsc::unbounded_channel();
-        let slots = opts.parallel.max(1).div_ceil(streams);
         // Requests in flight per connection: every slot at full depth.
-        let max_in_flight = (slots * opts.max_depth.max(4)).clamp(64, 16384);
-        let mut threads = Vec::new();
-        let mut ctx_txs = Vec::new();
-        let mut control = None;
-        let mut pending = Vec::new();
+        let max_in_flight = (opts.parallel.max(1) * opts.max_depth.max(4)).clamp(64, 16384);
         let (hold_tx, hold_rx) = oneshot::channel();
-        let mut hold_rx = Some(hold_rx);
-        for i in 0..streams {
-            let (ready_tx, ready_rx) = oneshot::channel();
-            let (ctx_tx, ctx_rx) = oneshot::channel();
-            let (c, jr, rt) = (connector.clone(), job_rx.clone(), results_tx.clone());
-            let hold = hold_rx.take();
-            let t = std::thread::Builder::new()
-                .name(format!("ferry-conn-{i}"))
-                .spawn(move || worker(c, slots, max_in_flight, ready_tx, ctx_rx, jr, rt, hold))
-                .map_err(|e| TransferError::Local(format!("cannot start a thread: {e}")))?;
-            threads.push(t);
-            ctx_txs.push(ctx_tx);
-            if i == 0 {
-                let first = ready_rx
-                    .await
-                    .map_err(|_| TransferError::Network("connection thread died".into()))??;
-                control = Some(first);
-            } else {
-                pending.push(ready_rx);
-            }
-        }
-        let mut streams_up = 1;
-        for rx in pending {
-            match rx.await {
-                Ok(Ok(_)) => streams_up += 1,
-                // A server that caps sessions (MaxStartups) still lets us
-                // work with fewer connections: say so and go on.
-                Ok(Err(e)) => tracing::warn!("extra connection failed, continuing with fewer: {e}"),
-                Err(_) => {}
-            }
-        }
-        let control = control.ok_or_else(|| TransferError::Network("no connection".into()))?;
-        Ok(Pool {
-            control,
+        let mut pool = Pool {
+            control: None,
             job_tx,
             job_rx,
             results_rx,
             results_tx,
-            ctx_txs,
-            threads,
-            streams: streams_up,
+            ctx_txs: Vec::new(),
+            threads: Threads::default(),
+            streams,
+            explicit_streams: opts.streams.is_some(),
+            pending: Vec::new(),
             hold: Some(hold_tx),
-        })
+            connector,
+            parallel: opts.parallel.max(1),
+            first_slots: Arc::new(Semaphore::new(0)),
+            max_in_flight,
+        };
+        let first = pool.first_slots.clone();
+        let ready = pool.spawn_worker(Some(hold_rx), first)?;
+        let first = ready
+            .await
+            .map_err(|_| TransferError::Network("connection thread died".into()))??;
+        pool.control = Some(first);
+        Ok(pool)
+    }
+
+    /// Start one more connection thread; it takes jobs once it is up.
+    fn spawn_worker(
+        &mut self,
+        hold: Option<oneshot::Receiver<()>>,
+        sem: Arc<Semaphore>,
+    ) -> Result<oneshot::Receiver<Result<SftpClient, TransferError>>, TransferError> {
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let (ctx_tx, ctx_rx) = oneshot::channel();
+        let (c, jr, rt) = (
+            self.connector.clone(),
+            self.job_rx.clone(),
+            self.results_tx.clone(),
+        );
+        let max_in_flight = self.max_in_flight;
+        let t = std::thread::Builder::new()
+            .name(format!("ferry-conn-{}", self.ctx_txs.len()))
+            .spawn(move || worker(c, sem, max_in_flight, ready_tx, ctx_rx, jr, rt, hold))
+            .map_err(|e| TransferError::Local(format!("cannot start a thread: {e}")))?;
+        self.threads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(t);
+        self.ctx_txs.push(ctx_tx);
+        Ok(ready_rx)
+    }
+
+    /// Open the other connections, if the plan has work enough for them:
+    /// each costs the server a process and a key exchange, which a 100 MB
+    /// copy over four connections paid back less than it cost.
+    fn grow(&mut self, todo_bytes: u64) -> Result<(), TransferError> {
+        let worth = if self.explicit_streams {
+            usize::MAX
+        } else {
+            (todo_bytes / EXTRA_STREAM_BYTES) as usize
+        };
+        let extra = (self.streams - 1).min(worth);
+        // -P is shared out over the connections that will exist.
+        let per = self.parallel.div_ceil(extra + 1).max(1);
+        self.first_slots.add_permits(per);
+        for _ in 0..extra {
+            let ready = self.spawn_worker(None, Arc::new(Semaphore::new(per)))?;
+            self.pending.push(ready);
+        }
+        Ok(())
+    }
+
+    fn control(&self) -> Result<SftpClient, TransferError> {
+        self.control
+            .clone()
+            .ok_or_else(|| TransferError::Network("no connection".into()))
     }
 
     fn chunks(&self, opts: &CopyOptions) -> (u32, u32) {
-        let info = self.control.info();
+        let info = match &self.control {
+            Some(c) => c.info(),
+            None => return (FALLBACK_CHUNK, FALLBACK_CHUNK),
+        };
         let want = opts.chunk.unwrap_or(DEFAULT_CHUNK).max(512);
         let read = match info.max_read() {
             Some(m) => want.min(m),
@@ -328,13 +378,15 @@ impl Pool {
     fn handle(&mut self) -> PoolHandle {
         PoolHandle {
             hold: self.hold.take(),
-            threads: std::mem::take(&mut self.threads),
+            threads: self.threads.clone(),
         }
     }
 
     /// Hand the plan to the workers, queue the jobs, finalize split files
     /// as their last range completes, and wait.
     async fn run(mut self, ctx: Arc<Ctx>) -> Result<usize, TransferError> {
+        let control = self.control()?;
+        self.grow(ctx.files.iter().map(FileTask::todo).sum())?;
         for tx in self.ctx_txs.drain(..) {
             let _ = tx.send(ctx.clone());
         }
@@ -368,7 +420,6 @@ impl Pool {
             }
             drop(job_tx);
         };
-        let control = self.control.clone();
         let mut first_err: Option<TransferError> = None;
         let mut errors = 0usize;
         let mut results_rx = self.results_rx;
@@ -428,8 +479,19 @@ impl Pool {
             }
         };
         tokio::join!(feeder, collector);
+        // How many connections really came up (for the summary).
+        let mut streams_up = 1;
+        for rx in self.pending {
+            match rx.await {
+                Ok(Ok(_)) => streams_up += 1,
+                // A server that caps sessions (MaxStartups) still lets us
+                // work with fewer connections.
+                Ok(Err(e)) => tracing::warn!("an extra connection failed; worked with fewer: {e}"),
+                Err(_) => {}
+            }
+        }
         match first_err {
-            None => Ok(self.streams),
+            None => Ok(streams_up),
             Some(e) if errors > 1 => Err(with_more(e, errors - 1)),
             Some(e) => Err(e),
         }
@@ -601,7 +663,7 @@ pub(crate) fn download(
     runtime()?.block_on(async {
         let mut pool = Pool::start(remote, opts, Tuning::DOWNLOAD_STREAMS).await?;
         let handle = pool.handle();
-        let sftp = pool.control.clone();
+        let sftp = pool.control()?;
         let host = remote.host.clone();
         let (read_chunk, write_chunk) = pool.chunks(opts);
         let mut home = None;
@@ -994,7 +1056,7 @@ pub(crate) fn upload(
     runtime()?.block_on(async {
         let mut pool = Pool::start(remote, opts, Tuning::UPLOAD_STREAMS).await?;
         let handle = pool.handle();
-        let sftp = pool.control.clone();
+        let sftp = pool.control()?;
         let host = remote.host.clone();
         let (read_chunk, write_chunk) = pool.chunks(opts);
         let mut home = None;
@@ -1555,16 +1617,19 @@ async fn push(
             let Some(permit) = reserve(&ctx.budget, n as u32, inflight.is_empty()).await else {
                 break;
             };
-            let mut buf = vec![0u8; n];
-            input.read_exact_at(&mut buf, next).map_err(|e| {
+            // Read the data straight into its place in the WRITE packet.
+            let prefix = ferry_sftp::packet_ext::write_prefix_len(h.0.len());
+            let mut buf = bytes::BytesMut::zeroed(prefix + n);
+            let data = buf.get_mut(prefix..).unwrap_or_default();
+            input.read_exact_at(data, next).map_err(|e| {
                 TransferError::local(src, "cannot read (did it shrink during the copy?)", e)
             })?;
             let (s, h, at) = (sftp.clone(), h.clone(), next);
             inflight.push(async move {
                 let t0 = Instant::now();
-                let r = s.write(&h, at, &buf).await;
+                let r = s.write_prepared(&h, at, buf).await;
                 drop(permit);
-                (at, buf.len(), t0, r)
+                (at, n, t0, r)
             });
             next += n as u64;
         }

@@ -363,6 +363,30 @@ impl Request {
         out.put_u32(data_len);
     }
 
+    /// Fill the first [`write_prefix_len`] bytes of `buf` with the header
+    /// of a WRITE packet whose data is the rest of `buf`, so file data can
+    /// be read straight into its place in the packet. Returns false (and
+    /// writes nothing) when `buf` is too short for the header or too long
+    /// for a packet.
+    pub fn fill_write_prefix(buf: &mut [u8], id: u32, handle: &[u8], offset: u64) -> bool {
+        let prefix = write_prefix_len(handle.len());
+        let Some(data_len) = buf.len().checked_sub(prefix) else {
+            return false;
+        };
+        let Ok(data_len) = u32::try_from(data_len) else {
+            return false;
+        };
+        let mut head = BytesMut::with_capacity(prefix);
+        Request::encode_write_prefix(&mut head, id, handle, offset, data_len);
+        match buf.get_mut(..prefix) {
+            Some(dst) if dst.len() == head.len() => {
+                dst.copy_from_slice(&head);
+                true
+            }
+            _ => false,
+        }
+    }
+
     pub fn packet_type(&self) -> u8 {
         use Request::*;
         match self {

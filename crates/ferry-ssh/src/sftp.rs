@@ -284,6 +284,22 @@ impl SftpClient {
     }
 
     pub async fn write(&self, handle: &Handle, offset: u64, data: &[u8]) -> Result<(), SftpError> {
+        let prefix = ferry_sftp::packet_ext::write_prefix_len(handle.0.len());
+        let mut buf = BytesMut::with_capacity(prefix + data.len());
+        buf.resize(prefix, 0);
+        buf.extend_from_slice(data);
+        self.write_prepared(handle, offset, buf).await
+    }
+
+    /// WRITE from a buffer whose first `write_prefix_len(handle)` bytes are
+    /// room for the packet header and the rest is the data: the caller
+    /// reads file data straight into it, and no byte is copied again.
+    pub async fn write_prepared(
+        &self,
+        handle: &Handle,
+        offset: u64,
+        mut buf: BytesMut,
+    ) -> Result<(), SftpError> {
         let _permit = self
             .inner
             .permits
@@ -300,12 +316,12 @@ impl SftpClient {
                 .insert(tx)
                 .map_err(|e| SftpError::Protocol(e.to_string()))?
         };
-        // Encode in place: prefix then data, one buffer, one copy.
-        let mut buf = BytesMut::with_capacity(
-            ferry_sftp::packet_ext::write_prefix_len(handle.0.len()) + data.len(),
-        );
-        Request::encode_write_prefix(&mut buf, id, &handle.0, offset, data.len() as u32);
-        buf.extend_from_slice(data);
+        if !Request::fill_write_prefix(&mut buf, id, &handle.0, offset) {
+            let _ = lock(&self.inner.state).table.take(id);
+            return Err(SftpError::Protocol(
+                "write buffer has no room for the header".into(),
+            ));
+        }
         self.send(buf.freeze()).await?;
         let reply = rx
             .await
