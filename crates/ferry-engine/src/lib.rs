@@ -69,7 +69,7 @@ impl Default for CopyOptions {
             recursive: false,
             preserve: false,
             resume: false,
-            parallel: 16,
+            parallel: 64,
             streams: None,
             chunk: None,
             max_depth: 128,
