@@ -176,6 +176,9 @@ struct Pool {
     max_in_flight: usize,
 }
 
+/// Ranges of split files one connection works on at once.
+const RANGES_PER_CONNECTION: usize = 2;
+
 /// Bytes of work that justify one more connection.
 const EXTRA_STREAM_BYTES: u64 = 32 * 1024 * 1024;
 
@@ -223,12 +226,21 @@ fn worker(
             return;
         };
         let mut tasks = tokio::task::JoinSet::new();
+        // Ranges of a split file each keep a deep pipeline of their own:
+        // more than two on one connection gain nothing, and would leave
+        // nothing for the connections still shaking hands.
+        let ranges = Arc::new(Semaphore::new(RANGES_PER_CONNECTION));
         loop {
             let Ok(permit) = sem.clone().acquire_owned().await else {
                 break;
             };
             let Ok(job) = jobs.recv().await else {
                 break;
+            };
+            let range_permit = if job.whole {
+                None
+            } else {
+                ranges.clone().acquire_owned().await.ok()
             };
             let (sftp, ctx, results) = (sftp.clone(), ctx.clone(), results.clone());
             tasks.spawn(async move {
@@ -237,6 +249,7 @@ fn worker(
                 let result = run_job(&sftp, &ctx, job, &mut done).await;
                 let _ = results.send(JobResult { file, result, done });
                 drop(permit);
+                drop(range_permit);
             });
             while tasks.try_join_next().is_some() {}
         }
