@@ -100,7 +100,7 @@ fn random_bytes_never_panic() {
         let mut v: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
         // Make the type byte plausible half of the time, to get past it.
         if let Some(t) = v.first_mut() {
-            if rng.next() % 2 == 0 {
+            if rng.next().is_multiple_of(2) {
                 *t = [
                     3, 4, 5, 6, 11, 12, 17, 18, 20, 200, 101, 102, 103, 104, 105, 201,
                 ][(rng.next() % 16) as usize];
@@ -140,13 +140,8 @@ fn framer_survives_random_streams() {
             let len = (rng.next() % 40) as usize;
             let chunk: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
             f.push(&chunk);
-            loop {
-                match f.next_frame() {
-                    Ok(Some(fr)) => {
-                        let _ = Response::decode(fr);
-                    }
-                    Ok(None) | Err(_) => break,
-                }
+            while let Ok(Some(fr)) = f.next_frame() {
+                let _ = Response::decode(fr);
             }
         }
     }
