@@ -628,6 +628,16 @@ fn mtime_of(meta: &std::fs::Metadata) -> Option<(u32, u32)> {
     ))
 }
 
+/// Add the plan to the progress totals; returns (bytes, files) to move.
+fn count_plan(tasks: &[FileTask], stats: &Stats) -> (u64, u64) {
+    let total: u64 = tasks.iter().map(FileTask::todo).sum();
+    stats.bytes_total.fetch_add(total, Ordering::Relaxed);
+    stats
+        .files_total
+        .fetch_add(tasks.len() as u64, Ordering::Relaxed);
+    (total, tasks.len() as u64)
+}
+
 fn budget_kib(opts: &CopyOptions, default: u64) -> usize {
     (opts.max_inflight.unwrap_or(default) / 1024).clamp(64, Semaphore::MAX_PERMITS as u64) as usize
 }
@@ -767,12 +777,7 @@ pub(crate) fn download(
             start_journal(&task)?;
             tasks.push(task);
         }
-        let total: u64 = tasks.iter().map(FileTask::todo).sum();
-        stats.bytes_total.fetch_add(total, Ordering::Relaxed);
-        stats
-            .files_total
-            .fetch_add(tasks.len() as u64, Ordering::Relaxed);
-        let nfiles = tasks.len() as u64;
+        let (total, nfiles) = count_plan(&tasks, &stats);
         let ctx = Arc::new(Ctx {
             dir: Direction::Download,
             files: tasks,
@@ -784,8 +789,7 @@ pub(crate) fn download(
             stats: stats.clone(),
             budget: Arc::new(Semaphore::new(budget_kib(opts, Tuning::DOWNLOAD_INFLIGHT))),
         });
-        let streams = pool.run(ctx).await;
-        let streams = match streams {
+        let streams = match pool.run(ctx).await {
             Ok(s) => s,
             Err(e) => {
                 drop(sftp);
@@ -1178,12 +1182,7 @@ pub(crate) fn upload(
             start_journal(&task)?;
             tasks.push(task);
         }
-        let total: u64 = tasks.iter().map(FileTask::todo).sum();
-        stats.bytes_total.fetch_add(total, Ordering::Relaxed);
-        stats
-            .files_total
-            .fetch_add(tasks.len() as u64, Ordering::Relaxed);
-        let nfiles = tasks.len() as u64;
+        let (total, nfiles) = count_plan(&tasks, &stats);
         let ctx = Arc::new(Ctx {
             dir: Direction::Upload,
             files: tasks,
@@ -1195,8 +1194,7 @@ pub(crate) fn upload(
             stats: stats.clone(),
             budget: Arc::new(Semaphore::new(budget_kib(opts, Tuning::UPLOAD_INFLIGHT))),
         });
-        let streams = pool.run(ctx).await;
-        let streams = match streams {
+        let streams = match pool.run(ctx).await {
             Ok(s) => s,
             Err(e) => {
                 drop(sftp);

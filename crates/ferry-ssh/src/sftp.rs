@@ -180,28 +180,44 @@ impl SftpClient {
 
     /// Send one request and wait for its reply. `build` gets the id.
     pub async fn call(&self, build: impl FnOnce(u32) -> Request) -> Result<Response, SftpError> {
-        let _permit = self
-            .inner
-            .permits
-            .acquire()
-            .await
-            .map_err(|_| SftpError::Closed("session closed".into()))?;
-        let (tx, rx) = oneshot::channel();
-        let id = {
-            let mut st = lock(&self.inner.state);
-            if let Some(why) = &st.closed {
-                return Err(SftpError::Closed(why.clone()));
-            }
-            st.table
-                .insert(tx)
-                .map_err(|e| SftpError::Protocol(e.to_string()))?
-        };
+        let (_permit, id, rx) = self.register().await?;
         let req = build(id);
         let mut buf = BytesMut::with_capacity(64 + write_len(&req));
         req.encode(&mut buf);
         self.send(buf.freeze()).await?;
         rx.await
             .map_err(|_| SftpError::Closed("session closed".into()))?
+    }
+
+    /// Wait for room in flight, then record a request in the table: its
+    /// id, and where its reply will come. The permit is held until the
+    /// reply is in.
+    async fn register(
+        &self,
+    ) -> Result<
+        (
+            tokio::sync::SemaphorePermit<'_>,
+            u32,
+            oneshot::Receiver<Reply>,
+        ),
+        SftpError,
+    > {
+        let permit = self
+            .inner
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| SftpError::Closed("session closed".into()))?;
+        let (tx, rx) = oneshot::channel();
+        let mut st = lock(&self.inner.state);
+        if let Some(why) = &st.closed {
+            return Err(SftpError::Closed(why.clone()));
+        }
+        let id = st
+            .table
+            .insert(tx)
+            .map_err(|e| SftpError::Protocol(e.to_string()))?;
+        Ok((permit, id, rx))
     }
 
     async fn send(&self, bytes: Bytes) -> Result<(), SftpError> {
@@ -300,22 +316,7 @@ impl SftpClient {
         offset: u64,
         mut buf: BytesMut,
     ) -> Result<(), SftpError> {
-        let _permit = self
-            .inner
-            .permits
-            .acquire()
-            .await
-            .map_err(|_| SftpError::Closed("session closed".into()))?;
-        let (tx, rx) = oneshot::channel();
-        let id = {
-            let mut st = lock(&self.inner.state);
-            if let Some(why) = &st.closed {
-                return Err(SftpError::Closed(why.clone()));
-            }
-            st.table
-                .insert(tx)
-                .map_err(|e| SftpError::Protocol(e.to_string()))?
-        };
+        let (_permit, id, rx) = self.register().await?;
         if !Request::fill_write_prefix(&mut buf, id, &handle.0, offset) {
             let _ = lock(&self.inner.state).table.take(id);
             return Err(SftpError::Protocol(
