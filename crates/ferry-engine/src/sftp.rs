@@ -135,8 +135,16 @@ impl PoolHandle {
     fn finish(mut self) {
         drop(self.hold.take());
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        // Join what ends within a grace period; a thread stuck in a
+        // handshake with a dead server is left to its connect timeout.
+        let deadline = Instant::now() + Duration::from_secs(5);
         for t in threads {
-            let _ = t.join();
+            while !t.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            }
         }
     }
 }
@@ -176,6 +184,9 @@ struct Pool {
     max_in_flight: usize,
 }
 
+/// Longest wait for an extra connection to be up and authenticated.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// Ranges of split files one connection works on at once.
 const RANGES_PER_CONNECTION: usize = 2;
 
@@ -206,10 +217,26 @@ fn worker(
         }
     };
     rt.block_on(async move {
-        let conn = match connector.connect().await {
-            Ok(c) => c,
-            Err(e) => {
+        // An extra connection to a server that accepts but never answers
+        // must not hold a thread forever. (The first one may be waiting for
+        // a person to type a password: no limit there.)
+        let limit = if hold.is_some() {
+            Duration::MAX
+        } else {
+            HANDSHAKE_TIMEOUT
+        };
+        let conn = match tokio::time::timeout(limit, connector.connect()).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => {
                 let _ = ready.send(Err(e.into()));
+                return;
+            }
+            Err(_) => {
+                let _ = ready.send(Err(TransferError::Network(format!(
+                    "{}: no SSH handshake within {} s",
+                    connector.label(),
+                    HANDSHAKE_TIMEOUT.as_secs()
+                ))));
                 return;
             }
         };
@@ -423,6 +450,7 @@ impl Pool {
                 });
             }
         }
+        let total_jobs = jobs.len();
         let job_tx = self.job_tx.clone();
         drop(self.job_tx);
         let feeder = async move {
@@ -437,7 +465,14 @@ impl Pool {
         let mut errors = 0usize;
         let mut results_rx = self.results_rx;
         let collector = async {
-            while let Some(r) = results_rx.recv().await {
+            // Stop at the last result, not when every worker has gone: a
+            // connection still shaking hands must not hold up the copy.
+            let mut received = 0;
+            while received < total_jobs {
+                let Some(r) = results_rx.recv().await else {
+                    break;
+                };
+                received += 1;
                 let (Some(left), Some(f)) = (pending.get_mut(r.file), ctx.files.get(r.file)) else {
                     continue;
                 };
@@ -495,7 +530,12 @@ impl Pool {
         // How many connections really came up (for the summary).
         let mut streams_up = 1;
         for rx in self.pending {
-            match rx.await {
+            // Connections not up by now did no work: don't wait for them.
+            match tokio::time::timeout(Duration::from_millis(100), rx)
+                .await
+                .unwrap_or(Ok(Err(TransferError::Network(
+                    "still connecting when the copy ended".into(),
+                )))) {
                 Ok(Ok(_)) => streams_up += 1,
                 // A server that caps sessions (MaxStartups) still lets us
                 // work with fewer connections.
