@@ -63,4 +63,16 @@ echo "== cargo clippy --workspace --all-targets -- -D warnings" >&2
 cargo clippy --workspace --all-targets -- -D warnings
 
 echo "== cargo test --workspace --no-fail-fast $*" >&2
-cargo test --workspace --no-fail-fast "$@"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+set +e
+cargo test --workspace --no-fail-fast "$@" 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+set -e
+# One closing line for the whole workspace (cargo's last line is often a
+# crate's doc tests, with 0 tests in it).
+passed=$(awk '/^test result:/ { for (i = 1; i < NF; i++) if ($(i+1) ~ /^passed/) s += $i } END { print s + 0 }' "$log")
+failed=$(awk '/^test result:/ { for (i = 1; i < NF; i++) if ($(i+1) ~ /^failed/) s += $i } END { print s + 0 }' "$log")
+echo
+echo "workspace: ${passed:-0} passed, ${failed:-0} failed"
+exit "$rc"
