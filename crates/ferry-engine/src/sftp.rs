@@ -109,6 +109,33 @@ struct Ctx {
     budget: Arc<Semaphore>,
 }
 
+impl Ctx {
+    fn new(
+        dir: Direction,
+        files: Vec<FileTask>,
+        (read_chunk, write_chunk): (u32, u32),
+        opts: &CopyOptions,
+        host: &str,
+        stats: &Arc<Stats>,
+    ) -> Arc<Ctx> {
+        let inflight = match dir {
+            Direction::Download => Tuning::DOWNLOAD_INFLIGHT,
+            Direction::Upload => Tuning::UPLOAD_INFLIGHT,
+        };
+        Arc::new(Ctx {
+            dir,
+            files,
+            read_chunk,
+            write_chunk,
+            max_depth: opts.max_depth,
+            preserve: opts.preserve,
+            host: host.to_string(),
+            stats: stats.clone(),
+            budget: Arc::new(Semaphore::new(budget_kib(opts, inflight))),
+        })
+    }
+}
+
 /// Take room for `bytes` in flight from the copy-wide budget. With `must`
 /// (nothing of this job is in flight) wait for room; otherwise give up at
 /// once so the job goes back to collecting replies.
@@ -818,17 +845,14 @@ pub(crate) fn download(
             tasks.push(task);
         }
         let (total, nfiles) = count_plan(&tasks, &stats);
-        let ctx = Arc::new(Ctx {
-            dir: Direction::Download,
-            files: tasks,
-            read_chunk,
-            write_chunk,
-            max_depth: opts.max_depth,
-            preserve: opts.preserve,
-            host: host.clone(),
-            stats: stats.clone(),
-            budget: Arc::new(Semaphore::new(budget_kib(opts, Tuning::DOWNLOAD_INFLIGHT))),
-        });
+        let ctx = Ctx::new(
+            Direction::Download,
+            tasks,
+            (read_chunk, write_chunk),
+            opts,
+            &host,
+            &stats,
+        );
         let streams = match pool.run(ctx).await {
             Ok(s) => s,
             Err(e) => {
@@ -1223,17 +1247,14 @@ pub(crate) fn upload(
             tasks.push(task);
         }
         let (total, nfiles) = count_plan(&tasks, &stats);
-        let ctx = Arc::new(Ctx {
-            dir: Direction::Upload,
-            files: tasks,
-            read_chunk,
-            write_chunk,
-            max_depth: opts.max_depth,
-            preserve: opts.preserve,
-            host: host.clone(),
-            stats: stats.clone(),
-            budget: Arc::new(Semaphore::new(budget_kib(opts, Tuning::UPLOAD_INFLIGHT))),
-        });
+        let ctx = Ctx::new(
+            Direction::Upload,
+            tasks,
+            (read_chunk, write_chunk),
+            opts,
+            &host,
+            &stats,
+        );
         let streams = match pool.run(ctx).await {
             Ok(s) => s,
             Err(e) => {
