@@ -218,7 +218,7 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(120);
 const RANGES_PER_CONNECTION: usize = 2;
 
 /// Bytes of work that justify one more connection.
-const EXTRA_STREAM_BYTES: u64 = 32 * 1024 * 1024;
+const EXTRA_STREAM_BYTES: u64 = 64 * 1024 * 1024;
 
 #[allow(clippy::too_many_arguments)]
 fn worker(
