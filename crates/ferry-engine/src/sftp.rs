@@ -18,11 +18,11 @@ use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use bytes::Bytes;
 use ferry_sftp::{FileAttrs, OpenFlags};
-use ferry_ssh::{Connector, Handle, SftpClient, SftpError};
+use ferry_ssh::{Connector, Handle, SftpClient};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
@@ -793,7 +793,7 @@ pub(crate) fn download(
                 }
                 walk_remote(&sftp, &host, &path, &target, &mut files, &mut dirs).await?;
             } else {
-                files.push(remote_file(path, target, &attrs));
+                files.push((path, target, attrs));
             }
         }
         // Directories first, parents before children.
@@ -880,10 +880,6 @@ pub(crate) fn download(
             chunk: read_chunk,
         })
     })
-}
-
-fn remote_file(path: Vec<u8>, target: PathBuf, attrs: &FileAttrs) -> (Vec<u8>, PathBuf, FileAttrs) {
-    (path, target, attrs.clone())
 }
 
 type RemoteFiles = Vec<(Vec<u8>, PathBuf, FileAttrs)>;
@@ -1772,6 +1768,3 @@ async fn finalize(sftp: &SftpClient, ctx: &Ctx, f: &FileTask) -> Result<(), Tran
         }
     }
 }
-
-#[allow(dead_code)]
-fn _unused(_: SftpError, _: SystemTime) {}

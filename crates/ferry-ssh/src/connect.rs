@@ -8,7 +8,6 @@
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use ferry_ssh_config::config::{standard_files, HostConfig, SshConfig, StrictHostKeyChecking};
 use ferry_ssh_config::known_hosts::{self, HostKeyStatus};
@@ -261,7 +260,7 @@ impl Connector {
         let mut handle = match client::connect_stream(config, stream, handler).await {
             Ok(h) => h,
             Err(e) => {
-                if let Some(why) = lock(&verdict).take() {
+                if let Some(why) = lock_any(&verdict).take() {
                     return Err(SshError::HostKey(why));
                 }
                 return Err(SshError::Protocol {
@@ -519,10 +518,6 @@ fn cipher_by_name(name: &str) -> Option<cipher::Name> {
     .find(|c| c.as_ref() == name)
 }
 
-fn lock(m: &Mutex<Option<String>>) -> std::sync::MutexGuard<'_, Option<String>> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 fn lock_any<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -549,7 +544,7 @@ impl ClientHandler {
     }
 
     fn refuse(&self, why: String) -> Result<bool, russh::Error> {
-        *lock(&self.verdict) = Some(why);
+        *lock_any(&self.verdict) = Some(why);
         Ok(false)
     }
 
@@ -657,11 +652,4 @@ impl client::Handler for ClientHandler {
             }
         }
     }
-}
-
-#[allow(dead_code)]
-fn _assert_send() {
-    fn is_send<T: Send>() {}
-    is_send::<Connector>();
-    let _ = Duration::from_secs(0);
 }
