@@ -159,7 +159,7 @@ type Threads = Arc<std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>>;
 
 impl PoolHandle {
     /// Let the first connection go and wait for every connection thread.
-    fn finish(mut self) {
+    fn finish(&mut self) {
         drop(self.hold.take());
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
         // Join what ends within a grace period; a thread stuck in a
@@ -447,6 +447,16 @@ impl Pool {
             hold: self.hold.take(),
             threads: self.threads.clone(),
         }
+    }
+
+    /// [`Pool::run`], and on failure release the connections before the
+    /// error goes up.
+    async fn execute(self, ctx: Arc<Ctx>, handle: &mut PoolHandle) -> Result<usize, TransferError> {
+        let result = self.run(ctx).await;
+        if result.is_err() {
+            handle.finish();
+        }
+        result
     }
 
     /// Hand the plan to the workers, queue the jobs, finalize split files
@@ -752,7 +762,7 @@ pub(crate) fn download(
     let started = Instant::now();
     runtime()?.block_on(async {
         let mut pool = Pool::start(remote, opts, Tuning::DOWNLOAD_STREAMS).await?;
-        let handle = pool.handle();
+        let mut handle = pool.handle();
         let sftp = pool.control()?;
         let host = remote.host.clone();
         let (read_chunk, write_chunk) = pool.chunks(opts);
@@ -853,14 +863,7 @@ pub(crate) fn download(
             &host,
             &stats,
         );
-        let streams = match pool.run(ctx).await {
-            Ok(s) => s,
-            Err(e) => {
-                drop(sftp);
-                handle.finish();
-                return Err(e);
-            }
-        };
+        let streams = pool.execute(ctx, &mut handle).await?;
         if opts.preserve {
             // Directory times last: writing files into them changed them.
             for (d, times, mode) in dirs.iter().rev() {
@@ -1132,7 +1135,7 @@ pub(crate) fn upload(
     }
     runtime()?.block_on(async {
         let mut pool = Pool::start(remote, opts, Tuning::UPLOAD_STREAMS).await?;
-        let handle = pool.handle();
+        let mut handle = pool.handle();
         let sftp = pool.control()?;
         let host = remote.host.clone();
         let (read_chunk, write_chunk) = pool.chunks(opts);
@@ -1251,14 +1254,7 @@ pub(crate) fn upload(
             &host,
             &stats,
         );
-        let streams = match pool.run(ctx).await {
-            Ok(s) => s,
-            Err(e) => {
-                drop(sftp);
-                handle.finish();
-                return Err(e);
-            }
-        };
+        let streams = pool.execute(ctx, &mut handle).await?;
         if opts.preserve {
             for (d, meta) in dirs.iter().rev() {
                 let attrs = FileAttrs {
