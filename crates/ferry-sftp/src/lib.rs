@@ -57,7 +57,7 @@ pub use framer::{FrameError, Framer};
 pub use packet::{NameEntry, OpenFlags, Request, Response};
 /// Extended (SSH_FXP_EXTENDED) requests.
 pub mod packet_ext {
-    pub use crate::packet::{write_prefix_len, Extended};
+    pub use crate::packet::{write_prefix_len, Extended, DATA_PREFIX_LEN};
 }
 pub use table::{RequestTable, TableFull, MAX_IN_FLIGHT};
 pub use wire::DecodeError;

@@ -613,6 +613,11 @@ fn decode_pairs(r: &mut Reader) -> Result<Vec<(Bytes, Bytes)>, DecodeError> {
     Ok(v)
 }
 
+/// Bytes of a DATA packet before its payload: length, type, id, data
+/// length. A server that reads a file straight into a buffer reserves this
+/// much in front and fills it with [`Response::fill_data_prefix`].
+pub const DATA_PREFIX_LEN: usize = 4 + 1 + 4 + 4;
+
 impl Response {
     /// The id of the request this answers; VERSION has none.
     pub fn id(&self) -> Option<u32> {
@@ -639,6 +644,24 @@ impl Response {
             Attrs { .. } => SSH_FXP_ATTRS,
             ExtendedReply { .. } => SSH_FXP_EXTENDED_REPLY,
         }
+    }
+
+    /// Write the header of a DATA packet carrying `data_len` bytes into the
+    /// first [`DATA_PREFIX_LEN`] bytes of `buf`; the payload follows it.
+    /// Returns false when `buf` is too short.
+    pub fn fill_data_prefix(buf: &mut [u8], id: u32, data_len: u32) -> bool {
+        let Some(head) = buf.get_mut(..DATA_PREFIX_LEN) else {
+            return false;
+        };
+        let packet_len = (DATA_PREFIX_LEN as u32 - 4).saturating_add(data_len);
+        let mut hdr = [0u8; DATA_PREFIX_LEN];
+        let mut w = &mut hdr[..];
+        w.put_u32(packet_len);
+        w.put_u8(SSH_FXP_DATA);
+        w.put_u32(id);
+        w.put_u32(data_len);
+        head.copy_from_slice(&hdr);
+        true
     }
 
     /// Append this packet, length prefix included, to `out`.

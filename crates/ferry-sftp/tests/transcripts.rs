@@ -583,3 +583,21 @@ fn table_reuses_slots_so_memory_is_bounded() {
     }
     assert!(t.insert(1).is_ok());
 }
+
+#[test]
+fn data_prefix_matches_the_encoder() {
+    let payload = b"hello, file";
+    let mut buf = vec![0u8; ferry_sftp::packet_ext::DATA_PREFIX_LEN + payload.len()];
+    buf[ferry_sftp::packet_ext::DATA_PREFIX_LEN..].copy_from_slice(payload);
+    assert!(Response::fill_data_prefix(
+        &mut buf,
+        77,
+        payload.len() as u32
+    ));
+    let expected = enc_resp(&Response::Data {
+        id: 77,
+        data: Bytes::from_static(payload),
+    });
+    assert_eq!(buf, expected);
+    assert!(!Response::fill_data_prefix(&mut [0u8; 5], 1, 0));
+}

@@ -17,4 +17,4 @@ mod sftp;
 
 pub use connect::{ConnectOptions, Connector, SshConnection};
 pub use error::{SftpError, SshError};
-pub use sftp::{Handle, SftpClient, SftpInfo};
+pub use sftp::{channel_writer, Handle, SftpClient, SftpInfo};

@@ -161,7 +161,7 @@ impl SftpClient {
             },
             limits: std::sync::OnceLock::new(),
         });
-        tokio::spawn(writer(write_half, rx));
+        tokio::spawn(channel_writer(write_half, rx, false));
         tokio::spawn(reader(read_half, framer, Arc::downgrade(&inner)));
         let client = SftpClient { inner };
         if client.inner.info.has(EXT_LIMITS) {
@@ -567,8 +567,16 @@ fn unexpected(resp: Response, path: &[u8]) -> SftpError {
     }
 }
 
-async fn writer<S>(write_half: russh::ChannelWriteHalf<S>, mut rx: mpsc::Receiver<Bytes>)
-where
+/// Own the write half of a channel and send what arrives on `rx`, small
+/// packets coalesced into writes of up to 64 KiB so that many small
+/// requests or replies cost few SSH packets. Sends EOF when `rx` closes,
+/// and with `close` also exit status 0 and CLOSE, as a server ends a
+/// subsystem. Used by the SFTP client here and by ferry's SFTP server.
+pub async fn channel_writer<S>(
+    write_half: russh::ChannelWriteHalf<S>,
+    mut rx: mpsc::Receiver<Bytes>,
+    close: bool,
+) where
     S: From<(russh::ChannelId, ChannelMsg)> + Send + Sync + 'static,
 {
     let mut batch = BytesMut::new();
@@ -599,6 +607,10 @@ where
         }
     }
     let _ = write_half.eof().await;
+    if close {
+        let _ = write_half.exit_status(0).await;
+        let _ = write_half.close().await;
+    }
 }
 
 async fn reader(

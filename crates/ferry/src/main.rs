@@ -14,6 +14,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use ferry_engine::{copy, CopyOptions, Location, Stats, TransferError};
 
+mod serve;
+
 #[derive(Parser)]
 #[command(
     name = "ferry",
@@ -34,6 +36,8 @@ enum Cmd {
     /// Copy files between local paths and sftp:// URLs (or scp-style host:path).
     #[command(arg_required_else_help = true)]
     Cp(CpArgs),
+    /// Serve a directory over SFTP (SSH) and HTTPS, authenticated, read-only by default.
+    Serve(serve::ServeArgs),
 }
 
 #[derive(Args)]
@@ -120,6 +124,7 @@ fn main() {
     init_logging(cli.verbose);
     let code = match cli.cmd {
         Cmd::Cp(args) => run_cp(args),
+        Cmd::Serve(args) => serve::run(args),
     };
     std::process::exit(code);
 }

@@ -1,0 +1,1086 @@
+//! The SFTP v3 server: one [`run`] per "sftp" subsystem channel.
+//!
+//! Bytes from the channel go through `ferry-sftp`'s [`Framer`] and
+//! [`Request::decode`]; every path goes through [`Root::resolve`]; file
+//! system calls run on tokio's blocking pool; replies go to one writer task
+//! ([`ferry_ssh::channel_writer`]) that coalesces small ones.
+//!
+//! READ and WRITE are served concurrently (each on the blocking pool),
+//! but replies leave in request order, as OpenSSH's sftp-server sends
+//! them: OpenSSH's own client truncates a download at the first reply that
+//! came out of order (`truncating at ...` in `scp -vvv`). Concurrency is
+//! bounded by a per-session byte budget: when it is spent the session stops reading the channel, the SSH
+//! window closes, and the client waits. Every other request on a handle
+//! first waits for that handle's reads and writes to finish, so CLOSE never
+//! overtakes a WRITE. READ replies are read from the file straight into the
+//! reply buffer behind a 13-byte DATA header: one copy from the page cache.
+//!
+//! A file opened with CREAT|TRUNC (a whole-file upload, as `sftp put` and
+//! `scp` do it) is written under a temporary name next to it and renamed
+//! over the final name on CLOSE; if the client goes away first, the
+//! temporary file is removed and whatever was under the final name before
+//! is untouched.
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::{Bytes, BytesMut};
+use ferry_sftp::consts::*;
+use ferry_sftp::packet_ext::{Extended, DATA_PREFIX_LEN};
+use ferry_sftp::{FileAttrs, Framer, Limits, NameEntry, OpenFlags, Request, Response, StatusCode};
+use russh::ChannelMsg;
+use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
+
+use crate::confine::{ConfineError, Resolved, Root};
+
+/// Per-session limits; see docs/internals/server.md.
+#[derive(Debug, Clone)]
+pub struct SftpLimits {
+    /// Largest READ or WRITE payload, advertised with limits@openssh.com.
+    pub max_io: u32,
+    /// Open files and directories per session.
+    pub max_handles: usize,
+    /// Bytes of READ and WRITE requests being served at once per session.
+    pub max_inflight_bytes: usize,
+}
+
+impl Default for SftpLimits {
+    fn default() -> Self {
+        SftpLimits {
+            max_io: 1024 * 1024,
+            max_handles: 1024,
+            max_inflight_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// What a session needs from the server.
+pub struct SessionConfig {
+    pub root: Root,
+    pub writable: bool,
+    pub limits: SftpLimits,
+}
+
+/// The budget is counted in units of this many bytes.
+const BUDGET_UNIT: usize = 16 * 1024;
+const READDIR_BATCH: usize = 128;
+
+type Reply = Result<Response, (StatusCode, String)>;
+
+enum Handle {
+    File(Arc<OpenFile>),
+    Dir(Arc<OpenDir>),
+}
+
+struct OpenFile {
+    file: File,
+    /// Reads and writes still running on this handle.
+    pending: AtomicUsize,
+    idle: Notify,
+    /// Written under `temp`; renamed to `final_path` on CLOSE.
+    temp: Mutex<Option<(PathBuf, PathBuf)>>,
+}
+
+struct OpenDir {
+    path: PathBuf,
+    entries: Mutex<Option<fs::ReadDir>>,
+}
+
+/// Handles are `index (u32) | generation (u32)`: a stale handle never
+/// reaches a file opened later in the same slot.
+struct Handles {
+    slots: Vec<Option<(u32, Handle)>>,
+    free: Vec<usize>,
+    next_gen: u32,
+    open: usize,
+}
+
+impl Handles {
+    fn new() -> Self {
+        Handles {
+            slots: Vec::new(),
+            free: Vec::new(),
+            next_gen: 1,
+            open: 0,
+        }
+    }
+
+    fn insert(&mut self, h: Handle) -> Bytes {
+        let gen = self.next_gen;
+        self.next_gen = self.next_gen.wrapping_add(1).max(1);
+        let idx = match self.free.pop() {
+            Some(i) => {
+                if let Some(slot) = self.slots.get_mut(i) {
+                    *slot = Some((gen, h));
+                }
+                i
+            }
+            None => {
+                self.slots.push(Some((gen, h)));
+                self.slots.len() - 1
+            }
+        };
+        self.open += 1;
+        let mut b = BytesMut::with_capacity(8);
+        b.extend_from_slice(&(idx as u32).to_be_bytes());
+        b.extend_from_slice(&gen.to_be_bytes());
+        b.freeze()
+    }
+
+    fn parse(handle: &[u8]) -> Option<(usize, u32)> {
+        let idx: [u8; 4] = handle.get(0..4)?.try_into().ok()?;
+        let gen: [u8; 4] = handle.get(4..8)?.try_into().ok()?;
+        if handle.len() != 8 {
+            return None;
+        }
+        Some((u32::from_be_bytes(idx) as usize, u32::from_be_bytes(gen)))
+    }
+
+    fn get(&self, handle: &[u8]) -> Option<&Handle> {
+        let (idx, gen) = Self::parse(handle)?;
+        match self.slots.get(idx)? {
+            Some((g, h)) if *g == gen => Some(h),
+            _ => None,
+        }
+    }
+
+    fn remove(&mut self, handle: &[u8]) -> Option<Handle> {
+        let (idx, gen) = Self::parse(handle)?;
+        let slot = self.slots.get_mut(idx)?;
+        match slot {
+            Some((g, _)) if *g == gen => {
+                let h = slot.take().map(|(_, h)| h);
+                self.free.push(idx);
+                self.open -= 1;
+                h
+            }
+            _ => None,
+        }
+    }
+
+    fn drain(&mut self) -> Vec<Handle> {
+        self.open = 0;
+        self.slots.drain(..).flatten().map(|(_, h)| h).collect()
+    }
+}
+
+/// Serve SFTP on `channel` until the client closes it or sends something
+/// that is not SFTP. `peer` is for log lines.
+pub async fn run<S>(channel: russh::Channel<S>, cfg: Arc<SessionConfig>, peer: String)
+where
+    S: From<(russh::ChannelId, ChannelMsg)> + Send + Sync + 'static,
+{
+    let (mut read_half, write_half) = channel.split();
+    let (out_tx, rx) = mpsc::channel::<Bytes>(256);
+    let writer = tokio::spawn(ferry_ssh::channel_writer(write_half, rx, true));
+    // Replies in request order: each request queues the receiver of its
+    // reply; this task forwards them to the writer in that order.
+    let (tx, mut order_rx) = mpsc::channel::<oneshot::Receiver<Bytes>>(4096);
+    let sequencer = tokio::spawn(async move {
+        while let Some(next) = order_rx.recv().await {
+            if let Ok(bytes) = next.await {
+                if out_tx.send(bytes).await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    let budget_units = (cfg.limits.max_inflight_bytes / BUDGET_UNIT).max(1);
+    let mut session = Session {
+        cfg: cfg.clone(),
+        tx,
+        handles: Handles::new(),
+        budget: Arc::new(Semaphore::new(budget_units)),
+        budget_units,
+        peer: peer.clone(),
+        initialized: false,
+    };
+    // The longest request we accept: a WRITE of max_io plus its header.
+    let mut framer = Framer::new(cfg.limits.max_io + 64 * 1024);
+    let why = 'outer: loop {
+        let msg = read_half.wait().await;
+        match msg {
+            Some(ChannelMsg::Data { data }) => {
+                framer.push(&data);
+                loop {
+                    let frame = match framer.next_frame() {
+                        Ok(Some(f)) => f,
+                        Ok(None) => break,
+                        Err(e) => break 'outer format!("bad packet: {e}"),
+                    };
+                    let req = match Request::decode(frame) {
+                        Ok(r) => r,
+                        Err(e) => break 'outer format!("malformed request: {e}"),
+                    };
+                    if let Err(e) = session.handle(req).await {
+                        break 'outer e;
+                    }
+                }
+            }
+            Some(ChannelMsg::Eof) | Some(ChannelMsg::Close) | None => break String::new(),
+            Some(_) => {}
+        }
+    };
+    if !why.is_empty() {
+        tracing::warn!(%peer, "closing SFTP session: {why}");
+    }
+    session.shutdown().await;
+    drop(session);
+    let _ = sequencer.await;
+    let _ = writer.await;
+}
+
+struct Session {
+    cfg: Arc<SessionConfig>,
+    /// Reply slots, in request order.
+    tx: mpsc::Sender<oneshot::Receiver<Bytes>>,
+    handles: Handles,
+    budget: Arc<Semaphore>,
+    budget_units: usize,
+    peer: String,
+    initialized: bool,
+}
+
+fn status(id: u32, code: StatusCode, msg: &str) -> Response {
+    Response::Status {
+        id,
+        code,
+        message: Bytes::copy_from_slice(msg.as_bytes()),
+        lang: Bytes::from_static(b"en"),
+    }
+}
+
+fn ok(id: u32) -> Response {
+    status(id, StatusCode::OK, "")
+}
+
+fn encode(r: &Response) -> Bytes {
+    let mut b = BytesMut::new();
+    r.encode(&mut b);
+    b.freeze()
+}
+
+fn io_status(e: &io::Error) -> StatusCode {
+    match e.kind() {
+        io::ErrorKind::NotFound => StatusCode::NO_SUCH_FILE,
+        io::ErrorKind::PermissionDenied => StatusCode::PERMISSION_DENIED,
+        _ => StatusCode::FAILURE,
+    }
+}
+
+fn io_err(what: &str, e: io::Error) -> (StatusCode, String) {
+    (io_status(&e), format!("{what}: {e}"))
+}
+
+fn confine_err(e: ConfineError) -> (StatusCode, String) {
+    let code = match e {
+        ConfineError::NotFound(_) => StatusCode::NO_SUCH_FILE,
+        ConfineError::Io(_) => StatusCode::FAILURE,
+        ConfineError::BadName(_) | ConfineError::Escapes(_) => StatusCode::PERMISSION_DENIED,
+    };
+    (code, e.to_string())
+}
+
+fn read_only() -> (StatusCode, String) {
+    (
+        StatusCode::PERMISSION_DENIED,
+        "the server is read-only (start ferry serve with --writable to allow changes)".into(),
+    )
+}
+
+pub(crate) fn attrs_of(m: &fs::Metadata) -> FileAttrs {
+    FileAttrs {
+        size: Some(m.size()),
+        uid_gid: Some((m.uid(), m.gid())),
+        permissions: Some(m.mode()),
+        atime_mtime: Some((clamp_time(m.atime()), clamp_time(m.mtime()))),
+        extended: Vec::new(),
+    }
+}
+
+fn clamp_time(t: i64) -> u32 {
+    t.clamp(0, u32::MAX as i64) as u32
+}
+
+/// An `ls -l` line, as OpenSSH's sftp-server sends in SSH_FXP_NAME.
+fn longname(name: &str, m: &fs::Metadata) -> String {
+    let mode = m.mode();
+    let kind = match mode & 0o170000 {
+        0o040000 => 'd',
+        0o120000 => 'l',
+        0o020000 => 'c',
+        0o060000 => 'b',
+        0o010000 => 'p',
+        0o140000 => 's',
+        _ => '-',
+    };
+    let mut perms = String::with_capacity(10);
+    perms.push(kind);
+    for shift in [6u32, 3, 0] {
+        let bits = (mode >> shift) & 7;
+        perms.push(if bits & 4 != 0 { 'r' } else { '-' });
+        perms.push(if bits & 2 != 0 { 'w' } else { '-' });
+        perms.push(if bits & 1 != 0 { 'x' } else { '-' });
+    }
+    let (y, mo, d, h, mi) = civil(m.mtime());
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let month = MONTHS.get(mo.saturating_sub(1) as usize).unwrap_or(&"Jan");
+    format!(
+        "{perms} {:>4} {:<8} {:<8} {:>8} {month} {d:>2} {y} {h:02}:{mi:02} {name}",
+        m.nlink(),
+        m.uid(),
+        m.gid(),
+        m.size()
+    )
+}
+
+/// (year, month, day, hour, minute) in UTC from a Unix time.
+fn civil(t: i64) -> (i64, u32, u32, u32, u32) {
+    let days = t.div_euclid(86400);
+    let secs = t.rem_euclid(86400);
+    // Howard Hinnant's days-to-civil.
+    let z = days + 719468;
+    let era = z.div_euclid(146097);
+    let doe = z - era * 146097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d, (secs / 3600) as u32, ((secs % 3600) / 60) as u32)
+}
+
+fn apply_attrs(path: &std::path::Path, file: Option<&File>, a: &FileAttrs) -> io::Result<()> {
+    if let Some(size) = a.size {
+        match file {
+            Some(f) => f.set_len(size)?,
+            None => OpenOptions::new().write(true).open(path)?.set_len(size)?,
+        }
+    }
+    if let Some(p) = a.permissions {
+        let perm = fs::Permissions::from_mode(p & 0o7777);
+        match file {
+            Some(f) => f.set_permissions(perm)?,
+            None => fs::set_permissions(path, perm)?,
+        }
+    }
+    if let Some((at, mt)) = a.atime_mtime {
+        let to_time = |s: u32| std::time::UNIX_EPOCH + std::time::Duration::from_secs(u64::from(s));
+        let times = fs::FileTimes::new()
+            .set_accessed(to_time(at))
+            .set_modified(to_time(mt));
+        match file {
+            Some(f) => f.set_times(times)?,
+            None => File::open(path)?.set_times(times)?,
+        }
+    }
+    // uid/gid: the server runs as one user and does not chown.
+    Ok(())
+}
+
+async fn blocking<T, F>(f: F) -> Result<T, (StatusCode, String)>
+where
+    F: FnOnce() -> Result<T, (StatusCode, String)> + Send + 'static,
+    T: Send + 'static,
+{
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r,
+        Err(e) => Err((StatusCode::FAILURE, format!("internal error: {e}"))),
+    }
+}
+
+fn temp_name_for(final_path: &std::path::Path) -> PathBuf {
+    let name = final_path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let nonce: u32 = rand::random();
+    final_path.with_file_name(format!(".{name}.ferry-upload-{nonce:08x}"))
+}
+
+impl Session {
+    /// Queue a reply slot; what is sent on the returned sender goes out
+    /// after every earlier reply.
+    async fn slot(&self) -> Result<oneshot::Sender<Bytes>, String> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(rx)
+            .await
+            .map_err(|_| "the channel closed".to_string())?;
+        Ok(tx)
+    }
+
+    async fn send(&self, r: Response) -> Result<(), String> {
+        let _ = self.slot().await?.send(encode(&r));
+        Ok(())
+    }
+
+    async fn reply(&self, id: u32, r: Reply) -> Result<(), String> {
+        let resp = match r {
+            Ok(r) => r,
+            Err((code, msg)) => status(id, code, &msg),
+        };
+        self.send(resp).await
+    }
+
+    fn resolve(&self, path: &[u8], no_follow: bool) -> Result<Resolved, (StatusCode, String)> {
+        self.cfg.root.resolve(path, no_follow).map_err(confine_err)
+    }
+
+    fn writable(&self) -> Result<(), (StatusCode, String)> {
+        if self.cfg.writable {
+            Ok(())
+        } else {
+            Err(read_only())
+        }
+    }
+
+    fn file(&self, handle: &[u8]) -> Result<Arc<OpenFile>, (StatusCode, String)> {
+        match self.handles.get(handle) {
+            Some(Handle::File(f)) => Ok(f.clone()),
+            _ => Err((StatusCode::FAILURE, "invalid file handle".into())),
+        }
+    }
+
+    /// Wait until no READ or WRITE runs on `f`.
+    async fn quiesce(f: &OpenFile) {
+        loop {
+            let notified = f.idle.notified();
+            if f.pending.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    async fn handle(&mut self, req: Request) -> Result<(), String> {
+        if !self.initialized {
+            return match req {
+                Request::Init { .. } => {
+                    self.initialized = true;
+                    let ext = |k: &str, v: &str| {
+                        (
+                            Bytes::copy_from_slice(k.as_bytes()),
+                            Bytes::copy_from_slice(v.as_bytes()),
+                        )
+                    };
+                    self.send(Response::Version {
+                        version: SFTP_VERSION,
+                        extensions: vec![
+                            ext(EXT_POSIX_RENAME, "1"),
+                            ext(EXT_STATVFS, "2"),
+                            ext(EXT_FSTATVFS, "2"),
+                            ext(EXT_HARDLINK, "1"),
+                            ext(EXT_FSYNC, "1"),
+                            ext(EXT_LIMITS, "1"),
+                            ext(EXT_EXPAND_PATH, "1"),
+                        ],
+                    })
+                    .await
+                }
+                _ => Err("the client did not start with SSH_FXP_INIT".into()),
+            };
+        }
+        match req {
+            Request::Init { .. } => Err("a second SSH_FXP_INIT".into()),
+            Request::Read {
+                id,
+                handle,
+                offset,
+                len,
+            } => self.read(id, &handle, offset, len).await,
+            Request::Write {
+                id,
+                handle,
+                offset,
+                data,
+            } => self.write(id, &handle, offset, data).await,
+            other => {
+                let id = other.id().unwrap_or(0);
+                let r = self.other(other).await;
+                self.reply(id, r).await
+            }
+        }
+    }
+
+    async fn take_budget(&self, bytes: usize) -> Result<tokio::sync::OwnedSemaphorePermit, String> {
+        let units = bytes.div_ceil(BUDGET_UNIT).clamp(1, self.budget_units) as u32;
+        self.budget
+            .clone()
+            .acquire_many_owned(units)
+            .await
+            .map_err(|_| "session closed".to_string())
+    }
+
+    async fn read(&mut self, id: u32, handle: &[u8], offset: u64, len: u32) -> Result<(), String> {
+        let f = match self.file(handle) {
+            Ok(f) => f,
+            Err(e) => return self.reply(id, Err(e)).await,
+        };
+        let len = len.min(self.cfg.limits.max_io) as usize;
+        let permit = self.take_budget(len).await?;
+        let slot = self.slot().await?;
+        f.pending.fetch_add(1, Ordering::AcqRel);
+        tokio::spawn(async move {
+            let f2 = f.clone();
+            let out = tokio::task::spawn_blocking(move || {
+                let mut buf = BytesMut::zeroed(DATA_PREFIX_LEN + len);
+                let mut got = 0usize;
+                // pread may return short; fill what the file has.
+                while got < len {
+                    let Some(dst) = buf.get_mut(DATA_PREFIX_LEN + got..) else {
+                        break;
+                    };
+                    match f2.file.read_at(dst, offset + got as u64) {
+                        Ok(0) => break,
+                        Ok(n) => got += n,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return encode(&status(id, io_status(&e), &format!("read: {e}"))),
+                    }
+                }
+                if got == 0 {
+                    return encode(&status(id, StatusCode::EOF, "end of file"));
+                }
+                buf.truncate(DATA_PREFIX_LEN + got);
+                Response::fill_data_prefix(&mut buf, id, got as u32);
+                buf.freeze()
+            })
+            .await
+            .unwrap_or_else(|e| encode(&status(id, StatusCode::FAILURE, &format!("read: {e}"))));
+            if f.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+                f.idle.notify_waiters();
+            }
+            let _ = slot.send(out);
+            drop(permit);
+        });
+        Ok(())
+    }
+
+    async fn write(
+        &mut self,
+        id: u32,
+        handle: &[u8],
+        offset: u64,
+        data: Bytes,
+    ) -> Result<(), String> {
+        let f = match self.file(handle) {
+            Ok(f) => f,
+            Err(e) => return self.reply(id, Err(e)).await,
+        };
+        let permit = self.take_budget(data.len()).await?;
+        let slot = self.slot().await?;
+        f.pending.fetch_add(1, Ordering::AcqRel);
+        tokio::spawn(async move {
+            let f2 = f.clone();
+            let out = tokio::task::spawn_blocking(move || {
+                match f2.file.write_all_at(&data, offset) {
+                    Ok(()) => encode(&ok(id)),
+                    Err(e) => encode(&status(id, io_status(&e), &format!("write: {e}"))),
+                }
+            })
+            .await
+            .unwrap_or_else(|e| encode(&status(id, StatusCode::FAILURE, &format!("write: {e}"))));
+            if f.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+                f.idle.notify_waiters();
+            }
+            let _ = slot.send(out);
+            drop(permit);
+        });
+        Ok(())
+    }
+
+    async fn other(&mut self, req: Request) -> Reply {
+        match req {
+            Request::Open {
+                id,
+                path,
+                flags,
+                attrs,
+            } => self.open(id, &path, flags, attrs).await,
+            Request::Close { id, handle } => self.close(id, &handle).await,
+            Request::Opendir { id, path } => {
+                if self.handles.open >= self.cfg.limits.max_handles {
+                    return Err(too_many_handles());
+                }
+                let r = self.resolve(&path, false)?;
+                let real = r.real.clone();
+                let rd =
+                    blocking(move || fs::read_dir(&r.real).map_err(|e| io_err(&r.virtual_path, e)))
+                        .await?;
+                let h = self.handles.insert(Handle::Dir(Arc::new(OpenDir {
+                    path: real,
+                    entries: Mutex::new(Some(rd)),
+                })));
+                Ok(Response::Handle { id, handle: h })
+            }
+            Request::Readdir { id, handle } => {
+                let d = match self.handles.get(&handle) {
+                    Some(Handle::Dir(d)) => d.clone(),
+                    _ => return Err((StatusCode::FAILURE, "invalid directory handle".into())),
+                };
+                blocking(move || readdir_batch(id, &d)).await
+            }
+            Request::Stat { id, path } => {
+                let r = self.resolve(&path, false)?;
+                blocking(move || {
+                    let m = fs::metadata(&r.real).map_err(|e| io_err(&r.virtual_path, e))?;
+                    Ok(Response::Attrs {
+                        id,
+                        attrs: attrs_of(&m),
+                    })
+                })
+                .await
+            }
+            Request::Lstat { id, path } => {
+                let r = self.resolve(&path, true)?;
+                blocking(move || {
+                    let m =
+                        fs::symlink_metadata(&r.real).map_err(|e| io_err(&r.virtual_path, e))?;
+                    Ok(Response::Attrs {
+                        id,
+                        attrs: attrs_of(&m),
+                    })
+                })
+                .await
+            }
+            Request::Fstat { id, handle } => {
+                let f = self.file(&handle)?;
+                Self::quiesce(&f).await;
+                blocking(move || {
+                    let m = f.file.metadata().map_err(|e| io_err("fstat", e))?;
+                    Ok(Response::Attrs {
+                        id,
+                        attrs: attrs_of(&m),
+                    })
+                })
+                .await
+            }
+            Request::Setstat { id, path, attrs } => {
+                self.writable()?;
+                let r = self.resolve(&path, false)?;
+                blocking(move || {
+                    apply_attrs(&r.real, None, &attrs).map_err(|e| io_err(&r.virtual_path, e))?;
+                    Ok(ok(id))
+                })
+                .await
+            }
+            Request::Fsetstat { id, handle, attrs } => {
+                self.writable()?;
+                let f = self.file(&handle)?;
+                Self::quiesce(&f).await;
+                blocking(move || {
+                    apply_attrs(std::path::Path::new(""), Some(&f.file), &attrs)
+                        .map_err(|e| io_err("fsetstat", e))?;
+                    Ok(ok(id))
+                })
+                .await
+            }
+            Request::Remove { id, path } => {
+                self.writable()?;
+                let r = self.resolve(&path, true)?;
+                blocking(move || {
+                    fs::remove_file(&r.real).map_err(|e| io_err(&r.virtual_path, e))?;
+                    Ok(ok(id))
+                })
+                .await
+            }
+            Request::Mkdir { id, path, attrs } => {
+                self.writable()?;
+                let r = self.resolve(&path, true)?;
+                blocking(move || {
+                    use std::os::unix::fs::DirBuilderExt;
+                    fs::DirBuilder::new()
+                        .mode(attrs.permissions.unwrap_or(0o777) & 0o7777)
+                        .create(&r.real)
+                        .map_err(|e| io_err(&r.virtual_path, e))?;
+                    Ok(ok(id))
+                })
+                .await
+            }
+            Request::Rmdir { id, path } => {
+                self.writable()?;
+                let r = self.resolve(&path, true)?;
+                if r.real == self.cfg.root.path() {
+                    return Err((
+                        StatusCode::PERMISSION_DENIED,
+                        "/: cannot remove the served directory".into(),
+                    ));
+                }
+                blocking(move || {
+                    fs::remove_dir(&r.real).map_err(|e| io_err(&r.virtual_path, e))?;
+                    Ok(ok(id))
+                })
+                .await
+            }
+            Request::Realpath { id, path } => {
+                // As a chrooted sftp-server answers: `..` at the root stays
+                // there (`cd ..` in sftp). Opening such a path is refused.
+                let parts = Root::normalize_clamped(&path).map_err(confine_err)?;
+                let v = format!("/{}", parts.join("/"));
+                Ok(name_reply(id, v))
+            }
+            Request::Rename { id, from, to } => self.rename(id, &from, &to, false).await,
+            Request::Readlink { id, path } => {
+                let r = self.resolve(&path, true)?;
+                let root = self.cfg.root.clone();
+                blocking(move || {
+                    let target = fs::read_link(&r.real).map_err(|e| io_err(&r.virtual_path, e))?;
+                    let shown = if target.is_absolute() {
+                        root.virtual_of(&target)
+                    } else {
+                        let parent = r.real.parent().map(|p| p.join(&target));
+                        parent
+                            .filter(|p| root.contains(p))
+                            .map(|_| target.to_string_lossy().into_owned())
+                    };
+                    match shown {
+                        Some(s) => Ok(name_reply(id, s)),
+                        None => Err((
+                            StatusCode::PERMISSION_DENIED,
+                            format!(
+                                "{}: the link points outside the served directory",
+                                r.virtual_path
+                            ),
+                        )),
+                    }
+                })
+                .await
+            }
+            Request::Symlink { .. } => Err((
+                StatusCode::OP_UNSUPPORTED,
+                "ferry serve does not create symbolic links".into(),
+            )),
+            Request::Extended { id, request } => self.extended(id, request).await,
+            Request::Init { .. } | Request::Read { .. } | Request::Write { .. } => {
+                Err((StatusCode::BAD_MESSAGE, "unexpected request".into()))
+            }
+        }
+    }
+
+    async fn open(&mut self, id: u32, path: &[u8], flags: OpenFlags, attrs: FileAttrs) -> Reply {
+        if self.handles.open >= self.cfg.limits.max_handles {
+            return Err(too_many_handles());
+        }
+        let write = flags.contains(OpenFlags::WRITE) || flags.contains(OpenFlags::APPEND);
+        if write || flags.contains(OpenFlags::CREATE) || flags.contains(OpenFlags::TRUNCATE) {
+            self.writable()?;
+        }
+        // Follow a final symlink only for reading; a write goes to the
+        // name itself (a link to elsewhere in the tree is still followed
+        // by the kernel, but the check below refused links leading out).
+        let r = self.resolve(path, false)?;
+        let create = flags.contains(OpenFlags::CREATE);
+        let trunc = flags.contains(OpenFlags::TRUNCATE);
+        let excl = flags.contains(OpenFlags::EXCLUDE);
+        let mode = attrs.permissions.unwrap_or(0o666) & 0o7777;
+        let read = flags.contains(OpenFlags::READ);
+        let append = flags.contains(OpenFlags::APPEND);
+        let opened = blocking(move || {
+            // A whole-file upload goes to a temporary name first.
+            if write && create && trunc && !excl && !append {
+                if let Ok(m) = fs::metadata(&r.real) {
+                    if m.is_dir() {
+                        return Err((
+                            StatusCode::FAILURE,
+                            format!("{}: is a directory", r.virtual_path),
+                        ));
+                    }
+                }
+                let temp = temp_name_for(&r.real);
+                let file = OpenOptions::new()
+                    .read(read)
+                    .write(true)
+                    .create_new(true)
+                    .mode(mode)
+                    .custom_flags(libc_o_nofollow())
+                    .open(&temp)
+                    .map_err(|e| io_err(&r.virtual_path, e))?;
+                return Ok((file, Some((temp, r.real))));
+            }
+            let mut o = OpenOptions::new();
+            o.read(read || !write)
+                .write(write && !append)
+                .append(append);
+            if create {
+                if excl {
+                    o.create_new(true);
+                } else {
+                    o.create(true);
+                }
+                o.mode(mode);
+            }
+            if trunc {
+                o.truncate(true);
+            }
+            let file = o.open(&r.real).map_err(|e| io_err(&r.virtual_path, e))?;
+            if file.metadata().map(|m| m.is_dir()).unwrap_or(false) {
+                return Err((
+                    StatusCode::FAILURE,
+                    format!("{}: is a directory", r.virtual_path),
+                ));
+            }
+            Ok((file, None))
+        })
+        .await?;
+        let (file, temp) = opened;
+        let h = self.handles.insert(Handle::File(Arc::new(OpenFile {
+            file,
+            pending: AtomicUsize::new(0),
+            idle: Notify::new(),
+            temp: Mutex::new(temp),
+        })));
+        Ok(Response::Handle { id, handle: h })
+    }
+
+    async fn close(&mut self, id: u32, handle: &[u8]) -> Reply {
+        let Some(h) = self.handles.remove(handle) else {
+            return Err((StatusCode::FAILURE, "invalid handle".into()));
+        };
+        match h {
+            Handle::Dir(_) => Ok(ok(id)),
+            Handle::File(f) => {
+                Self::quiesce(&f).await;
+                let temp = f.temp.lock().map(|mut t| t.take()).unwrap_or(None);
+                match temp {
+                    None => Ok(ok(id)),
+                    Some((temp, final_path)) => {
+                        let root = self.cfg.root.clone();
+                        blocking(move || {
+                            let shown = root
+                                .virtual_of(&final_path)
+                                .unwrap_or_else(|| final_path.display().to_string());
+                            fs::rename(&temp, &final_path).map_err(|e| {
+                                let _ = fs::remove_file(&temp);
+                                io_err(&shown, e)
+                            })?;
+                            Ok(ok(id))
+                        })
+                        .await
+                    }
+                }
+            }
+        }
+    }
+
+    async fn rename(&mut self, id: u32, from: &[u8], to: &[u8], overwrite: bool) -> Reply {
+        self.writable()?;
+        let a = self.resolve(from, true)?;
+        let b = self.resolve(to, true)?;
+        if a.real == self.cfg.root.path() || b.real == self.cfg.root.path() {
+            return Err((
+                StatusCode::PERMISSION_DENIED,
+                "/: cannot rename the served directory".into(),
+            ));
+        }
+        blocking(move || {
+            if !overwrite && fs::symlink_metadata(&b.real).is_ok() {
+                return Err((
+                    StatusCode::FAILURE,
+                    format!("{}: already exists", b.virtual_path),
+                ));
+            }
+            fs::rename(&a.real, &b.real).map_err(|e| io_err(&a.virtual_path, e))?;
+            Ok(ok(id))
+        })
+        .await
+    }
+
+    async fn extended(&mut self, id: u32, request: Extended) -> Reply {
+        match request {
+            Extended::PosixRename { from, to } => self.rename(id, &from, &to, true).await,
+            Extended::Limits => {
+                let l = &self.cfg.limits;
+                let limits = Limits {
+                    max_packet_len: u64::from(l.max_io) + 64 * 1024,
+                    max_read_len: u64::from(l.max_io),
+                    max_write_len: u64::from(l.max_io),
+                    max_open_handles: l.max_handles as u64,
+                };
+                Ok(Response::ExtendedReply {
+                    id,
+                    data: limits.encode(),
+                })
+            }
+            Extended::Statvfs { path } => {
+                let r = self.resolve(&path, false)?;
+                blocking(move || statvfs_reply(id, &r.real).map_err(|e| io_err(&r.virtual_path, e)))
+                    .await
+            }
+            Extended::Fstatvfs { handle } => {
+                let _ = self.file(&handle)?;
+                let root = self.cfg.root.path().to_path_buf();
+                blocking(move || statvfs_reply(id, &root).map_err(|e| io_err("fstatvfs", e))).await
+            }
+            Extended::Fsync { handle } => {
+                let f = self.file(&handle)?;
+                Self::quiesce(&f).await;
+                blocking(move || {
+                    f.file.sync_all().map_err(|e| io_err("fsync", e))?;
+                    Ok(ok(id))
+                })
+                .await
+            }
+            Extended::Hardlink { from, to } => {
+                self.writable()?;
+                let a = self.resolve(&from, true)?;
+                let b = self.resolve(&to, true)?;
+                blocking(move || {
+                    fs::hard_link(&a.real, &b.real).map_err(|e| io_err(&b.virtual_path, e))?;
+                    Ok(ok(id))
+                })
+                .await
+            }
+            Extended::ExpandPath { path } => {
+                let p: &[u8] = &path;
+                let p = p.strip_prefix(b"~").unwrap_or(p);
+                let parts = Root::normalize(p).map_err(confine_err)?;
+                Ok(name_reply(id, format!("/{}", parts.join("/"))))
+            }
+            other => Err((
+                StatusCode::OP_UNSUPPORTED,
+                format!("{}: not supported", String::from_utf8_lossy(other.name())),
+            )),
+        }
+    }
+
+    /// The client went away: drop open files, remove unfinished uploads.
+    async fn shutdown(&mut self) {
+        let handles = self.handles.drain();
+        let mut temps = Vec::new();
+        for h in handles {
+            if let Handle::File(f) = h {
+                Self::quiesce(&f).await;
+                if let Some((temp, _)) = f.temp.lock().ok().and_then(|mut t| t.take()) {
+                    temps.push(temp);
+                }
+            }
+        }
+        if !temps.is_empty() {
+            tracing::info!(peer = %self.peer, "removing {} unfinished upload(s)", temps.len());
+            let _ = tokio::task::spawn_blocking(move || {
+                for t in temps {
+                    let _ = fs::remove_file(t);
+                }
+            })
+            .await;
+        }
+    }
+}
+
+fn too_many_handles() -> (StatusCode, String) {
+    (
+        StatusCode::FAILURE,
+        "too many open files in this session; close some first".into(),
+    )
+}
+
+fn libc_o_nofollow() -> i32 {
+    // O_NOFOLLOW on Linux; the temp name is ours and fresh, so this only
+    // guards against a racing symlink.
+    0o400000
+}
+
+fn name_reply(id: u32, path: String) -> Response {
+    Response::Name {
+        id,
+        entries: vec![NameEntry {
+            filename: Bytes::from(path.clone().into_bytes()),
+            longname: Bytes::from(path.into_bytes()),
+            attrs: FileAttrs::default(),
+        }],
+    }
+}
+
+fn readdir_batch(id: u32, d: &OpenDir) -> Reply {
+    let mut guard = d
+        .entries
+        .lock()
+        .map_err(|_| (StatusCode::FAILURE, "directory handle poisoned".to_string()))?;
+    let Some(rd) = guard.as_mut() else {
+        return Err((StatusCode::EOF, "end of directory".into()));
+    };
+    let mut entries = Vec::new();
+    for e in rd.by_ref() {
+        let Ok(e) = e else { continue };
+        let name = e.file_name();
+        let Some(name) = name.to_str() else {
+            // Names that are not UTF-8 are not served (see confine.rs).
+            continue;
+        };
+        let Ok(m) = fs::symlink_metadata(d.path.join(name)) else {
+            continue;
+        };
+        entries.push(NameEntry {
+            filename: Bytes::copy_from_slice(name.as_bytes()),
+            longname: Bytes::from(longname(name, &m).into_bytes()),
+            attrs: attrs_of(&m),
+        });
+        if entries.len() >= READDIR_BATCH {
+            break;
+        }
+    }
+    if entries.is_empty() {
+        *guard = None;
+        return Err((StatusCode::EOF, "end of directory".into()));
+    }
+    Ok(Response::Name { id, entries })
+}
+
+fn statvfs_reply(id: u32, path: &std::path::Path) -> io::Result<Response> {
+    let s = rustix::fs::statvfs(path).map_err(io::Error::from)?;
+    let v = ferry_sftp::Statvfs {
+        bsize: s.f_bsize,
+        frsize: s.f_frsize,
+        blocks: s.f_blocks,
+        bfree: s.f_bfree,
+        bavail: s.f_bavail,
+        files: s.f_files,
+        ffree: s.f_ffree,
+        favail: s.f_favail,
+        fsid: s.f_fsid,
+        flag: s.f_flag.bits(),
+        namemax: s.f_namemax,
+    };
+    Ok(Response::ExtendedReply {
+        id,
+        data: v.encode(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil(0), (1970, 1, 1, 0, 0));
+        assert_eq!(civil(1_700_000_000), (2023, 11, 14, 22, 13));
+    }
+
+    #[test]
+    fn handles_are_generation_checked() {
+        let mut h = Handles::new();
+        let dir = || {
+            Handle::Dir(Arc::new(OpenDir {
+                path: PathBuf::new(),
+                entries: Mutex::new(None),
+            }))
+        };
+        let a = h.insert(dir());
+        assert!(h.get(&a).is_some());
+        assert!(h.remove(&a).is_some());
+        let b = h.insert(dir());
+        // Same slot, new generation: the old handle is dead.
+        assert!(h.get(&a).is_none());
+        assert!(h.get(&b).is_some());
+        assert!(h.get(b"short").is_none());
+        assert!(h.get(b"123456789").is_none());
+        assert_eq!(h.open, 1);
+    }
+}

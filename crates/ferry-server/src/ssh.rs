@@ -1,0 +1,220 @@
+//! The SSH side of `ferry serve`: a `russh` server that accepts public keys
+//! from an authorized_keys file and runs [`crate::sftp::run`] on every
+//! "sftp" subsystem channel. Nothing else is offered: no shell, no exec, no
+//! forwarding.
+//!
+//! Tuned for throughput the way the client is (docs/internals/server.md):
+//! AES-GCM first, 64 MiB channel windows so an upload is never held back
+//! by the server's window, 256 KiB packets accepted from clients that send
+//! them, TCP_NODELAY.
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use russh::keys::ssh_key::AuthorizedKeys;
+use russh::keys::PublicKey;
+use russh::server::{Auth, Msg, Session};
+use russh::{cipher, Channel, ChannelId, MethodKind, MethodSet, Preferred};
+
+use crate::sftp::SessionConfig;
+
+/// Who may log in.
+#[derive(Debug, Clone)]
+pub struct AuthPolicy {
+    /// Read on every attempt, so edits apply without a restart.
+    pub authorized_keys: PathBuf,
+    /// Only this user name, when set.
+    pub user: Option<String>,
+}
+
+/// The russh configuration `ferry serve` uses.
+pub fn config(host_key: russh::keys::PrivateKey) -> russh::server::Config {
+    let preferred = Preferred {
+        cipher: std::borrow::Cow::Borrowed(&[
+            cipher::AES_128_GCM,
+            cipher::AES_256_GCM,
+            cipher::CHACHA20_POLY1305,
+            cipher::AES_128_CTR,
+            cipher::AES_256_CTR,
+        ]),
+        ..Preferred::default()
+    };
+    russh::server::Config {
+        methods: MethodSet::from(&[MethodKind::PublicKey][..]),
+        auth_rejection_time: Duration::from_millis(300),
+        auth_rejection_time_initial: Some(Duration::from_millis(0)),
+        keys: vec![host_key],
+        window_size: 64 * 1024 * 1024,
+        maximum_packet_size: 256 * 1024,
+        preferred,
+        max_auth_attempts: 10,
+        inactivity_timeout: Some(Duration::from_secs(3600)),
+        keepalive_interval: Some(Duration::from_secs(60)),
+        nodelay: true,
+        ..Default::default()
+    }
+}
+
+/// Keys from an authorized_keys file. Entries with options that ferry does
+/// not enforce (`command=`, `from=`, `expiry-time=`, ...) are skipped, so a
+/// key restricted for sshd never gets more here.
+pub fn load_authorized_keys(path: &std::path::Path) -> Vec<PublicKey> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!("{}: cannot read authorized keys: {e}", path.display());
+            return Vec::new();
+        }
+    };
+    // Options that only take away things ferry serve never offers.
+    const HARMLESS: &[&str] = &[
+        "no-port-forwarding",
+        "no-agent-forwarding",
+        "no-X11-forwarding",
+        "no-pty",
+        "no-user-rc",
+        "restrict",
+    ];
+    let mut keys = Vec::new();
+    for (n, entry) in AuthorizedKeys::new(&text).enumerate() {
+        match entry {
+            Ok(e) => {
+                let opts = e.config_opts();
+                if opts.iter().all(|o| HARMLESS.contains(&o)) {
+                    keys.push(e.public_key().clone());
+                } else {
+                    tracing::warn!(
+                        "{}: entry {}: skipped, its options ({}) are not enforced by ferry serve",
+                        path.display(),
+                        n + 1,
+                        opts.as_str()
+                    );
+                }
+            }
+            Err(e) => tracing::warn!("{}: entry {}: {e}", path.display(), n + 1),
+        }
+    }
+    keys
+}
+
+/// One SSH connection.
+pub struct Conn {
+    pub(crate) policy: Arc<AuthPolicy>,
+    pub(crate) sftp: Arc<SessionConfig>,
+    pub(crate) peer: String,
+    pub(crate) channels: HashMap<ChannelId, Channel<Msg>>,
+}
+
+impl Conn {
+    fn allowed(&self, user: &str, key: &PublicKey) -> bool {
+        if let Some(u) = &self.policy.user {
+            if u != user {
+                return false;
+            }
+        }
+        load_authorized_keys(&self.policy.authorized_keys)
+            .iter()
+            .any(|k| k.key_data() == key.key_data())
+    }
+}
+
+impl russh::server::Handler for Conn {
+    type Error = russh::Error;
+
+    async fn auth_publickey_offered(
+        &mut self,
+        user: &str,
+        offer: russh::server::PublicKeyOffer<'_>,
+    ) -> Result<Auth, Self::Error> {
+        if self.allowed(user, offer.public_key) {
+            Ok(Auth::Accept)
+        } else {
+            Ok(Auth::reject())
+        }
+    }
+
+    async fn auth_publickey(
+        &mut self,
+        user: &str,
+        key: russh::server::VerifiedPublicKey<'_>,
+    ) -> Result<Auth, Self::Error> {
+        if self.allowed(user, key.public_key) {
+            tracing::info!(peer = %self.peer, user, "authenticated ({})", key.public_key.fingerprint(Default::default()));
+            Ok(Auth::Accept)
+        } else {
+            tracing::warn!(peer = %self.peer, user, "refused key {}", key.public_key.fingerprint(Default::default()));
+            Ok(Auth::reject())
+        }
+    }
+
+    async fn auth_none(&mut self, _user: &str) -> Result<Auth, Self::Error> {
+        Ok(Auth::Reject {
+            proceed_with_methods: Some(MethodSet::from(&[MethodKind::PublicKey][..])),
+            partial_success: false,
+        })
+    }
+
+    async fn auth_password(&mut self, user: &str, _password: &str) -> Result<Auth, Self::Error> {
+        tracing::warn!(peer = %self.peer, user, "refused a password login (ferry serve takes public keys only)");
+        Ok(Auth::Reject {
+            proceed_with_methods: Some(MethodSet::from(&[MethodKind::PublicKey][..])),
+            partial_success: false,
+        })
+    }
+
+    async fn channel_open_session(
+        &mut self,
+        channel: Channel<Msg>,
+        reply: russh::server::ChannelOpenHandle,
+        _session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        if self.channels.len() >= 16 {
+            return Ok(()); // dropping `reply` refuses the channel
+        }
+        self.channels.insert(channel.id(), channel);
+        reply.accept().await;
+        Ok(())
+    }
+
+    async fn subsystem_request(
+        &mut self,
+        channel: ChannelId,
+        name: &str,
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        match (name, self.channels.remove(&channel)) {
+            ("sftp", Some(ch)) => {
+                session.channel_success(channel)?;
+                let cfg = self.sftp.clone();
+                let peer = self.peer.clone();
+                tokio::spawn(crate::sftp::run(ch, cfg, peer));
+            }
+            _ => {
+                tracing::info!(peer = %self.peer, "refused subsystem {name:?}");
+                session.channel_failure(channel)?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn exec_request(
+        &mut self,
+        channel: ChannelId,
+        data: &[u8],
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        tracing::info!(peer = %self.peer, "refused exec {:?} (ferry serve offers SFTP only; scp works in its default SFTP mode)", String::from_utf8_lossy(data));
+        session.channel_failure(channel)?;
+        Ok(())
+    }
+
+    async fn shell_request(
+        &mut self,
+        channel: ChannelId,
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        session.channel_failure(channel)?;
+        Ok(())
+    }
+}

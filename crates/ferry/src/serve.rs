@@ -1,0 +1,145 @@
+//! `ferry serve`: flags for [`ferry_server::ServeOptions`], the banner, and
+//! a clean stop on Ctrl-C or SIGTERM.
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// The directory to serve; clients see it as `/`.
+    #[arg(value_name = "DIR", default_value = ".")]
+    dir: PathBuf,
+    /// Address for SFTP over SSH.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:2222")]
+    sftp: SocketAddr,
+    /// Address for HTTPS (HTTP/1.1 and HTTP/2).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8443")]
+    https: SocketAddr,
+    /// Also serve plain, unencrypted HTTP on this address.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<SocketAddr>,
+    /// Do not serve SFTP.
+    #[arg(long)]
+    no_sftp: bool,
+    /// Do not serve HTTPS.
+    #[arg(long)]
+    no_https: bool,
+    /// Allow uploads, renames and deletes (default: read-only).
+    #[arg(long, conflicts_with = "read_only")]
+    writable: bool,
+    /// Refuse every change (the default).
+    #[arg(long)]
+    read_only: bool,
+    /// Where the host key, TLS certificate and token are kept
+    /// [default: ~/.local/share/ferry/serve].
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// Public keys allowed to log in over SSH [default: ~/.ssh/authorized_keys].
+    #[arg(long, value_name = "FILE")]
+    authorized_keys: Option<PathBuf>,
+    /// Only this SSH user name may log in (default: any, with an authorized key).
+    #[arg(long, value_name = "NAME")]
+    user: Option<String>,
+    /// HTTPS bearer token [default: generated once, kept in the state directory].
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "FERRY_SERVE_TOKEN",
+        hide_env_values = true
+    )]
+    token: Option<String>,
+    /// Let anyone read over HTTP(S) without the token (writes still need it).
+    #[arg(long)]
+    public: bool,
+    /// A real TLS certificate chain (PEM) instead of the self-signed one.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key (PEM) for --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Most connections at once, per protocol.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    max_connections: usize,
+    /// Most open files per SFTP session.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    max_handles: usize,
+    /// Seconds running transfers get to finish after Ctrl-C or SIGTERM.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    grace: u64,
+}
+
+pub fn run(args: ServeArgs) -> i32 {
+    let mut opts = ferry_server::ServeOptions::new(args.dir.clone());
+    opts.sftp = (!args.no_sftp).then_some(args.sftp);
+    opts.https = (!args.no_https).then_some(args.https);
+    opts.http = args.http;
+    opts.writable = args.writable;
+    if let Some(d) = args.state_dir {
+        opts.state_dir = d;
+    }
+    if let Some(k) = args.authorized_keys {
+        opts.authorized_keys = k;
+    }
+    opts.user = args.user;
+    opts.token = args.token;
+    opts.public = args.public;
+    opts.tls_cert = args.tls_cert.zip(args.tls_key);
+    opts.max_connections = args.max_connections.max(1);
+    opts.sftp_limits.max_handles = args.max_handles.max(1);
+    if opts.sftp.is_none() && opts.https.is_none() && opts.http.is_none() {
+        eprintln!("ferry serve: nothing to serve (--no-sftp and --no-https without --http)");
+        return 2;
+    }
+    if opts.sftp.is_some() && !opts.authorized_keys.exists() {
+        eprintln!(
+            "ferry serve: warning: {} does not exist, so no one can log in over SFTP (use --authorized-keys FILE)",
+            opts.authorized_keys.display()
+        );
+    }
+    let server = match ferry_server::Server::start(opts) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("ferry serve: {e}");
+            return 2;
+        }
+    };
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(server.banner().as_bytes());
+        let _ = out.flush();
+    }
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("ferry serve: {e}");
+            return 1;
+        }
+    };
+    let sig = rt.block_on(async {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(t) => t,
+                Err(e) => return format!("cannot watch SIGTERM: {e}"),
+            };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => "interrupt".to_string(),
+            _ = term.recv() => "SIGTERM".to_string(),
+        }
+    });
+    let open = server.live_connections();
+    eprintln!(
+        "ferry serve: {sig}: no new connections; waiting up to {} s for {open} open connection(s)",
+        args.grace
+    );
+    let left = server.shutdown(Duration::from_secs(args.grace));
+    if left > 0 {
+        eprintln!("ferry serve: closing {left} connection(s) still open");
+    }
+    0
+}
