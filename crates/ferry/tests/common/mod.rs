@@ -1796,3 +1796,6 @@ pub fn parse_json(text: &str) -> Result<Json, String> {
     }
     Ok(v)
 }
+
+// `ferry serve` as a test peer (after the `args!` macro it uses).
+pub mod serve;

@@ -1,0 +1,436 @@
+//! End-to-end tests of `ferry serve`'s SFTP side: the real binary on
+//! 127.0.0.1 port 0, driven by `ferry cp` and by OpenSSH's `sftp`, `scp`
+//! and `ssh`. Every byte is checked by blake3; timings are never asserted.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[macro_use]
+mod common;
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::symlink;
+use std::process::{Command, Output, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::serve::FerryServe;
+use common::*;
+
+fn run(mut c: Command) -> Output {
+    c.stdin(Stdio::null());
+    let out = c.output().unwrap();
+    out
+}
+
+/// Run `sftp -b -` with `script` on stdin.
+fn sftp_batch(s: &FerryServe, script: &str, key: Option<&std::path::Path>) -> Output {
+    let mut c = s.openssh("sftp");
+    if let Some(k) = key {
+        c.arg("-i").arg(k);
+    }
+    c.args(["-b", "-", "127.0.0.1"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn no_temp_files(dir: &std::path::Path) -> Vec<String> {
+    list_dir(dir)
+        .into_iter()
+        .filter(|n| n.contains(".ferry-upload-") || n.contains(".ferry-part"))
+        .collect()
+}
+
+#[test]
+fn banner_and_identity_persist_across_restarts() {
+    let mut s = FerryServe::start(&[]);
+    assert!(
+        s.sftp_port.is_some() && s.https_port.is_some(),
+        "{}",
+        s.banner
+    );
+    assert!(s.hostkey_fp.starts_with("SHA256:"), "{}", s.banner);
+    assert!(s.hostkey_line.starts_with("ssh-ed25519 "), "{}", s.banner);
+    assert_eq!(s.cert_sha256.len(), 64, "{}", s.banner);
+    assert!(s.token.len() >= 32, "{}", s.banner);
+    let (fp, cert, token) = (s.hostkey_fp.clone(), s.cert_sha256.clone(), s.token.clone());
+    s.restart(&[]);
+    assert_eq!(s.hostkey_fp, fp, "host key changed across a restart");
+    assert_eq!(s.cert_sha256, cert, "certificate changed across a restart");
+    assert_eq!(s.token, token, "token changed across a restart");
+    // After `ready`, the lines for a person: what to paste.
+    let o = s.stop_kill();
+    assert!(
+        stdout_text(&o).contains("ferry cp sftp://127.0.0.1:"),
+        "{}",
+        describe(&o)
+    );
+    assert!(
+        stdout_text(&o).contains("--pin sha256:"),
+        "{}",
+        describe(&o)
+    );
+}
+
+#[test]
+fn ferry_cp_both_ways_file_and_tree() {
+    let s = FerryServe::start(&["--writable"]);
+    let local = tempdir();
+    let big = local.path().join("big.bin");
+    let want = make_file(&big, 40 * 1024 * 1024 + 123, 1);
+    let tree = local.path().join("tree");
+    fs::create_dir(&tree).unwrap();
+    make_odd_tree(&tree, 7);
+
+    // Upload a file and a tree.
+    let o = s.cp(&args![&big, s.url("/")]);
+    assert!(o.status.success(), "put file: {}", describe(&o));
+    assert_file_hash(&s.root().join("big.bin"), &want, "uploaded file");
+    let o = s.cp(&args!["-r", &tree, s.url("/")]);
+    assert!(o.status.success(), "put tree: {}", describe(&o));
+    assert_same_tree(
+        &tree,
+        &s.root().join("tree"),
+        Cmp::default(),
+        "uploaded tree",
+    );
+
+    // Download them back.
+    let back = tempdir();
+    let o = s.cp(&args![s.url("/big.bin"), back.path()]);
+    assert!(o.status.success(), "get file: {}", describe(&o));
+    assert_file_hash(&back.path().join("big.bin"), &want, "downloaded file");
+    let o = s.cp(&args!["-r", s.url("/tree"), back.path()]);
+    assert!(o.status.success(), "get tree: {}", describe(&o));
+    assert_same_tree(
+        &tree,
+        &back.path().join("tree"),
+        Cmp::default(),
+        "downloaded tree",
+    );
+    assert!(
+        no_temp_files(&s.root()).is_empty(),
+        "temp files left: {:?}",
+        no_temp_files(&s.root())
+    );
+}
+
+#[test]
+fn openssh_sftp_and_scp_work_against_it() {
+    let s = FerryServe::start(&["--writable"]);
+    let local = tempdir();
+    let src = local.path().join("src.bin");
+    let want = make_file(&src, 5 * 1024 * 1024 + 7, 2);
+    make_file(&s.root().join("served.bin"), 3 * 1024 * 1024 + 1, 3);
+    let served_hash = hash_file(&s.root().join("served.bin"));
+    let got = local.path().join("got.bin");
+    let script = format!(
+        "put {} up.bin\nget served.bin {}\nmkdir dir\nrename up.bin dir/moved.bin\nls -l dir\ncd ..\npwd\nrm dir/moved.bin\nrmdir dir\n",
+        src.display(),
+        got.display()
+    );
+    // Before removal, check the upload landed: run the first part alone.
+    let o = sftp_batch(
+        &s,
+        &script.replace("rm dir/moved.bin\nrmdir dir\n", ""),
+        None,
+    );
+    assert!(o.status.success(), "sftp: {}", describe(&o));
+    assert!(
+        stdout_text(&o).contains("moved.bin"),
+        "ls -l: {}",
+        describe(&o)
+    );
+    assert!(
+        stdout_text(&o).contains("Remote working directory: /"),
+        "{}",
+        describe(&o)
+    );
+    assert_file_hash(&s.root().join("dir/moved.bin"), &want, "sftp put");
+    assert_file_hash(&got, &served_hash, "sftp get");
+    let o = sftp_batch(&s, "rm dir/moved.bin\nrmdir dir\n", None);
+    assert!(o.status.success(), "sftp rm: {}", describe(&o));
+    assert!(!s.root().join("dir").exists());
+
+    // scp (SFTP mode, OpenSSH's default) both ways; several runs, since
+    // replies out of order used to make scp truncate silently.
+    for i in 0..3 {
+        let dl = local.path().join(format!("scp{i}.bin"));
+        let mut c = s.openssh("scp");
+        c.arg("-q").arg("127.0.0.1:served.bin").arg(&dl);
+        let o = run(c);
+        assert!(o.status.success(), "scp get: {}", describe(&o));
+        assert_file_hash(&dl, &served_hash, "scp get");
+    }
+    let mut c = s.openssh("scp");
+    c.arg("-q").arg(&src).arg("127.0.0.1:/scp-up.bin");
+    let o = run(c);
+    assert!(o.status.success(), "scp put: {}", describe(&o));
+    assert_file_hash(&s.root().join("scp-up.bin"), &want, "scp put");
+    assert!(no_temp_files(&s.root()).is_empty());
+}
+
+#[test]
+fn read_only_by_default() {
+    let s = FerryServe::start(&[]);
+    let local = tempdir();
+    let f = local.path().join("f.bin");
+    make_file(&f, 1000, 4);
+    let o = s.cp(&args![&f, s.url("/")]);
+    assert_eq!(o.status.code(), Some(4), "{}", describe(&o));
+    assert!(stderr_text(&o).contains("read-only"), "{}", describe(&o));
+    assert!(stderr_text(&o).contains("--writable"), "{}", describe(&o));
+    let o = sftp_batch(&s, &format!("put {} x\n", f.display()), None);
+    assert!(
+        !o.status.success(),
+        "sftp put on a read-only server: {}",
+        describe(&o)
+    );
+    let o = sftp_batch(&s, "mkdir d\n", None);
+    assert!(!o.status.success());
+    assert!(list_dir(&s.root()).is_empty(), "{:?}", list_dir(&s.root()));
+}
+
+#[test]
+fn paths_are_confined_to_the_root() {
+    let s = FerryServe::start(&["--writable"]);
+    let outside = tempdir();
+    let secret = outside.path().join("secret");
+    fs::write(&secret, b"do not serve").unwrap();
+    fs::create_dir(s.root().join("sub")).unwrap();
+    fs::write(s.root().join("sub/inside"), b"fine").unwrap();
+    symlink(&secret, s.root().join("link-out")).unwrap();
+    symlink(outside.path(), s.root().join("dir-out")).unwrap();
+    symlink(s.root().join("sub"), s.root().join("dir-in")).unwrap();
+    let local = tempdir();
+
+    for bad in [
+        "../secret",
+        "/../../../etc/passwd",
+        "sub/../../secret",
+        "link-out",
+        "dir-out/secret",
+    ] {
+        let o = s.cp(&args![s.url(bad), local.path()]);
+        assert_eq!(o.status.code(), Some(4), "get {bad}: {}", describe(&o));
+        let dl = sftp_batch(
+            &s,
+            &format!("get {bad} {}/x\n", local.path().display()),
+            None,
+        );
+        assert!(!dl.status.success(), "sftp get {bad}: {}", describe(&dl));
+    }
+    assert!(!local.path().join("x").exists());
+    assert!(
+        list_dir(local.path()).is_empty(),
+        "{:?}",
+        list_dir(local.path())
+    );
+    // Absolute paths are inside the root: /etc/passwd is ROOT/etc/passwd.
+    let o = s.cp(&args![s.url("/etc/passwd"), local.path()]);
+    assert_eq!(o.status.code(), Some(4), "{}", describe(&o));
+    // Writing through a symlink that leads out is refused too.
+    let f = local.path().join("f");
+    fs::write(&f, b"payload").unwrap();
+    let o = sftp_batch(&s, &format!("put {} dir-out/planted\n", f.display()), None);
+    assert!(!o.status.success(), "{}", describe(&o));
+    assert!(!outside.path().join("planted").exists());
+    let o = sftp_batch(&s, "rename sub/inside ../escaped\n", None);
+    assert!(!o.status.success(), "{}", describe(&o));
+    assert_eq!(fs::read(&secret).unwrap(), b"do not serve");
+    // Links inside the tree are followed.
+    let o = s.cp(&args![s.url("/dir-in/inside"), local.path()]);
+    assert!(o.status.success(), "{}", describe(&o));
+    assert_eq!(fs::read(local.path().join("inside")).unwrap(), b"fine");
+}
+
+#[test]
+fn unknown_keys_and_users_are_refused() {
+    let s = FerryServe::start(&["--user", "alice"]);
+    fs::write(s.root().join("f"), b"x").unwrap();
+    let local = tempdir();
+    // Wrong key.
+    let mut a = args!["cp"];
+    a.extend(s.ferry_opts_with(&s.other_key()));
+    a.extend(args![
+        s.url("/f").replace("sftp://", "sftp://alice@"),
+        local.path()
+    ]);
+    let o = ferry_in(&s.home(), &a, &[]);
+    assert_eq!(o.status.code(), Some(3), "wrong key: {}", describe(&o));
+    // Right key, wrong user.
+    let o = s.cp(&args![
+        s.url("/f").replace("sftp://", "sftp://bob@"),
+        local.path()
+    ]);
+    assert_eq!(o.status.code(), Some(3), "wrong user: {}", describe(&o));
+    assert!(list_dir(local.path()).is_empty());
+    // Right key, right user.
+    let o = s.cp(&args![
+        s.url("/f").replace("sftp://", "sftp://alice@"),
+        local.path()
+    ]);
+    assert!(o.status.success(), "{}", describe(&o));
+    // OpenSSH with the wrong key, no password fallback offered.
+    let mut c = s.openssh("sftp");
+    c.arg("-i")
+        .arg(s.other_key())
+        .args(["-o", "IdentityFile=/dev/null"]);
+    let mut c2 = Command::new("setsid");
+    c2.arg("sftp")
+        .env("HOME", s.home())
+        .args([
+            "-F",
+            "/dev/null",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "IdentitiesOnly=yes",
+        ])
+        .arg("-o")
+        .arg(format!("UserKnownHostsFile={}", s.known_hosts().display()))
+        .arg("-i")
+        .arg(s.other_key())
+        .args(["-P", &s.sftp_port.unwrap().to_string(), "alice@127.0.0.1"]);
+    let o = run(c2);
+    assert!(!o.status.success(), "{}", describe(&o));
+    assert!(
+        stderr_text(&o).contains("Permission denied"),
+        "{}",
+        describe(&o)
+    );
+    drop(c);
+}
+
+#[test]
+fn malformed_packets_close_only_that_session() {
+    let s = FerryServe::start(&[]);
+    fs::write(s.root().join("f"), b"still served").unwrap();
+    let garbage: [&[u8]; 3] = [
+        // A length far above any limit.
+        &[0xff, 0xff, 0xff, 0xff, 1, 0, 0, 0, 3],
+        // A valid INIT, then an unknown packet type.
+        &[0, 0, 0, 5, 1, 0, 0, 0, 3, 0, 0, 0, 5, 250, 0, 0, 0, 1],
+        // A valid INIT, then an OPEN whose path length runs past the packet.
+        &[
+            0, 0, 0, 5, 1, 0, 0, 0, 3, 0, 0, 0, 9, 3, 0, 0, 0, 1, 0x7f, 0, 0, 0,
+        ],
+    ];
+    for g in garbage {
+        let mut c = s.openssh("ssh");
+        c.args(["-s", "127.0.0.1", "sftp"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(g).unwrap();
+        // Keep stdin open: the server, not our EOF, must end the session.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break Some(st);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                break None;
+            }
+            thread::sleep(Duration::from_millis(20));
+        };
+        drop(stdin);
+        assert!(
+            status.is_some(),
+            "the server did not close a session that sent {g:?}"
+        );
+    }
+    let local = tempdir();
+    let o = s.cp(&args![s.url("/f"), local.path()]);
+    assert!(
+        o.status.success(),
+        "server stopped serving: {}",
+        describe(&o)
+    );
+    assert_eq!(fs::read(local.path().join("f")).unwrap(), b"still served");
+}
+
+#[test]
+fn interrupted_upload_never_replaces_the_old_file() {
+    let s = FerryServe::start(&["--writable"]);
+    fs::write(s.root().join("target.bin"), b"the old content").unwrap();
+    let local = tempdir();
+    let big = local.path().join("big.bin");
+    make_file(&big, 256 * 1024 * 1024, 5);
+    // OpenSSH sftp writes straight to the final name (OPEN with TRUNC);
+    // the server puts it under a temporary name until CLOSE.
+    let mut c = s.openssh("sftp");
+    c.args(["-b", "-", "127.0.0.1"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut child = c.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "put {} target.bin", big.display()).unwrap();
+    // Wait until the upload is under way, then kill the client.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let temps: Vec<String> = no_temp_files(&s.root());
+        let grown = temps
+            .iter()
+            .any(|t| file_len(&s.root().join(t)) > 4 * 1024 * 1024);
+        if grown || Instant::now() > deadline {
+            break;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    // The client is `setsid sftp`, which runs ssh as its child: kill both.
+    let pid = child.id();
+    let _ = Command::new("pkill")
+        .args(["-KILL", "-s", &pid.to_string()])
+        .status();
+    let _ = child.kill();
+    let _ = child.wait();
+    drop(stdin);
+    assert_eq!(
+        fs::read(s.root().join("target.bin")).unwrap(),
+        b"the old content",
+        "an interrupted upload replaced the old file"
+    );
+    // The server removes the temporary file once it sees the session end.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !no_temp_files(&s.root()).is_empty() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        no_temp_files(&s.root()).is_empty(),
+        "left: {:?}",
+        no_temp_files(&s.root())
+    );
+}
+
+#[test]
+fn sigterm_stops_cleanly_after_the_grace_period() {
+    let mut s = FerryServe::start(&["--grace", "1"]);
+    // An idle interactive session holds a connection open.
+    let mut c = s.openssh("sftp");
+    c.arg("127.0.0.1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut client = c.spawn().unwrap();
+    thread::sleep(Duration::from_millis(1500));
+    let started = Instant::now();
+    let o = s.sigterm(Duration::from_secs(30));
+    let _ = client.kill();
+    let _ = client.wait();
+    assert_eq!(o.status.code(), Some(0), "{}", describe(&o));
+    assert!(stderr_text(&o).contains("SIGTERM"), "{}", describe(&o));
+    assert!(started.elapsed() < Duration::from_secs(30), "did not stop");
+}
