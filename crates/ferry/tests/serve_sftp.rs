@@ -18,8 +18,7 @@ use common::*;
 
 fn run(mut c: Command) -> Output {
     c.stdin(Stdio::null());
-    let out = c.output().unwrap();
-    out
+    c.output().unwrap()
 }
 
 /// Run `sftp -b -` with `script` on stdin.

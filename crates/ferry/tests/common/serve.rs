@@ -254,7 +254,7 @@ impl FerryServe {
             let done = self
                 .child
                 .as_mut()
-                .map_or(true, |c| matches!(c.try_wait(), Ok(Some(_))));
+                .is_none_or(|c| matches!(c.try_wait(), Ok(Some(_))));
             if done || std::time::Instant::now() >= deadline {
                 break;
             }
