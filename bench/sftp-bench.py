@@ -304,13 +304,19 @@ class Server:
     sshd: subprocess.Popen
     linkem: subprocess.Popen | None = None
 
+    own_cpu: bool = False  # ferry serve: one process, count its own CPU
+
     def cpu_seconds(self) -> float | None:
         """CPU time of sshd's finished children (the per-connection processes
-        and sftp-server), from /proc/PID/stat cutime+cstime."""
+        and sftp-server), from /proc/PID/stat cutime+cstime; for ferry serve,
+        the process's own utime+stime."""
         try:
             with open(f"/proc/{self.sshd.pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            # fields[0] is field 3 (state); cutime, cstime are fields 16, 17.
+            # fields[0] is field 3 (state); utime, stime are fields 14, 15;
+            # cutime, cstime are fields 16, 17.
+            if self.own_cpu:
+                return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
             return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
         except (OSError, IndexError, ValueError):
             return None
@@ -321,7 +327,34 @@ class Server:
             time.sleep(0.02)
 
 
-def start_server(work: Path, linkem_bin: Path | None, rtt_ms: float) -> Server:
+def start_ferry_serve(work: Path, ferry: Path) -> tuple[Path, int, subprocess.Popen, str]:
+    """`ferry serve /` on a free port, writable, with a private key; returns
+    (dir, port, process, host public key line)."""
+    d = Path(tempfile.mkdtemp(prefix="ferry-serve-", dir=work))
+    client_pub = keygen(d / "client_ed25519")
+    (d / "authorized_keys").write_text(client_pub + "\n")
+    port = free_port()
+    p = spawn(
+        [str(ferry), "serve", "/", "--sftp", f"127.0.0.1:{port}", "--no-https", "--writable",
+         "--state-dir", str(d / "state"), "--authorized-keys", str(d / "authorized_keys")],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=open(d / "serve.log", "wb"), text=True,
+    )
+    host_line = ""
+    for line in p.stdout:
+        if line.startswith("hostkey-line "):
+            host_line = line.split(" ", 1)[1].strip()
+        if line.strip() == "ready":
+            break
+    if not host_line:
+        stop(p)
+        raise SystemExit(f"ferry serve did not start:\n{(d / 'serve.log').read_text()[-2000:]}")
+    return d, port, p, host_line
+
+
+def start_server(work: Path, linkem_bin: Path | None, rtt_ms: float, ferry_serve: Path | None = None) -> Server:
+    if ferry_serve is not None:
+        d, port, proc, host_pub = start_ferry_serve(work, ferry_serve)
+        return finish_server(d, port, proc, host_pub, linkem_bin, rtt_ms, own_cpu=True)
     if not Path(SSHD).exists() or not Path(SFTP_SERVER).exists():
         raise SystemExit(
             f"{SSHD} or {SFTP_SERVER} missing: apt-get install -y openssh-server"
@@ -368,7 +401,13 @@ def start_server(work: Path, linkem_bin: Path | None, rtt_ms: float) -> Server:
     except RuntimeError as e:
         stop(sshd)
         raise SystemExit(f"sshd did not start ({e}):\n{(d / 'sshd.log').read_text()[-2000:]}")
+    return finish_server(d, port, sshd, host_pub, linkem_bin, rtt_ms)
 
+
+def finish_server(
+    d: Path, port: int, sshd: subprocess.Popen, host_pub: str, linkem_bin: Path | None, rtt_ms: float, own_cpu: bool = False
+) -> Server:
+    """The delay proxy (if asked), known_hosts and the client's ssh_config."""
     connect_port = port
     linkem = None
     if rtt_ms > 0:
@@ -422,7 +461,7 @@ def start_server(work: Path, linkem_bin: Path | None, rtt_ms: float) -> Server:
             ]
         )
     )
-    return Server(d, port, connect_port, ssh_config, sshd, linkem)
+    return Server(d, port, connect_port, ssh_config, sshd, linkem, own_cpu)
 
 
 # --------------------------------------------------------------------------
@@ -657,6 +696,10 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument(
         "--linkem", type=Path, default=default_bin("ferry-linkem", "FERRY_LINKEM"), help="ferry-linkem binary (env FERRY_LINKEM)"
     )
+    ap.add_argument(
+        "--server", choices=["sshd", "ferry"], default="sshd",
+        help="the SFTP server: OpenSSH sshd, or `ferry serve /` (the --ferry binary)",
+    )
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds before one transfer is killed")
     ap.add_argument("--json", type=Path, help="results file (default bench/out/sftp-<timestamp>.json)")
     args = ap.parse_args(argv)
@@ -703,6 +746,7 @@ def main(argv: list[str] | None = None) -> int:
         "cipher": args.cipher,
         "ferry_args": args.ferry_args,
         "rtt_ms": args.rtt_ms,
+        "server": args.server,
         "workdir": str(work),
         "argv": sys.argv,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -722,7 +766,9 @@ def main(argv: list[str] | None = None) -> int:
 
     server = None
     try:
-        server = start_server(work, args.linkem if args.rtt_ms > 0 else None, args.rtt_ms)
+        server = start_server(
+            work, args.linkem if args.rtt_ms > 0 else None, args.rtt_ms, args.ferry if args.server == "ferry" else None
+        )
         log(
             f"sshd pid {server.sshd.pid} on 127.0.0.1:{server.port}"
             + (f", ferry-linkem pid {server.linkem.pid} on :{server.connect_port} (RTT {args.rtt_ms:g} ms)" if server.linkem else "")
