@@ -62,6 +62,21 @@ cargo fmt --all -- --check
 echo "== cargo clippy --workspace --all-targets -- -D warnings" >&2
 cargo clippy --workspace --all-targets -- -D warnings
 
+# A short run of the SFTP decoder fuzz target (fuzz/, cargo-fuzz), where a
+# nightly toolchain is installed; cargo-fuzz itself comes from crates.io.
+# FERRY_FUZZ_SECONDS=0 skips it.
+fuzz_seconds=${FERRY_FUZZ_SECONDS:-20}
+if [ "$fuzz_seconds" -gt 0 ] && rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+    if ! cargo fuzz --version >/dev/null 2>&1; then
+        echo "== cargo install cargo-fuzz" >&2
+        cargo install cargo-fuzz --locked
+    fi
+    echo "== cargo +nightly fuzz run sftp_decode (${fuzz_seconds} s)" >&2
+    (cd fuzz && cargo +nightly fuzz run sftp_decode -- -max_total_time="$fuzz_seconds")
+else
+    echo "== fuzz: skipped (no nightly toolchain, or FERRY_FUZZ_SECONDS=0)" >&2
+fi
+
 echo "== cargo test --workspace --no-fail-fast $*" >&2
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
