@@ -72,7 +72,7 @@ if [ "$fuzz_seconds" -gt 0 ] && rustup toolchain list 2>/dev/null | grep -q '^ni
         cargo install cargo-fuzz --locked
     fi
     echo "== cargo +nightly fuzz run sftp_decode (${fuzz_seconds} s)" >&2
-    (cd fuzz && cargo +nightly fuzz run sftp_decode -- -max_total_time="$fuzz_seconds")
+    (cd fuzz && mkdir -p corpus/sftp_decode && cargo +nightly fuzz run sftp_decode corpus/sftp_decode seeds/sftp_decode -- -max_total_time="$fuzz_seconds")
 else
     echo "== fuzz: skipped (no nightly toolchain, or FERRY_FUZZ_SECONDS=0)" >&2
 fi
