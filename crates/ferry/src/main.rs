@@ -16,6 +16,12 @@ use ferry_engine::{copy, CopyOptions, Location, Stats, TransferError};
 
 mod serve;
 
+/// Transfers allocate and free many buffers of 32 KiB - 1 MiB per second;
+/// glibc's malloc maps and unmaps most of them, and the page faults cost
+/// ~10% of a download's CPU (perf, docs/internals/sftp.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "ferry",
