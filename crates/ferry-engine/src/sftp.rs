@@ -537,24 +537,7 @@ impl Pool {
                     ctx.stats.files_done.fetch_add(1, Ordering::Relaxed);
                 }
                 if file_failed {
-                    // Record what really arrived, for --resume.
-                    let mut done = journal::missing(&journal::merge(f.jobs.clone()), f.size);
-                    done.extend(
-                        arrived
-                            .get_mut(r.file)
-                            .map(std::mem::take)
-                            .unwrap_or_default(),
-                    );
-                    let j = journal::Journal {
-                        size: f.size,
-                        mtime: f.src_mtime,
-                        done: journal::merge(done),
-                    };
-                    if j.done.is_empty() {
-                        journal::remove(&f.journal);
-                    } else if let Err(e) = journal::write(&f.journal, &j) {
-                        tracing::warn!("cannot write {}: {e}", f.journal.display());
-                    }
+                    save_journal(f, arrived.get_mut(r.file).map(std::mem::take));
                 } else {
                     journal::remove(&f.journal);
                     if let Some(a) = arrived.get_mut(r.file) {
@@ -564,6 +547,14 @@ impl Pool {
             }
         };
         tokio::join!(feeder, collector);
+        // Workers whose connection died may never report their jobs: the
+        // files they were on still get a journal of what arrived, or
+        // --resume would have to trust the part file's size.
+        for (i, f) in ctx.files.iter().enumerate() {
+            if pending.get(i).copied().unwrap_or(0) > 0 {
+                save_journal(f, arrived.get_mut(i).map(std::mem::take));
+            }
+        }
         // How many connections really came up (for the summary).
         let mut streams_up = 1;
         for rx in self.pending {
@@ -1597,6 +1588,23 @@ async fn pull(
 
 /// Note that `len` bytes at `at` reached the destination. Kept merged now
 /// and then so a long job's list stays short.
+/// Record what really arrived of a file that did not finish, for --resume:
+/// the ranges this run was not asked to move (done before) plus `arrived`.
+fn save_journal(f: &FileTask, arrived: Option<Vec<(u64, u64)>>) {
+    let mut done = journal::missing(&journal::merge(f.jobs.clone()), f.size);
+    done.extend(arrived.unwrap_or_default());
+    let j = journal::Journal {
+        size: f.size,
+        mtime: f.src_mtime,
+        done: journal::merge(done),
+    };
+    if j.done.is_empty() {
+        journal::remove(&f.journal);
+    } else if let Err(e) = journal::write(&f.journal, &j) {
+        tracing::warn!("cannot write {}: {e}", f.journal.display());
+    }
+}
+
 fn record(done: &mut Vec<(u64, u64)>, at: u64, len: u64) {
     done.push((at, at + len));
     if done.len() >= 1024 {

@@ -19,7 +19,9 @@
 //! `scp` do it) is written under a temporary name next to it and renamed
 //! over the final name on CLOSE; if the client goes away first, the
 //! temporary file is removed and whatever was under the final name before
-//! is untouched.
+//! is untouched. Names that already are a client's temporary name
+//! (`.NAME.ferry-part`, `NAME.filepart`) are written in place, so an
+//! interrupted upload can be resumed.
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -393,6 +395,12 @@ where
         Ok(r) => r,
         Err(e) => Err((StatusCode::FAILURE, format!("internal error: {e}"))),
     }
+}
+
+fn is_client_temp(path: &std::path::Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.ends_with(".ferry-part") || n.ends_with(".filepart"))
 }
 
 fn temp_name_for(final_path: &std::path::Path) -> PathBuf {
@@ -782,8 +790,11 @@ impl Session {
         let read = flags.contains(OpenFlags::READ);
         let append = flags.contains(OpenFlags::APPEND);
         let opened = blocking(move || {
-            // A whole-file upload goes to a temporary name first.
-            if write && create && trunc && !excl && !append {
+            // A whole-file upload goes to a temporary name first, unless
+            // the client already writes to a temporary name of its own
+            // (ferry's `.NAME.ferry-part`, WinSCP's `NAME.filepart`): that
+            // file must survive a disconnect so `--resume` can continue it.
+            if write && create && trunc && !excl && !append && !is_client_temp(&r.real) {
                 if let Ok(m) = fs::metadata(&r.real) {
                     if m.is_dir() {
                         return Err((

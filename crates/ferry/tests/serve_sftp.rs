@@ -433,3 +433,61 @@ fn sigterm_stops_cleanly_after_the_grace_period() {
     assert!(stderr_text(&o).contains("SIGTERM"), "{}", describe(&o));
     assert!(started.elapsed() < Duration::from_secs(30), "did not stop");
 }
+
+/// ferry's own upload writes `.NAME.ferry-part`; the server must keep that
+/// file when the connection dies so that `--resume` continues it.
+#[test]
+fn interrupted_ferry_put_resumes_against_ferry_serve() {
+    let mut s = FerryServe::start(&["--writable"]);
+    let local = tempdir();
+    let src = local.path().join("huge.bin");
+    let size = 256 * 1024 * 1024u64;
+    let h = make_file(&src, size, 71);
+    let dst = s.root().join("huge.bin");
+    let part = part_path(&dst);
+    let mut a = args!["cp"];
+    a.extend(s.ferry_opts_with(&s.key()));
+    a.extend(args![&src, s.url("/huge.bin")]);
+    let mut child = FerryChild::spawn(&s.home(), &a, &[]);
+    let deadline = Instant::now() + FERRY_TIMEOUT;
+    // Enough written that some acknowledgements surely came back.
+    while file_len(&part) < 48 * 1024 * 1024 {
+        assert!(
+            child.try_wait().is_none(),
+            "ferry finished before the server was killed"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "no data in {} in time",
+            part.display()
+        );
+        thread::sleep(Duration::from_millis(1));
+    }
+    s.restart(&["--writable"]);
+    let o = child.wait();
+    assert!(!o.status.success(), "{}", describe(&o));
+    assert!(
+        !dst.exists(),
+        "an interrupted upload left {}",
+        dst.display()
+    );
+    assert!(
+        part.exists(),
+        "the server removed ferry's part file; nothing to resume"
+    );
+
+    let o = s.cp(&args!["--resume", "--json", &src, s.url("/huge.bin")]);
+    assert!(o.status.success(), "--resume: {}", describe(&o));
+    assert_file_hash(&dst, &h, "resumed upload");
+    // How much the resume saved depends on how many acknowledgements
+    // reached the client before the kill (its journal records only those),
+    // so it is reported, not asserted.
+    let j = parse_json(stdout_text(&o).trim()).unwrap();
+    let moved = j.get("bytes").and_then(|b| b.as_f64()).unwrap();
+    eprintln!("resume moved {moved} of {size} bytes");
+    assert!(
+        no_temp_files(&s.root()).is_empty(),
+        "{:?}",
+        no_temp_files(&s.root())
+    );
+}

@@ -60,22 +60,16 @@ impl FerryServe {
             stdout: None,
             stderr: None,
         };
-        s.launch(args);
+        s.launch(args, "127.0.0.1:0", "127.0.0.1:0");
         s
     }
 
-    fn launch(&mut self, args: &[&str]) {
+    fn launch(&mut self, args: &[&str], sftp: &str, https: &str) {
         let d = self.dir.path();
         let mut cmd = Command::new(ferry_bin());
         cmd.arg("serve")
             .arg(d.join("root"))
-            .args([
-                "--sftp",
-                "127.0.0.1:0",
-                "--https",
-                "127.0.0.1:0",
-                "--state-dir",
-            ])
+            .args(["--sftp", sftp, "--https", https, "--state-dir"])
             .arg(d.join("state"))
             .arg("--authorized-keys")
             .arg(d.join("keys/authorized_keys"))
@@ -151,10 +145,13 @@ impl FerryServe {
         }
     }
 
-    /// Start again on the same root and state (new ports).
+    /// Kill and start again on the same root, state and ports (clients'
+    /// resume records name the port).
     pub fn restart(&mut self, args: &[&str]) {
         let _ = self.stop_kill();
-        self.launch(args);
+        let sftp = format!("127.0.0.1:{}", self.sftp_port.unwrap_or(0));
+        let https = format!("127.0.0.1:{}", self.https_port.unwrap_or(0));
+        self.launch(args, &sftp, &https);
     }
 
     pub fn dir(&self) -> &Path {
