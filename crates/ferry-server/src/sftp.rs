@@ -54,7 +54,7 @@ impl Default for SftpLimits {
         SftpLimits {
             max_io: 1024 * 1024,
             max_handles: 1024,
-            max_inflight_bytes: 64 * 1024 * 1024,
+            max_inflight_bytes: 32 * 1024 * 1024,
         }
     }
 }

@@ -4,7 +4,7 @@
 //! forwarding.
 //!
 //! Tuned for throughput the way the client is (docs/internals/server.md):
-//! AES-GCM first, 64 MiB channel windows so an upload is never held back
+//! AES-GCM first, 32 MiB channel windows so an upload is never held back
 //! by the server's window, 256 KiB packets accepted from clients that send
 //! them, TCP_NODELAY.
 use std::collections::HashMap;
@@ -45,7 +45,7 @@ pub fn config(host_key: russh::keys::PrivateKey) -> russh::server::Config {
         auth_rejection_time: Duration::from_millis(300),
         auth_rejection_time_initial: Some(Duration::from_millis(0)),
         keys: vec![host_key],
-        window_size: 64 * 1024 * 1024,
+        window_size: 32 * 1024 * 1024,
         maximum_packet_size: 256 * 1024,
         preferred,
         max_auth_attempts: 10,
