@@ -357,6 +357,13 @@ impl Connector {
                 }
             }
         }
+        // A server that went away mid-authentication is not a refusal.
+        if handle.is_closed() {
+            return Err(SshError::Protocol {
+                host: self.label(),
+                message: "the server closed the connection during authentication".into(),
+            });
+        }
         let tried = if tried.is_empty() {
             "no method was available".to_string()
         } else {
