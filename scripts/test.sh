@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Full check of the ferry workspace: formatting, clippy, all tests.
 #
-# The end-to-end tests (crates/ferry/tests/sftp_openssh.rs) start a real
-# OpenSSH sshd on 127.0.0.1 and use OpenSSH's own clients, so those are
+# The end-to-end tests start real peers on 127.0.0.1 (OpenSSH sshd and its
+# clients, nginx, curl, aria2, lftp, rclone, vsftpd), so those are
 # installed first when missing (Debian/Ubuntu, apt-get). Tests needing root
 # (password user, tmpfs for disk-full) skip themselves when not root.
 #
@@ -35,6 +35,16 @@ want mount 'command -v mount' 'command -v umount'
 want procps 'test -x /usr/bin/kill || test -x /bin/kill'
 want util-linux 'command -v setsid'
 want libc-bin 'command -v getent'
+# HTTP(S) peers: nginx (with WebDAV for PUT), curl, aria2; openssl makes
+# test certificates. FTP and the bench's peer clients: vsftpd, lftp, rclone.
+want nginx-light 'test -x /usr/sbin/nginx'
+want libnginx-mod-http-dav-ext 'test -e /usr/lib/nginx/modules/ngx_http_dav_ext_module.so'
+want curl 'command -v curl'
+want aria2 'command -v aria2c'
+want openssl 'command -v openssl'
+want lftp 'command -v lftp'
+want vsftpd 'test -x /usr/sbin/vsftpd'
+want rclone 'command -v rclone'
 
 if ((${#missing[@]})); then
     echo "test.sh: installing missing packages: ${missing[*]}" >&2
