@@ -213,8 +213,15 @@ where
                         Ok(None) => break,
                         Err(e) => break 'outer format!("bad packet: {e}"),
                     };
-                    let req = match Request::decode(frame) {
-                        Ok(r) => r,
+                    // Lenient about bytes after the last field, as
+                    // OpenSSH's sftp-server is: rclone (Go's pkg/sftp)
+                    // sends WRITE packets longer than their data.
+                    let req = match Request::decode_lenient(frame) {
+                        Ok((r, 0)) => r,
+                        Ok((r, extra)) => {
+                            tracing::trace!(%peer, extra, "ignored bytes after an SFTP request");
+                            r
+                        }
                         Err(e) => break 'outer format!("malformed request: {e}"),
                     };
                     if let Err(e) = session.handle(req).await {

@@ -415,17 +415,35 @@ impl Request {
 
     /// Decode one frame (no length prefix), as a server does.
     pub fn decode(frame: Bytes) -> Result<Request, DecodeError> {
+        let (req, r, ty) = Self::decode_fields(frame)?;
+        r.finish(ty)?;
+        Ok(req)
+    }
+
+    /// Like [`Request::decode`], but bytes after the last field are
+    /// ignored (and counted in the second value), as OpenSSH's sftp-server
+    /// does. A server needs this: some clients (Go's pkg/sftp, so rclone)
+    /// send WRITE packets longer than their data.
+    pub fn decode_lenient(frame: Bytes) -> Result<(Request, usize), DecodeError> {
+        let (req, r, _) = Self::decode_fields(frame)?;
+        Ok((req, r.remaining()))
+    }
+
+    fn decode_fields(frame: Bytes) -> Result<(Request, Reader, u8), DecodeError> {
         use Request::*;
         let mut r = Reader::new(frame);
         let ty = r.u8("packet type").map_err(|_| DecodeError::Empty)?;
         if ty == SSH_FXP_INIT {
             let version = r.u32("version")?;
             let extensions = decode_pairs(&mut r)?;
-            r.finish(ty)?;
-            return Ok(Init {
-                version,
-                extensions,
-            });
+            return Ok((
+                Init {
+                    version,
+                    extensions,
+                },
+                r,
+                ty,
+            ));
         }
         let id = r.u32("request id")?;
         let req = match ty {
@@ -518,8 +536,7 @@ impl Request {
             },
             other => return Err(DecodeError::UnknownType(other)),
         };
-        r.finish(ty)?;
-        Ok(req)
+        Ok((req, r, ty))
     }
 }
 

@@ -495,6 +495,40 @@ fn unknown_type_and_empty_and_trailing() {
         Request::decode(Bytes::copy_from_slice(&wire)),
         Err(DecodeError::TrailingBytes { .. })
     ));
+    // A server takes it as OpenSSH's sftp-server does: the fields, and the
+    // rest ignored.
+    assert_eq!(
+        Request::decode_lenient(Bytes::copy_from_slice(&wire)),
+        Ok((
+            Request::Close {
+                id: 1,
+                handle: Bytes::from_static(b"h")
+            },
+            1
+        ))
+    );
+}
+
+/// Go's pkg/sftp (rclone's SFTP backend) sends WRITE packets whose length
+/// covers its whole 32 KiB buffer while the data string holds fewer bytes.
+#[test]
+fn write_with_slack_after_data() {
+    let mut wire = vec![SSH_FXP_WRITE, 0, 0, 0, 7, 0, 0, 0, 1, b'h'];
+    wire.extend_from_slice(&5u64.to_be_bytes());
+    wire.extend_from_slice(&3u32.to_be_bytes());
+    wire.extend_from_slice(b"abc");
+    wire.extend_from_slice(&[0u8; 100]);
+    let (req, extra) = Request::decode_lenient(Bytes::from(wire)).expect("decodes");
+    assert_eq!(extra, 100);
+    assert_eq!(
+        req,
+        Request::Write {
+            id: 7,
+            handle: Bytes::from_static(b"h"),
+            offset: 5,
+            data: Bytes::from_static(b"abc")
+        }
+    );
 }
 
 #[test]

@@ -491,3 +491,45 @@ fn interrupted_ferry_put_resumes_against_ferry_serve() {
         no_temp_files(&s.root())
     );
 }
+
+/// rclone's SFTP backend (Go's pkg/sftp) both ways, a tree with a file big
+/// enough for its concurrent writes. pkg/sftp sends WRITE packets longer
+/// than their data; the server must ignore the slack as sshd does.
+#[test]
+fn rclone_both_ways() {
+    if Command::new("rclone").arg("version").output().is_err() {
+        eprintln!("skipped: rclone is not installed (scripts/test.sh installs it)");
+        return;
+    }
+    let s = FerryServe::start(&["--writable"]);
+    let local = tempdir();
+    let tree = local.path().join("tree");
+    fs::create_dir(&tree).unwrap();
+    let want = make_file(&tree.join("big.bin"), 12 * 1024 * 1024 + 7, 3);
+    make_odd_tree(&tree, 5);
+    let kh = s.dir().join("rclone_known_hosts");
+    let line = format!("[127.0.0.1]:{} {}\n", s.sftp_port.unwrap(), s.hostkey_line);
+    fs::write(&kh, line).unwrap();
+    let remote = format!(
+        ":sftp,host=127.0.0.1,port={},user=me,key_file={},known_hosts_file={}:",
+        s.sftp_port.unwrap(),
+        s.key().display(),
+        kh.display()
+    );
+    let rclone = |from: &str, to: &str| {
+        let mut c = Command::new("rclone");
+        c.env("RCLONE_CONFIG", "/dev/null")
+            .env("HOME", s.home())
+            .args(["copy", "--retries", "1", from, to]);
+        run(c)
+    };
+    let o = rclone(tree.to_str().unwrap(), &format!("{remote}/up"));
+    assert!(o.status.success(), "rclone upload: {}", describe(&o));
+    assert_file_hash(&s.root().join("up/big.bin"), &want, "rclone upload");
+    assert_same_tree(&tree, &s.root().join("up"), Cmp::default(), "rclone upload");
+    let back = local.path().join("back");
+    let o = rclone(&format!("{remote}/up"), back.to_str().unwrap());
+    assert!(o.status.success(), "rclone download: {}", describe(&o));
+    assert_same_tree(&tree, &back, Cmp::default(), "rclone download");
+    assert!(no_temp_files(&s.root()).is_empty());
+}
