@@ -505,7 +505,7 @@ fn rclone_both_ways() {
     let local = tempdir();
     let tree = local.path().join("tree");
     fs::create_dir(&tree).unwrap();
-    let want = make_file(&tree.join("big.bin"), 12 * 1024 * 1024 + 7, 3);
+    let want = make_file(&tree.join("large.bin"), 12 * 1024 * 1024 + 7, 3);
     make_odd_tree(&tree, 5);
     let kh = s.dir().join("rclone_known_hosts");
     let line = format!("[127.0.0.1]:{} {}\n", s.sftp_port.unwrap(), s.hostkey_line);
@@ -520,12 +520,19 @@ fn rclone_both_ways() {
         let mut c = Command::new("rclone");
         c.env("RCLONE_CONFIG", "/dev/null")
             .env("HOME", s.home())
-            .args(["copy", "--retries", "1", from, to]);
+            .args([
+                "copy",
+                "--create-empty-src-dirs",
+                "--retries",
+                "1",
+                from,
+                to,
+            ]);
         run(c)
     };
     let o = rclone(tree.to_str().unwrap(), &format!("{remote}/up"));
     assert!(o.status.success(), "rclone upload: {}", describe(&o));
-    assert_file_hash(&s.root().join("up/big.bin"), &want, "rclone upload");
+    assert_file_hash(&s.root().join("up/large.bin"), &want, "rclone upload");
     assert_same_tree(&tree, &s.root().join("up"), Cmp::default(), "rclone upload");
     let back = local.path().join("back");
     let o = rclone(&format!("{remote}/up"), back.to_str().unwrap());
