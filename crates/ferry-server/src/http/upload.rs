@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 
 use super::body::RespBody;
 use super::listing::UPLOAD_MARK;
-use super::{io_refusal, resolve, text};
+use super::{io_refusal, refuse, resolve, text};
 use crate::Shared;
 
 /// Received bytes gathered before one blocking write (1 MiB).
@@ -151,36 +151,44 @@ pub async fn put(shared: &Shared, req: Request<Incoming>, peer: SocketAddr) -> R
     if req.headers().contains_key(CONTENT_RANGE) {
         // RFC 9110 §14.5: a server that does not apply partial PUTs must
         // refuse them, not write the part as if it were the whole file.
-        return text(
+        let r = text(
             StatusCode::BAD_REQUEST,
             "Content-Range in PUT is not supported: send the whole file\n",
         );
+        return refuse(req, r).await;
     }
     let declared = match req.headers().get(CONTENT_LENGTH) {
         None => None,
         Some(v) => match v.to_str().ok().and_then(|s| s.trim().parse::<u64>().ok()) {
             Some(n) => Some(n),
-            None => return text(StatusCode::BAD_REQUEST, "bad Content-Length\n"),
+            None => {
+                let r = text(StatusCode::BAD_REQUEST, "bad Content-Length\n");
+                return refuse(req, r).await;
+            }
         },
     };
     // Confine first (lexically and against the existing prefix), then
     // make the parents on the blocking pool.
     let (resolved, trailing) = match resolve(shared, req.uri(), true).await {
         Ok(r) => r,
-        Err(resp) => return resp,
+        Err(resp) => return refuse(req, resp).await,
     };
     if trailing || resolved.virtual_path == "/" {
-        return text(
+        let r = text(
             StatusCode::METHOD_NOT_ALLOWED,
             "PUT needs a file name, not a directory\n",
         );
+        return refuse(req, r).await;
     }
     let decoded: Vec<u8> = resolved.virtual_path.as_bytes().to_vec();
     let root = shared.root.clone();
     let prep = match tokio::task::spawn_blocking(move || prepare(&root, &decoded)).await {
         Ok(Ok(p)) => p,
-        Ok(Err(r)) => return r.response(),
-        Err(e) => return io_refusal(&io::Error::other(e), &resolved.virtual_path),
+        Ok(Err(r)) => return refuse(req, r.response()).await,
+        Err(e) => {
+            let r = io_refusal(&io::Error::other(e), &resolved.virtual_path);
+            return refuse(req, r).await;
+        }
     };
     let mut guard = TempGuard {
         path: Some(prep.tmp.clone()),
@@ -262,7 +270,7 @@ pub async fn put(shared: &Shared, req: Request<Incoming>, peer: SocketAddr) -> R
     }
 }
 
-pub async fn delete(shared: &Shared, req: Request<Incoming>) -> Response<RespBody> {
+pub async fn delete(shared: &Shared, req: &Request<Incoming>) -> Response<RespBody> {
     let (resolved, _) = match resolve(shared, req.uri(), true).await {
         Ok(r) => r,
         Err(resp) => return resp,
@@ -296,7 +304,7 @@ pub async fn delete(shared: &Shared, req: Request<Incoming>) -> Response<RespBod
     }
 }
 
-pub async fn mkcol(shared: &Shared, req: Request<Incoming>) -> Response<RespBody> {
+pub async fn mkcol(shared: &Shared, req: &Request<Incoming>) -> Response<RespBody> {
     let (resolved, _) = match resolve(shared, req.uri(), true).await {
         Ok(r) => r,
         Err(resp) => return resp,
