@@ -311,9 +311,12 @@ impl Server {
             root: opts.root,
             writable: opts.writable,
             public: opts.public,
-            cert_path: match &opts.tls_cert {
-                Some((c, _)) => c.clone(),
-                None => opts.state_dir.join("tls-cert.pem"),
+            cert_path: {
+                let c = match &opts.tls_cert {
+                    Some((c, _)) => c.clone(),
+                    None => opts.state_dir.join("tls-cert.pem"),
+                };
+                std::path::absolute(&c).unwrap_or(c)
             },
             stop,
             live,
