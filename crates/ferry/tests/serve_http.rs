@@ -458,7 +458,8 @@ fn writable_put_get_round_trip_delete_and_mkcol() {
     assert_eq!(r.code, 409);
     let r = curl(&s, Tok::Good, &["-X", "PUT", "-d", "x", &https(&s, "/up/")]);
     assert_eq!(r.code, 405);
-    // A partial PUT is refused rather than written as the whole file.
+    // A malformed Content-Range is refused rather than written as the
+    // whole file.
     let r = curl(
         &s,
         Tok::Good,
@@ -466,7 +467,7 @@ fn writable_put_get_round_trip_delete_and_mkcol() {
             "-X",
             "PUT",
             "-H",
-            "Content-Range: bytes 0-0/10",
+            "Content-Range: bytes 5-1/10",
             "-d",
             "x",
             &https(&s, "/p"),
@@ -501,6 +502,67 @@ fn writable_put_get_round_trip_delete_and_mkcol() {
     assert_eq!(
         r.header("allow").as_deref(),
         Some("GET, HEAD, OPTIONS, PUT, DELETE, MKCOL")
+    );
+}
+
+/// Resuming an upload with ranged PUTs: the first half, a status query,
+/// a gap refused, the second half completes the file.
+#[test]
+fn ranged_put_resumes_an_upload() {
+    need!("curl");
+    let s = FerryServe::start(&["--writable"]);
+    let t = tempdir();
+    let data = random_bytes(3 * 1024 * 1024 + 5, 9);
+    let n = data.len();
+    let half = n / 2;
+    fs::write(t.path().join("a"), &data[..half]).unwrap();
+    fs::write(t.path().join("b"), &data[half..]).unwrap();
+    fs::write(t.path().join("c"), &data[half + 1..]).unwrap();
+    fs::write(s.root().join("f"), b"old").unwrap();
+    let u = https(&s, "/f");
+    let put = |range: String, file: Option<&str>| {
+        let mut a = vec!["-X".to_string(), "PUT".into(), "-H".into(), range];
+        if let Some(f) = file {
+            a.push("--data-binary".into());
+            a.push(format!("@{}", t.path().join(f).display()));
+        }
+        a.push(u.clone());
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        curl(&s, Tok::Good, &a)
+    };
+    let r = put(format!("Content-Range: bytes */{n}"), None);
+    assert_eq!(r.code, 202);
+    assert_eq!(r.header("range"), None, "nothing yet");
+    let r = put(
+        format!("Content-Range: bytes 0-{}/{n}", half - 1),
+        Some("a"),
+    );
+    assert_eq!(r.code, 202, "{}", r.text());
+    assert_eq!(r.header("range"), Some(format!("bytes=0-{}", half - 1)));
+    assert_eq!(
+        fs::read(s.root().join("f")).unwrap(),
+        b"old",
+        "not yet replaced"
+    );
+    let r = put(format!("Content-Range: bytes */{n}"), None);
+    assert_eq!(r.header("range"), Some(format!("bytes=0-{}", half - 1)));
+    // A gap is refused with what the server has.
+    let r = put(
+        format!("Content-Range: bytes {}-{}/{n}", half + 1, n - 1),
+        Some("c"),
+    );
+    assert_eq!(r.code, 416, "{}", r.text());
+    assert_eq!(r.header("range"), Some(format!("bytes=0-{}", half - 1)));
+    let r = put(
+        format!("Content-Range: bytes {half}-{}/{n}", n - 1),
+        Some("b"),
+    );
+    assert_eq!(r.code, 204, "{}", r.text());
+    assert_eq!(hash_file(&s.root().join("f")), hash_bytes(&data));
+    assert!(
+        uploads_left(&s.root()).is_empty(),
+        "{:?}",
+        list_dir(&s.root())
     );
 }
 

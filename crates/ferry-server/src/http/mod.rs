@@ -211,47 +211,46 @@ impl HttpService {
     }
 }
 
-/// A request body read and thrown away before an early answer, at most
-/// this much...
-pub const DRAIN_MAX: usize = 1024 * 1024;
-/// ...and for at most this long.
-pub const DRAIN_TIME: Duration = Duration::from_secs(2);
+/// How much of an unwanted request body is read and thrown away after an
+/// early answer...
+pub const DRAIN_MAX: usize = 16 * 1024 * 1024;
+/// ...and for how long at most.
+pub const DRAIN_TIME: Duration = Duration::from_secs(5);
 
-/// Answer `resp` to a request whose body we do not want, after reading
-/// (a bounded amount of) that body.
+/// Answer `resp` to a request whose body we do not want, and read that
+/// body away (bounded) in the background instead of dropping it.
 ///
-/// Answering while the client is still sending goes wrong in practice:
-/// over HTTP/1.1 the server closes with unread data, the kernel sends a
-/// TCP reset, and the client loses the answer (curl: "Empty reply from
-/// server"); over h2 the stream is reset and curl 7.88 reports a framing
-/// error instead of the 401 or 403. nginx reads the body away for the same
+/// Dropping it goes wrong in practice: over HTTP/1.1 the server closes
+/// with unread data, the kernel sends a TCP reset, and the client loses
+/// the answer (curl: "Empty reply from server"); over h2 the stream is
+/// reset while curl 7.88 is still sending, and it reports a framing error
+/// instead of the 401 or 403. nginx reads the body away for the same
 /// reason (`lingering_close`). A client that sent `Expect: 100-continue`
-/// has not sent the body yet and is answered at once.
-pub(crate) async fn refuse<B>(req: Request<B>, resp: Response<RespBody>) -> Response<RespBody>
-where
-    B: http_body::Body + Unpin,
-{
+/// has not sent the body and never will: it is answered at once.
+pub(crate) async fn refuse(req: Request<Incoming>, resp: Response<RespBody>) -> Response<RespBody> {
     use http_body_util::BodyExt;
     let expects = req
         .headers()
         .get(http::header::EXPECT)
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
     let mut body = req.into_body();
-    if expects || body.is_end_stream() {
+    if expects || http_body::Body::is_end_stream(&body) {
         return resp;
     }
-    let drain = async {
-        let mut n = 0usize;
-        while let Some(Ok(f)) = body.frame().await {
-            if let Some(d) = f.data_ref() {
-                n += bytes::Buf::remaining(d);
-                if n > DRAIN_MAX {
-                    break;
+    tokio::spawn(async move {
+        let drain = async {
+            let mut n = 0usize;
+            while let Some(Ok(f)) = body.frame().await {
+                if let Some(d) = f.data_ref() {
+                    n += d.len();
+                    if n > DRAIN_MAX {
+                        break;
+                    }
                 }
             }
-        }
-    };
-    let _ = tokio::time::timeout(DRAIN_TIME, drain).await;
+        };
+        let _ = tokio::time::timeout(DRAIN_TIME, drain).await;
+    });
     resp
 }
 
