@@ -30,7 +30,7 @@ use tokio::sync::Semaphore;
 use crate::error::TransferError;
 use crate::journal;
 use crate::location::{HttpSpec, Location};
-use crate::sftp::{os, report, set_local_times, side_name, tmp_name, walk_local, with_more};
+use crate::sftp::{os, set_local_times, side_name, tmp_name, walk_local, with_more};
 use crate::{CopyOptions, Stats, Summary};
 
 /// Smallest byte range worth its own request with `--streams`.
@@ -69,10 +69,12 @@ pub(crate) fn copy(
             for s in sources {
                 match s {
                     Location::Local(p) => files.push(p.clone()),
-                    other => return Err(TransferError::Usage(format!(
+                    other => {
+                        return Err(TransferError::Usage(format!(
                         "{}: remote-to-remote copies are not supported; copy to a local path first",
                         describe(other)
-                    ))),
+                    )))
+                    }
                 }
             }
             upload(&files, d, opts, stats)
@@ -137,6 +139,16 @@ struct Ctx {
 struct FileJob {
     url: Url,
     dst: PathBuf,
+}
+
+/// Keep the first error to return (the command line prints it); print
+/// the others as they come.
+fn report(first: &mut Option<TransferError>, e: TransferError) {
+    if first.is_none() {
+        *first = Some(e);
+    } else {
+        eprintln!("ferry: {e}");
+    }
 }
 
 // ---------------------------------------------------------------- download

@@ -66,6 +66,11 @@ struct Verifier {
     /// Checks the chain against the roots; `None` with --pin or --insecure.
     webpki: Option<Arc<WebPkiServerVerifier>>,
     pins: Vec<[u8; 32]>,
+    /// The certificates of --cacert: a server presenting one of these
+    /// exactly is trusted even when it is a self-signed CA certificate
+    /// (`openssl req -x509` makes those), which webpki refuses as an end
+    /// entity.
+    exact: Vec<Vec<u8>>,
     insecure: bool,
     algs: WebPkiSupportedAlgorithms,
 }
@@ -89,7 +94,7 @@ impl ServerCertVerifier for Verifier {
                 pin_of(end_entity.as_ref())
             )));
         }
-        if self.insecure {
+        if self.insecure || self.exact.iter().any(|c| c == end_entity.as_ref()) {
             return Ok(ServerCertVerified::assertion());
         }
         match &self.webpki {
@@ -141,10 +146,12 @@ fn load_pem(path: &Path) -> Result<Vec<CertificateDer<'static>>, HttpError> {
     Ok(out)
 }
 
-fn roots(opts: &TlsOptions) -> Result<RootCertStore, HttpError> {
+fn roots(opts: &TlsOptions) -> Result<(RootCertStore, Vec<Vec<u8>>), HttpError> {
     let mut store = RootCertStore::empty();
     if let Some(path) = &opts.cacert {
-        for c in load_pem(path)? {
+        let certs = load_pem(path)?;
+        let exact = certs.iter().map(|c| c.as_ref().to_vec()).collect();
+        for c in certs {
             store.add(c).map_err(|e| {
                 HttpError::Usage(format!(
                     "--cacert {}: unusable certificate: {e}",
@@ -152,14 +159,14 @@ fn roots(opts: &TlsOptions) -> Result<RootCertStore, HttpError> {
                 ))
             })?;
         }
-        return Ok(store);
+        return Ok((store, exact));
     }
     let native = rustls_native_certs::load_native_certs();
     let (added, _) = store.add_parsable_certificates(native.certs);
     if added == 0 {
         store.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     }
-    Ok(store)
+    Ok((store, Vec::new()))
 }
 
 /// The client configuration: trust as asked, ALPN protocols as given.
@@ -174,8 +181,10 @@ pub fn client_config(
         .map(|p| parse_pin(p))
         .collect::<Result<Vec<_>, _>>()
         .map_err(HttpError::Usage)?;
+    let mut exact = Vec::new();
     let webpki = if pins.is_empty() && !opts.insecure {
-        let store = roots(opts)?;
+        let (store, certs) = roots(opts)?;
+        exact = certs;
         Some(
             WebPkiServerVerifier::builder_with_provider(Arc::new(store), provider.clone())
                 .build()
@@ -187,6 +196,7 @@ pub fn client_config(
     let verifier = Verifier {
         webpki,
         pins,
+        exact,
         insecure: opts.insecure,
         algs: provider.signature_verification_algorithms,
     };
