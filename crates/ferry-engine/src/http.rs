@@ -39,6 +39,8 @@ const MIN_SEGMENT: u64 = 1024 * 1024;
 const RANGE_ATTEMPTS: u32 = 4;
 /// Largest directory listing accepted.
 const MAX_LISTING: usize = 64 * 1024 * 1024;
+/// Bytes gathered from the body before one write to the file.
+const WRITE_BUF: usize = 1024 * 1024;
 /// Listings fetched at once while walking a tree.
 const LISTING_PARALLEL: usize = 8;
 
@@ -671,33 +673,43 @@ async fn single(
     }
     let mut at = have;
     let moved_before = have;
+    // HTTP/2 DATA frames are small (nginx sends 8 KiB): gather them so a
+    // write call moves WRITE_BUF, not one frame.
+    let mut buf: Vec<u8> = Vec::with_capacity(WRITE_BUF);
     loop {
         let piece = match resp.chunk().await {
             Ok(Some(c)) => c,
             Ok(None) => break,
-            Err(e) => return Err(kept(e.into(), &p.tmp)),
+            Err(e) => {
+                write_at(&file, &buf, at, &p.tmp)?;
+                return Err(kept(e.into(), &p.tmp));
+            }
         };
         if let Some(hs) = hasher.as_mut() {
             hs.update(&piece);
         }
-        let data = if identity {
-            piece.to_vec()
+        let n = if identity {
+            buf.extend_from_slice(&piece);
+            piece.len()
         } else {
-            decoder.feed(&piece).map_err(|e| {
+            let data = decoder.feed(&piece).map_err(|e| {
                 TransferError::Remote(format!("{}: bad {:?} data: {e}", job.url, encoding))
-            })?
-        };
-        write_at(&file, &data, at, &p.tmp)?;
-        at += data.len() as u64;
-        stats
-            .bytes_done
-            .fetch_add(data.len() as u64, Ordering::Relaxed);
-        if !identity {
+            })?;
+            buf.extend_from_slice(&data);
             stats
                 .bytes_total
                 .fetch_add(data.len() as u64, Ordering::Relaxed);
+            data.len()
+        };
+        stats.bytes_done.fetch_add(n as u64, Ordering::Relaxed);
+        if buf.len() >= WRITE_BUF {
+            write_at(&file, &buf, at, &p.tmp)?;
+            at += buf.len() as u64;
+            buf.clear();
         }
     }
+    write_at(&file, &buf, at, &p.tmp)?;
+    at += buf.len() as u64;
     if !identity {
         let rest = decoder.finish().map_err(|e| {
             TransferError::Remote(format!("{}: truncated {:?} data: {e}", job.url, encoding))
@@ -724,7 +736,7 @@ async fn single(
             None if identity => hash_file(&p.tmp).await?,
             None => want,
         };
-        check_digest(&job.url, &p, want, got)?;
+        check_digest(&job.url, p, want, got)?;
     }
     drop(file);
     finish(ctx, job, p, last_modified(&resp.headers))?;
@@ -1022,25 +1034,40 @@ async fn range_once(
             ))))
         }
     }
+    let mut buf: Vec<u8> = Vec::with_capacity(WRITE_BUF);
+    // Write what was gathered and record it as arrived.
+    let flush = |buf: &mut Vec<u8>, at: &mut u64| -> Result<(), RangeErr> {
+        write_at(file, buf, *at, tmp).map_err(RangeErr::Fatal)?;
+        let n = buf.len() as u64;
+        arrived
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((*at, *at + n));
+        *at += n;
+        buf.clear();
+        Ok(())
+    };
     loop {
         let piece = match resp.chunk().await {
             Ok(Some(c)) => c,
             Ok(None) => break,
-            Err(e) => return Err(RangeErr::Retry(e.into())),
+            Err(e) => {
+                flush(&mut buf, at)?;
+                return Err(RangeErr::Retry(e.into()));
+            }
         };
-        let n = (piece.len() as u64).min(b - *at) as usize;
-        let data = piece.get(..n).unwrap_or(&piece);
-        write_at(file, data, *at, tmp).map_err(RangeErr::Fatal)?;
-        arrived
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((*at, *at + n as u64));
-        *at += n as u64;
+        let room = b - *at - buf.len() as u64;
+        let n = (piece.len() as u64).min(room) as usize;
+        buf.extend_from_slice(piece.get(..n).unwrap_or(&piece));
         stats.bytes_done.fetch_add(n as u64, Ordering::Relaxed);
-        if *at >= b {
+        if buf.len() >= WRITE_BUF {
+            flush(&mut buf, at)?;
+        }
+        if *at + buf.len() as u64 >= b {
             break;
         }
     }
+    flush(&mut buf, at)?;
     if *at < b {
         return Err(RangeErr::Retry(TransferError::Network(format!(
             "{url}: the range ended at {} before {b}",

@@ -19,8 +19,7 @@ pub fn parse_netrc(text: &str) -> Vec<NetrcEntry> {
     let mut lines = text.lines();
     let mut tokens: Vec<String> = Vec::new();
     while let Some(line) = lines.next() {
-        let mut words = line.split_whitespace().peekable();
-        while let Some(w) = words.next() {
+        for w in line.split_whitespace() {
             if w.starts_with('#') && tokens.is_empty() {
                 break;
             }
