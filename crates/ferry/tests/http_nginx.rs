@@ -11,7 +11,7 @@ use std::fs;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::nginx::{nginx_or_skip, Nginx};
+use common::nginx::{nginx_or_skip, Nginx, BASIC_PASS, BASIC_USER, BEARER};
 use common::*;
 
 fn cacert(ng: &Nginx) -> Vec<String> {
@@ -476,4 +476,85 @@ fn compressed_and_digest() {
     assert_eq!(o.status.code(), Some(4), "{}", describe(&o));
     assert!(stderr_text(&o).contains("digest"), "{}", describe(&o));
     assert!(!dst.exists() && part_files(out.path()).is_empty());
+}
+
+#[test]
+fn credentials_token_basic_netrc_and_resolve() {
+    let Some(ng) = nginx_or_skip("credentials_token_basic_netrc_and_resolve") else {
+        return;
+    };
+    let hp = make_file(&ng.www().join("private/p.bin"), 50_000, 12);
+    let hb = make_file(&ng.www().join("bearer/b.bin"), 60_000, 13);
+    let out = tempdir();
+    let dst = out.path().join("x.bin");
+    let up = format!("{BASIC_USER}:{BASIC_PASS}");
+
+    // No credentials: 401 is an authentication failure, exit 3, with a hint.
+    let mut a = cacert(&ng);
+    a.extend([ng.https("/private/p.bin"), s(&dst)]);
+    let o = cp(&a);
+    assert_eq!(o.status.code(), Some(3), "{}", describe(&o));
+    assert!(stderr_text(&o).contains("401"), "{}", describe(&o));
+
+    let mut a = cacert(&ng);
+    a.extend(["-u".into(), up.clone(), ng.https("/private/p.bin"), s(&dst)]);
+    assert_ok(&cp(&a), "-u");
+    assert_file_hash(&dst, &hp, "-u");
+
+    let url = ng
+        .https("/private/p.bin")
+        .replace("https://", &format!("https://{up}@"));
+    let mut a = cacert(&ng);
+    a.extend([url, s(&dst)]);
+    assert_ok(&cp(&a), "user:pass@ in the URL");
+
+    let home = tempdir();
+    fs::write(
+        home.path().join(".netrc"),
+        format!("machine 127.0.0.1 login {BASIC_USER} password {BASIC_PASS}\n"),
+    )
+    .unwrap();
+    let mut a: Vec<String> = vec!["cp".into(), "-q".into()];
+    a.extend(cacert(&ng));
+    a.extend([ng.https("/private/p.bin"), s(&dst)]);
+    assert_ok(&ferry_in(home.path(), &a, &[]), "netrc");
+
+    let mut a = cacert(&ng);
+    a.extend([
+        "--token".into(),
+        BEARER.into(),
+        ng.https("/bearer/b.bin"),
+        s(&dst),
+    ]);
+    assert_ok(&cp(&a), "--token");
+    assert_file_hash(&dst, &hb, "--token");
+    let mut a: Vec<String> = vec!["cp".into(), "-q".into()];
+    a.extend(cacert(&ng));
+    a.extend([ng.https("/bearer/b.bin"), s(&dst)]);
+    assert_ok(
+        &ferry_in(home.path(), &a, &[("FERRY_TOKEN", BEARER)]),
+        "FERRY_TOKEN",
+    );
+    let mut a = cacert(&ng);
+    a.extend([
+        "--token".into(),
+        "wrong".into(),
+        ng.https("/bearer/b.bin"),
+        s(&dst),
+    ]);
+    assert_eq!(cp(&a).status.code(), Some(3));
+
+    // --resolve: the certificate names localhost, the address comes from us.
+    let port = ng.https_port;
+    let mut a = cacert(&ng);
+    a.extend([
+        "--resolve".into(),
+        format!("localhost:{port}:127.0.0.1"),
+        "-u".into(),
+        up,
+        format!("https://localhost:{port}/private/p.bin"),
+        s(&dst),
+    ]);
+    assert_ok(&cp(&a), "--resolve");
+    assert_file_hash(&dst, &hp, "--resolve");
 }

@@ -13,7 +13,9 @@
 //! - `/noranges/` ignores Range (max_ranges 0);
 //! - `/slow/` sends at 1 MB/s (to interrupt a transfer);
 //! - `/gz/` gzips text;
-//! - `/digest/` sends `Repr-Digest: sha-256=:<digest>:` as given to start.
+//! - `/digest/` sends `Repr-Digest: sha-256=:<digest>:` as given to start;
+//! - `/private/` wants Basic [`BASIC_USER`]:[`BASIC_PASS`], `/bearer/`
+//!   the token [`BEARER`].
 use std::fs;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -25,6 +27,11 @@ use tempfile::TempDir;
 use super::{free_port, run_checked, tempdir};
 
 pub const NGINX_BIN: &str = "/usr/sbin/nginx";
+/// Basic credentials `/private/` accepts.
+pub const BASIC_USER: &str = "alice";
+pub const BASIC_PASS: &str = "wonderland";
+/// The Bearer token `/bearer/` accepts.
+pub const BEARER: &str = "sekrit-token";
 
 pub struct Nginx {
     dir: TempDir,
@@ -57,6 +64,8 @@ impl Nginx {
             "www/slow",
             "www/gz",
             "www/digest",
+            "www/private",
+            "www/bearer",
             "tmp",
         ] {
             fs::create_dir_all(d.join(sub)).unwrap_or_else(|e| panic!("mkdir {sub}: {e}"));
@@ -84,6 +93,10 @@ impl Nginx {
                 .arg("-out")
                 .arg(d.join("cert.pem")),
         );
+        let hash = run_checked(Command::new("openssl").args(["passwd", "-apr1", BASIC_PASS]));
+        let hash = String::from_utf8_lossy(&hash.stdout).trim().to_string();
+        fs::write(d.join("htpasswd"), format!("{BASIC_USER}:{hash}\n"))
+            .unwrap_or_else(|e| panic!("htpasswd: {e}"));
         let (https_port, http_port) = (free_port(), free_port());
         let conf = config(d, https_port, http_port, repr_digest);
         fs::write(d.join("nginx.conf"), conf).unwrap_or_else(|e| panic!("nginx.conf: {e}"));
@@ -223,6 +236,8 @@ http {{
         location /slow/ {{ limit_rate 1m; }}
         location /gz/ {{ gzip on; gzip_types text/plain application/octet-stream; gzip_min_length 0; }}
         location /digest/ {{ add_header Repr-Digest "{repr_digest}" always; }}
+        location /private/ {{ auth_basic "ferry"; auth_basic_user_file {d}/htpasswd; }}
+        location /bearer/ {{ if ($http_authorization != "Bearer {BEARER}") {{ return 401; }} }}
     }}
 }}
 "#
