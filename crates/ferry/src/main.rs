@@ -44,6 +44,9 @@ enum Cmd {
     Cp(CpArgs),
     /// Serve a directory over SFTP (SSH) and HTTPS, authenticated, read-only by default.
     Serve(serve::ServeArgs),
+    /// The scorecard: ferry and the installed peers (OpenSSH, curl, aria2,
+    /// lftp, rclone) on the standard data sets, verified, in one table.
+    Bench(ferry_bench::BenchArgs),
 }
 
 #[derive(Args)]
@@ -131,6 +134,7 @@ fn main() {
     let code = match cli.cmd {
         Cmd::Cp(args) => run_cp(args),
         Cmd::Serve(args) => serve::run(args),
+        Cmd::Bench(args) => ferry_bench::run(args),
     };
     std::process::exit(code);
 }
