@@ -121,14 +121,7 @@ pub const CLIENTS: &[Client] = &[
     },
     c("sftp", "OpenSSH sftp", "sftp", Proto::Sftp, true, Fits::All),
     c("scp", "OpenSSH scp", "scp", Proto::Sftp, true, Fits::All),
-    c(
-        "rclone",
-        "rclone (sftp)",
-        "rclone",
-        Proto::Sftp,
-        true,
-        Fits::All,
-    ),
+    c("rclone", "rclone", "rclone", Proto::Sftp, true, Fits::All),
     c(
         "lftp-mirror",
         "lftp mirror --parallel=8",

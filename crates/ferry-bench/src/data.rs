@@ -367,10 +367,10 @@ mod tests {
                 y.files.iter().map(|f| &f.blake3).collect::<Vec<_>>()
             );
             verify(&x, &x.dir).unwrap();
-            fs::write(x.dir.join("t-0001.bin"), b"nope").ok();
-            if !compressible {
-                assert!(verify(&x, &x.dir).is_err());
-            }
+            // A changed file is a mismatch, not a pass.
+            let first = x.dir.join(&x.files[1].name);
+            fs::write(&first, b"nope").unwrap();
+            assert!(verify(&x, &x.dir).is_err());
             fs::remove_dir_all(&x.dir).unwrap();
             fs::remove_dir_all(&y.dir).unwrap();
         }

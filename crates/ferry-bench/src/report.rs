@@ -54,7 +54,7 @@ fn set_desc(r: &Report, set: &str) -> String {
 }
 
 pub fn human(b: u64) -> String {
-    if b >= 1 << 30 && b % (1 << 20) == 0 {
+    if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
         format!("{} MiB", b >> 20)
     } else if b >= 1_000_000 {
         format!("{:.1} MB", b as f64 / 1e6)
@@ -132,14 +132,16 @@ pub fn table(r: &Report) -> String {
             let speed = match c.status.as_str() {
                 "ok" => c.mb_per_s.map(|v| format!("{v:.1}")).unwrap_or_default(),
                 other => {
-                    footnotes.push(format!(
-                        "[{}] {profile} {set} {} {}: {}",
-                        footnotes.len() + 1,
-                        dir.name(),
-                        row_label(c),
-                        c.reason.as_deref().unwrap_or("")
-                    ));
-                    format!("{} [{}]", other.to_uppercase(), footnotes.len())
+                    // One footnote per distinct reason.
+                    let why = c.reason.clone().unwrap_or_default();
+                    let n = match footnotes.iter().position(|f| *f == why) {
+                        Some(i) => i + 1,
+                        None => {
+                            footnotes.push(why);
+                            footnotes.len()
+                        }
+                    };
+                    format!("{} [{n}]", other.to_uppercase())
                 }
             };
             let ratio = c
@@ -160,10 +162,11 @@ pub fn table(r: &Report) -> String {
             );
         }
     }
+    let footnotes_text = footnotes.join("\n");
     if !footnotes.is_empty() {
         let _ = writeln!(s, "\nnot measured:");
-        for f in footnotes {
-            let mut f = f;
+        for (i, f) in footnotes.into_iter().enumerate() {
+            let mut f = format!("[{}] {f}", i + 1);
             if f.len() > 400 {
                 let mut cut = 400;
                 while !f.is_char_boundary(cut) {
@@ -175,7 +178,11 @@ pub fn table(r: &Report) -> String {
             let _ = writeln!(s, "  {f}");
         }
     }
-    for n in &r.notes {
+    for n in r
+        .notes
+        .iter()
+        .filter(|n| !footnotes_text.contains(n.as_str()))
+    {
         let _ = writeln!(s, "note: {n}");
     }
     s

@@ -328,6 +328,10 @@ pub fn run_local(args: &BenchArgs) -> Result<Report> {
     if let Some(r) = &ferry_https_na {
         notes.push(r.clone());
     }
+    let ferry_cp_https_na = ferry_cp_https_missing(&ferry_bin);
+    if let Some(r) = &ferry_cp_https_na {
+        notes.push(r.clone());
+    }
     let servers = Servers {
         ferry,
         sshd,
@@ -440,6 +444,11 @@ pub fn run_local(args: &BenchArgs) -> Result<Report> {
                         } else if let Some(why) = &ep.unavailable {
                             cell.status = "n/a".into();
                             cell.reason = Some(why.clone());
+                        } else if let (true, Proto::Https, Some(why)) =
+                            (client.ferry, client.proto, &ferry_cp_https_na)
+                        {
+                            cell.status = "n/a".into();
+                            cell.reason = Some(why.clone());
                         }
                         group.push((cell, client, Some(ep)));
                     }
@@ -530,6 +539,20 @@ fn is_not_there_yet(why: &str) -> bool {
     why.contains("is not supported yet")
         || why.contains("unexpected argument")
         || why.contains("not implemented")
+}
+
+/// `Some(reason)` when this ferry's `cp` has no HTTPS client yet (no
+/// `--cacert` flag in its help).
+fn ferry_cp_https_missing(ferry: &Path) -> Option<String> {
+    let out = std::process::Command::new(ferry)
+        .args(["cp", "--help"])
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    let help = String::from_utf8_lossy(&out.stdout);
+    (!help.contains("--cacert")).then(|| {
+        "this ferry cp has no HTTPS client yet (no --cacert in `ferry cp --help`): its HTTPS cells are n/a".to_string()
+    })
 }
 
 /// Ask ferry serve's HTTPS port for `/` with curl: `Some(reason)` when it
