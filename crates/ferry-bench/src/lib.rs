@@ -9,6 +9,8 @@
 //! - [`clients`]: the clients and the command line of each cell.
 //! - [`run`]: profiles, cells, runs, medians.
 //! - [`report`]: the table, machine description, ratios and the plot.
+//! - [`remote`]: `ferry bench sftp://host/dir`, the settings sweep, and
+//!   [`hosts`], where `--save` keeps the result for `ferry cp`.
 //! - [`proc`]: process groups, `wait4` measurements, Ctrl-C clean-up.
 //!
 //! The `ferry` binary exposes it as `ferry bench` ([`BenchArgs`], [`run`]).
@@ -17,7 +19,9 @@ use std::path::PathBuf;
 
 pub mod clients;
 pub mod data;
+pub mod hosts;
 pub mod proc;
+pub mod remote;
 pub mod report;
 pub mod run;
 pub mod servers;
@@ -25,6 +29,24 @@ pub mod servers;
 /// `ferry bench`: flags.
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
+    /// Remote mode: sweep ferry cp's settings against this server
+    /// (sftp://[user@]host[:port]/dir; a scratch dir is made in dir and
+    /// removed after) and print the best.
+    #[arg(value_name = "URL")]
+    pub url: Option<String>,
+    /// Remote mode: store the best settings for the host in
+    /// ~/.config/ferry/hosts.toml, where ferry cp finds them.
+    #[arg(long, requires = "url")]
+    pub save: bool,
+    /// Remote mode: ssh config file, as for ferry cp.
+    #[arg(short = 'F', value_name = "FILE", requires = "url")]
+    pub ssh_config: Option<PathBuf>,
+    /// Remote mode: identity file; may be repeated.
+    #[arg(short = 'i', value_name = "FILE", requires = "url")]
+    pub identity: Vec<PathBuf>,
+    /// Remote mode: ssh option (KEY=VALUE); may be repeated.
+    #[arg(short = 'o', value_name = "KEY=VALUE", requires = "url")]
+    pub ssh_option: Vec<String>,
     /// Data sets, comma-separated: huge (1 x 1 GiB), large (10 x 12 MB),
     /// medium (100 x 1 MB), small (1000 x 20 kB).
     #[arg(
@@ -89,6 +111,15 @@ pub struct BenchArgs {
 /// Run `ferry bench`; the process exit code.
 pub fn run(args: BenchArgs) -> i32 {
     proc::install_signal_handler();
+    if let Some(url) = &args.url {
+        return match remote::run_remote(&args, url) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("ferry bench: {e:#}");
+                1
+            }
+        };
+    }
     let report = match run::run_local(&args) {
         Ok(r) => r,
         Err(e) => {
