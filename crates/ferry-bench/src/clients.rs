@@ -157,6 +157,17 @@ pub const CLIENTS: &[Client] = &[
             Fits::All,
         )
     },
+    Client {
+        ferry: true,
+        ..c(
+            "ferry-https-s8",
+            "ferry cp --streams 8",
+            "ferry",
+            Proto::Https,
+            false,
+            Fits::SingleFile,
+        )
+    },
     c("curl", "curl (h2)", "curl", Proto::Https, true, Fits::All),
     c(
         "curl-h1",
@@ -353,9 +364,12 @@ pub fn command(
             c.arg("-c").arg(script);
             plan(c, precreate)
         }
-        "ferry-https" => {
+        "ferry-https" | "ferry-https-s8" => {
             let mut c = Command::new(&p.ferry);
             c.args(["cp", "-q", "--cacert"]).arg(&ep.cacert);
+            if client.id == "ferry-https-s8" {
+                c.args(["--streams", "8"]);
+            }
             if let Some(t) = &ep.token {
                 c.args(["--token", t]);
             }

@@ -48,7 +48,7 @@ pub struct BenchArgs {
     #[arg(short = 'o', value_name = "KEY=VALUE", requires = "url")]
     pub ssh_option: Vec<String>,
     /// Data sets, comma-separated: huge (1 x 1 GiB), large (10 x 12 MB),
-    /// medium (100 x 1 MB), small (1000 x 20 kB).
+    /// medium (100 x 1 MB), small (1000 x 20 kB); also wide (50 x 100 MB).
     #[arg(
         long,
         value_delimiter = ',',
@@ -83,7 +83,7 @@ pub struct BenchArgs {
     )]
     pub directions: Vec<String>,
     /// Only these clients (ids as in the JSON: ferry, sftp, scp, rclone,
-    /// lftp-mirror, lftp-get, lftp-pget, ferry-https, curl, curl-h1,
+    /// lftp-mirror, lftp-get, lftp-pget, ferry-https, ferry-https-s8, curl, curl-h1,
     /// curl-Z, aria2c) [default: all that are installed].
     #[arg(long, value_delimiter = ',', value_name = "IDS")]
     pub clients: Vec<String>,

@@ -4,11 +4,11 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::clients::CLIENTS;
+use crate::clients::{Direction, ServerKind, CLIENTS};
 use crate::proc::{version_line, which, which_server};
 use crate::run::{Cell, Report};
 
-type GroupKey = (String, String, crate::clients::Direction);
+type GroupKey = (String, String, Direction);
 
 /// ferry's MB/s over the best peer's, per profile, set, direction and
 /// protocol (any server).
@@ -178,6 +178,7 @@ pub fn table(r: &Report) -> String {
             let _ = writeln!(s, "  {f}");
         }
     }
+    s.push_str(&goals_text(&r.goals));
     for n in r
         .notes
         .iter()
@@ -355,5 +356,223 @@ pub fn svg(r: &Report) -> String {
     );
     s.push_str(&body);
     s.push_str("</svg>\n");
+    s
+}
+
+/// A speed goal from the issues, as a ratio of two cells of one run.
+struct Goal {
+    issue: u32,
+    num: (&'static str, ServerKind),
+    den: (&'static str, ServerKind),
+    want: f64,
+    sets: &'static [&'static str],
+    directions: &'static [Direction],
+    profiles: &'static [&'static str],
+}
+
+const BOTH: &[Direction] = &[Direction::Download, Direction::Upload];
+const DOWN: &[Direction] = &[Direction::Download];
+const LOOP: &[&str] = &["loopback"];
+
+const GOALS: &[Goal] = &[
+    Goal {
+        issue: 3,
+        num: ("ferry", ServerKind::FerryServe),
+        den: ("sftp", ServerKind::Sshd),
+        want: 4.0,
+        sets: &["huge", "small"],
+        directions: BOTH,
+        profiles: LOOP,
+    },
+    Goal {
+        issue: 3,
+        num: ("sftp", ServerKind::FerryServe),
+        den: ("sftp", ServerKind::Sshd),
+        want: 1.0,
+        sets: &["huge", "small"],
+        directions: BOTH,
+        profiles: LOOP,
+    },
+    Goal {
+        issue: 3,
+        num: ("curl", ServerKind::FerryServe),
+        den: ("curl", ServerKind::Nginx),
+        want: 1.0,
+        sets: &["huge"],
+        directions: DOWN,
+        profiles: LOOP,
+    },
+    Goal {
+        issue: 3,
+        num: ("curl-h1", ServerKind::FerryServe),
+        den: ("curl-h1", ServerKind::Nginx),
+        want: 1.0,
+        sets: &["huge"],
+        directions: DOWN,
+        profiles: LOOP,
+    },
+    Goal {
+        issue: 3,
+        num: ("curl-Z", ServerKind::FerryServe),
+        den: ("curl-Z", ServerKind::Nginx),
+        want: 1.0,
+        sets: &["wide"],
+        directions: DOWN,
+        profiles: LOOP,
+    },
+    Goal {
+        issue: 4,
+        num: ("ferry-https", ServerKind::Nginx),
+        den: ("curl", ServerKind::Nginx),
+        want: 1.0,
+        sets: &["huge"],
+        directions: DOWN,
+        profiles: LOOP,
+    },
+    Goal {
+        issue: 4,
+        num: ("ferry-https", ServerKind::Nginx),
+        den: ("curl-Z", ServerKind::Nginx),
+        want: 1.0,
+        sets: &["wide"],
+        directions: DOWN,
+        profiles: LOOP,
+    },
+    Goal {
+        issue: 4,
+        num: ("ferry-https", ServerKind::Nginx),
+        den: ("curl-Z", ServerKind::Nginx),
+        want: 1.5,
+        sets: &["small"],
+        directions: DOWN,
+        profiles: LOOP,
+    },
+    Goal {
+        issue: 4,
+        num: ("ferry-https", ServerKind::Nginx),
+        den: ("curl", ServerKind::Nginx),
+        want: 3.0,
+        sets: &["small"],
+        directions: DOWN,
+        profiles: LOOP,
+    },
+    Goal {
+        issue: 4,
+        num: ("ferry-https-s8", ServerKind::Nginx),
+        den: ("aria2c", ServerKind::Nginx),
+        want: 1.0,
+        sets: &["huge"],
+        directions: DOWN,
+        profiles: LOOP,
+    },
+    Goal {
+        issue: 4,
+        num: ("ferry-https", ServerKind::Nginx),
+        den: ("curl", ServerKind::Nginx),
+        want: 5.0,
+        sets: &["small"],
+        directions: DOWN,
+        profiles: &["wan"],
+    },
+];
+
+/// One goal checked against one run.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct GoalResult {
+    pub issue: u32,
+    pub profile: String,
+    pub set: String,
+    pub direction: Direction,
+    pub what: String,
+    pub want: f64,
+    pub ratio: Option<f64>,
+    /// None when one side was not measured.
+    pub met: Option<bool>,
+}
+
+/// The issues' speed goals that this run's cells can answer.
+pub fn goals(cells: &[Cell]) -> Vec<GoalResult> {
+    let find = |p: &str, s: &str, d: Direction, (client, server): (&str, ServerKind)| {
+        cells.iter().find(|c| {
+            c.profile == p
+                && c.set == s
+                && c.direction == d
+                && c.client == client
+                && c.server == server
+        })
+    };
+    let mut out = Vec::new();
+    let mut keys: Vec<(String, String, Direction)> = Vec::new();
+    for c in cells {
+        let k = (c.profile.clone(), c.set.clone(), c.direction);
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    for (p, s, d) in &keys {
+        for g in GOALS {
+            if !g.sets.contains(&s.as_str())
+                || !g.directions.contains(d)
+                || !g.profiles.contains(&p.as_str())
+            {
+                continue;
+            }
+            let (Some(n), Some(m)) = (find(p, s, *d, g.num), find(p, s, *d, g.den)) else {
+                continue;
+            };
+            let ratio = match (n.mb_per_s, m.mb_per_s) {
+                (Some(a), Some(b)) if b > 0.0 && n.status == "ok" && m.status == "ok" => {
+                    Some((a / b * 100.0).round() / 100.0)
+                }
+                _ => None,
+            };
+            out.push(GoalResult {
+                issue: g.issue,
+                profile: p.clone(),
+                set: s.clone(),
+                direction: *d,
+                what: format!(
+                    "{} -> {} / {} -> {}",
+                    n.client_label,
+                    n.server.name(),
+                    m.client_label,
+                    m.server.name()
+                ),
+                want: g.want,
+                ratio,
+                met: ratio.map(|r| r >= g.want),
+            });
+        }
+    }
+    out
+}
+
+/// The goals block under the table.
+pub fn goals_text(goals: &[GoalResult]) -> String {
+    let mut s = String::new();
+    if goals.is_empty() {
+        return s;
+    }
+    let _ = writeln!(
+        s,
+        "\ngoals from the issues (ratios of two cells of this run):"
+    );
+    for g in goals {
+        let (got, verdict) = match (g.ratio, g.met) {
+            (Some(r), Some(true)) => (format!("{r:.2}x"), "met"),
+            (Some(r), _) => (format!("{r:.2}x"), "NOT met"),
+            _ => ("-".to_string(), "not measured"),
+        };
+        let _ = writeln!(
+            s,
+            "  #{} {} {} {}: {}: {got} (want >= {}x) {verdict}",
+            g.issue,
+            g.profile,
+            g.set,
+            g.direction.name(),
+            g.what,
+            g.want
+        );
+    }
     s
 }

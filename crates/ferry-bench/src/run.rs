@@ -117,6 +117,8 @@ pub struct Report {
     pub sets: Vec<serde_json::Value>,
     pub notes: Vec<String>,
     pub cells: Vec<Cell>,
+    /// The issues' speed goals this run can answer.
+    pub goals: Vec<crate::report::GoalResult>,
 }
 
 struct Servers {
@@ -530,6 +532,7 @@ pub fn run_local(args: &BenchArgs) -> Result<Report> {
         parameters,
         sets: set_info,
         notes,
+        goals: crate::report::goals(&cells),
         cells,
     })
 }
