@@ -15,27 +15,61 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-static LIVE: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
+/// Live process groups we started, and whether the bench is stopping
+/// (after which nothing new is started). Spawning holds this lock from
+/// before `spawn` until the child is recorded, and the signal thread holds
+/// it until the process exits, so no child escapes the clean-up.
+static LIVE: Mutex<Live> = Mutex::new(Live {
+    pids: BTreeSet::new(),
+    stopping: false,
+    temp_dir: None,
+});
 
-fn register(pid: i32) {
+struct Live {
+    pids: BTreeSet<i32>,
+    stopping: bool,
+    /// A work directory of ours to remove on Ctrl-C.
+    temp_dir: Option<std::path::PathBuf>,
+}
+
+/// Remove `dir` if the bench is interrupted (it is our temp dir).
+pub fn remove_on_interrupt(dir: Option<std::path::PathBuf>) {
     if let Ok(mut l) = LIVE.lock() {
-        l.insert(pid);
+        l.temp_dir = dir;
     }
+}
+
+/// Spawn `cmd` and record its group, unless the bench is stopping.
+fn spawn_recorded(cmd: &mut Command) -> Result<std::process::Child> {
+    let mut live = LIVE
+        .lock()
+        .map_err(|_| anyhow::anyhow!("process registry poisoned"))?;
+    if live.stopping {
+        anyhow::bail!("interrupted");
+    }
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("cannot start {:?}", cmd.get_program()))?;
+    live.pids.insert(child.id() as i32);
+    Ok(child)
 }
 
 fn unregister(pid: i32) {
     if let Ok(mut l) = LIVE.lock() {
-        l.remove(&pid);
+        l.pids.remove(&pid);
     }
 }
 
 /// SIGTERM then (after a grace period) SIGKILL to every live group: called
 /// by the signal thread.
-fn stop_all_live() {
-    let pids: Vec<i32> = LIVE
-        .lock()
-        .map(|l| l.iter().copied().collect())
-        .unwrap_or_default();
+fn stop_all_live_and_exit(code: i32) -> ! {
+    // Held until exit: nothing new starts, nothing is forgotten.
+    let mut live = match LIVE.lock() {
+        Ok(l) => l,
+        Err(p) => p.into_inner(),
+    };
+    live.stopping = true;
+    let pids: Vec<i32> = live.pids.iter().copied().collect();
     for &p in pids.iter().rev() {
         signal_group(p, libc::SIGTERM);
     }
@@ -46,6 +80,10 @@ fn stop_all_live() {
         }
         signal_group(p, libc::SIGKILL);
     }
+    if let Some(d) = &live.temp_dir {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    std::process::exit(code);
 }
 
 fn alive(pid: i32) -> bool {
@@ -92,8 +130,7 @@ pub fn install_signal_handler() {
                 }
             });
             eprintln!("\nferry bench: {what}: stopping servers and clients");
-            stop_all_live();
-            std::process::exit(130);
+            stop_all_live_and_exit(130);
         });
 }
 
@@ -119,11 +156,8 @@ impl Guard {
     /// Start `cmd` in its own session and record it.
     pub fn spawn(name: &str, mut cmd: Command) -> Result<(Guard, std::process::Child)> {
         own_session(&mut cmd);
-        let child = cmd
-            .spawn()
-            .with_context(|| format!("cannot start {name} ({:?})", cmd.get_program()))?;
+        let child = spawn_recorded(&mut cmd).with_context(|| format!("cannot start {name}"))?;
         let pid = child.id() as i32;
-        register(pid);
         Ok((
             Guard {
                 pid,
@@ -185,13 +219,10 @@ pub struct Outcome {
 pub fn run_measured(mut cmd: Command, timeout: Duration) -> Result<Outcome> {
     own_session(&mut cmd);
     let start = Instant::now();
-    let child = cmd
-        .spawn()
-        .with_context(|| format!("cannot start {:?}", cmd.get_program()))?;
+    let child = spawn_recorded(&mut cmd)?;
     let pid = child.id() as i32;
     // The std handle is not used to wait: wait4 below reaps the child.
     drop(child);
-    register(pid);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut status: libc::c_int = 0;

@@ -285,6 +285,9 @@ pub fn run_remote(args: &BenchArgs, url: &str) -> Result<i32> {
         .prefix("ferry-bench-remote-")
         .tempdir()?;
     let work = temp.path().to_path_buf();
+    // On Ctrl-C the local temp dir goes; the remote scratch dir stays (its
+    // URL is printed first, so it can be removed by hand).
+    proc::remove_on_interrupt(Some(work.clone()));
     let div = if args.quick { 4 } else { 1 };
     let src = work.join("src").join("set");
     let specs = [

@@ -241,6 +241,7 @@ pub fn run_local(args: &BenchArgs) -> Result<Report> {
                 .prefix("ferry-bench-")
                 .tempdir_in(base)?;
             let p = t.path().to_path_buf();
+            proc::remove_on_interrupt(Some(p.clone()));
             _temp = t;
             p
         }
