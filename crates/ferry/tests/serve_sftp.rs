@@ -540,3 +540,49 @@ fn rclone_both_ways() {
     assert_same_tree(&tree, &back, Cmp::default(), "rclone download");
     assert!(no_temp_files(&s.root()).is_empty());
 }
+
+/// lftp's SFTP (over OpenSSH's ssh as its connect program): mirror a tree
+/// up and back, and `pget -n 4` a file as four ranges.
+#[test]
+fn lftp_mirror_both_ways_and_pget() {
+    if Command::new("lftp").arg("--version").output().is_err() {
+        eprintln!("skipped: lftp is not installed (scripts/test.sh installs it)");
+        return;
+    }
+    let s = FerryServe::start(&["--writable"]);
+    let local = tempdir();
+    let tree = local.path().join("tree");
+    fs::create_dir(&tree).unwrap();
+    let want = make_file(&tree.join("large.bin"), 12 * 1024 * 1024 + 7, 5);
+    make_odd_tree(&tree, 6);
+    let kh = s.dir().join("lftp_known_hosts");
+    let line = format!("[127.0.0.1]:{} {}\n", s.sftp_port.unwrap(), s.hostkey_line);
+    fs::write(&kh, line).unwrap();
+    let back = local.path().join("back");
+    let pget = local.path().join("pget.bin");
+    let script = format!(
+        "set sftp:connect-program 'ssh -a -x -F /dev/null -i {} -o UserKnownHostsFile={} \
+         -o StrictHostKeyChecking=yes -o BatchMode=yes -o IdentitiesOnly=yes'; \
+         set cmd:fail-exit yes; mirror -R {} /up; mirror /up {}; pget -n 4 /up/large.bin -o {}; bye",
+        s.key().display(),
+        kh.display(),
+        tree.display(),
+        back.display(),
+        pget.display()
+    );
+    let mut c = Command::new("lftp");
+    c.env("HOME", s.home())
+        .args(["-e", &script, "-u", "me,"])
+        .arg(format!("sftp://127.0.0.1:{}", s.sftp_port.unwrap()));
+    let o = run(c);
+    assert!(o.status.success(), "lftp: {}", describe(&o));
+    assert_same_tree(
+        &tree,
+        &s.root().join("up"),
+        Cmp::default(),
+        "lftp mirror -R",
+    );
+    assert_same_tree(&tree, &back, Cmp::default(), "lftp mirror");
+    assert_file_hash(&pget, &want, "lftp pget -n 4");
+    assert!(no_temp_files(&s.root()).is_empty());
+}
