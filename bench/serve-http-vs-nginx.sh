@@ -13,6 +13,12 @@
 # interleaved within each round; prints one table (median MB/s and the
 # ferry/nginx ratio) and writes the raw numbers as JSON.
 #
+# With PARALLEL_FILES=N (and PARALLEL_MIB, default 100) it also times N
+# files of PARALLEL_MIB fetched at once by one `curl --parallel` (h1: N
+# connections; h2: N streams on one connection), as the issue's
+# "50 x 100 MB" case. The N names are hard links to one file, so the page
+# cache holds PARALLEL_MIB, not N times that. Off by default.
+#
 # Usage: bench/serve-http-vs-nginx.sh [FERRY_BIN] [SIZE_MIB] [RUNS] [JSON_OUT]
 #   defaults: target/release/ferry (or $CARGO_TARGET_DIR/release/ferry),
 #             1024, 3, bench/runs/serve-http-vs-nginx-DATE.json
@@ -54,6 +60,13 @@ mkdir -p "$work/data" "$work/state" "$work/nginx/tmp"
 echo "making a ${size_mib} MiB file in $work/data ..." >&2
 head -c "$((size_mib * 1024 * 1024))" /dev/urandom >"$work/data/big.bin"
 chmod 644 "$work/data/big.bin"
+par_n="${PARALLEL_FILES:-0}"
+par_mib="${PARALLEL_MIB:-100}"
+if [ "$par_n" -gt 0 ]; then
+    head -c "$((par_mib * 1024 * 1024))" /dev/urandom >"$work/data/p0.bin"
+    chmod 644 "$work/data/p0.bin"
+    for i in $(seq 1 $((par_n - 1))); do ln "$work/data/p0.bin" "$work/data/p$i.bin"; done
+fi
 
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
     -keyout "$work/key.pem" -out "$work/cert.pem" -days 2 -subj /CN=localhost \
@@ -134,6 +147,19 @@ for round in $(seq 1 "$runs"); do
             fi
             results["$srv,$ver"]+="$bps "
             echo "round $round $ver $srv: $(python3 -c "print(f'{$bps/1e6:.0f}')") MB/s" >&2
+            if [ "$par_n" -gt 0 ]; then
+                args=()
+                for i in $(seq 0 $((par_n - 1))); do
+                    args+=(-o /dev/null "https://127.0.0.1:$port/p$i.bin")
+                done
+                t0="$(date +%s.%N)"
+                curl -s --fail --parallel --parallel-max "$par_n" --"$ver" --cacert "$work/cert.pem" \
+                    -H "Authorization: Bearer $token" "${args[@]}"
+                t1="$(date +%s.%N)"
+                pbps="$(python3 -c "print($par_n * $par_mib * 1048576 / ($t1 - $t0))")"
+                results["par,$srv,$ver"]+="$pbps "
+                echo "round $round $ver $srv: ${par_n} x ${par_mib} MiB at once: $(python3 -c "print(f'{$pbps/1e6:.0f}')") MB/s" >&2
+            fi
         done
     done
 done
@@ -141,20 +167,32 @@ done
 python3 - "$json_out" "$size_mib" "$runs" "$(uname -srm)" "$(nproc)" \
     "$("$ferry" --version 2>/dev/null | head -1)" "$(nginx -v 2>&1)" "$(curl -V | head -1)" \
     "${results[ferry,http1.1]}" "${results[nginx,http1.1]}" \
-    "${results[ferry,http2]}" "${results[nginx,http2]}" <<'PY'
+    "${results[ferry,http2]}" "${results[nginx,http2]}" \
+    "$par_n" "$par_mib" "${results[par,ferry,http1.1]:-}" "${results[par,nginx,http1.1]:-}" \
+    "${results[par,ferry,http2]:-}" "${results[par,nginx,http2]:-}" <<'PY'
 import json, statistics, sys, os, datetime
 out, size, runs, kernel, cpus, fv, nv, cv = sys.argv[1:9]
 raw = {
     ("ferry", "http1.1"): sys.argv[9], ("nginx", "http1.1"): sys.argv[10],
     ("ferry", "http2"): sys.argv[11], ("nginx", "http2"): sys.argv[12],
 }
+par_n, par_mib = int(sys.argv[13]), int(sys.argv[14])
+if par_n > 0:
+    raw.update({
+        (f"ferry {par_n}x{par_mib}", "http1.1"): sys.argv[15], (f"nginx {par_n}x{par_mib}", "http1.1"): sys.argv[16],
+        (f"ferry {par_n}x{par_mib}", "http2"): sys.argv[17], (f"nginx {par_n}x{par_mib}", "http2"): sys.argv[18],
+    })
 nums = {k: [float(x) for x in v.split()] for k, v in raw.items()}
 med = {k: statistics.median(v) for k, v in nums.items()}
-print(f"\ncurl -> server, HTTPS on loopback, 1 x {size} MiB, median of {runs} (MB/s)")
-print(f"{'protocol':<10}{'ferry serve':>14}{'nginx':>14}{'ferry/nginx':>14}")
-for ver in ("http1.1", "http2"):
-    f, n = med[("ferry", ver)], med[("nginx", ver)]
-    print(f"{ver:<10}{f/1e6:>14.0f}{n/1e6:>14.0f}{f/n:>14.2f}")
+print(f"\ncurl -> server, HTTPS on loopback, median of {runs} (MB/s)")
+print(f"{'case':<28}{'ferry serve':>14}{'nginx':>14}{'ferry/nginx':>14}")
+cases = [("", f"1 x {size} MiB")]
+if par_n > 0:
+    cases.append((f" {par_n}x{par_mib}", f"{par_n} x {par_mib} MiB at once"))
+for suffix, label in cases:
+    for ver in ("http1.1", "http2"):
+        f, n = med[("ferry" + suffix, ver)], med[("nginx" + suffix, ver)]
+        print(f"{label + ' ' + ver:<28}{f/1e6:>14.0f}{n/1e6:>14.0f}{f/n:>14.2f}")
 doc = {
     "what": "curl download over HTTPS, ferry serve vs nginx, loopback",
     "when": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

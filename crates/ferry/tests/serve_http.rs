@@ -814,6 +814,71 @@ fn zstd_when_the_client_takes_it_and_the_file_compresses() {
     }
 }
 
+/// Send raw bytes on a fresh plain-HTTP connection; return what came back
+/// before the server closed (or 10 s passed).
+fn raw_exchange(port: u16, bytes: &[u8]) -> Vec<u8> {
+    use std::io::Read;
+    let mut t = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _ = t.write_all(bytes);
+    let _ = t.shutdown(std::net::Shutdown::Write);
+    let mut out = Vec::new();
+    let _ = t.read_to_end(&mut out);
+    out
+}
+
+/// Oversized heads, garbage, a bad h2 preface, smuggling attempts: each
+/// gets an error or a closed connection, and the server keeps serving.
+#[test]
+fn hostile_requests_do_not_hurt_the_server() {
+    need!("curl");
+    let s = FerryServe::start(&["--http", "127.0.0.1:0", "--writable"]);
+    fs::write(s.root().join("f"), b"fine").unwrap();
+    let port = s.http_port.unwrap();
+    let auth = format!("Authorization: Bearer {}", s.token);
+    let huge = format!(
+        "GET /f HTTP/1.1\r\nHost: x\r\n{auth}\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(1024 * 1024)
+    );
+    let many: String = (0..500).map(|i| format!("X-{i}: v\r\n")).collect();
+    let many = format!("GET /f HTTP/1.1\r\nHost: x\r\n{auth}\r\n{many}\r\n");
+    let smuggle = format!(
+        "POST /f HTTP/1.1\r\nHost: x\r\n{auth}\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /f HTTP/1.1\r\n\r\n"
+    );
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("huge header", huge.into_bytes()),
+        ("500 headers", many.into_bytes()),
+        ("garbage", random_bytes(4096, 11)),
+        (
+            "bad h2 preface",
+            b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\xff\xff\xff\xff".to_vec(),
+        ),
+        ("CL and TE", smuggle.into_bytes()),
+        (
+            "bad content-length",
+            format!("PUT /g HTTP/1.1\r\nHost: x\r\n{auth}\r\nContent-Length: -5\r\n\r\n")
+                .into_bytes(),
+        ),
+        (
+            "absolute-form escape",
+            format!("GET http://x/../../etc/passwd HTTP/1.1\r\nHost: x\r\n{auth}\r\n\r\n")
+                .into_bytes(),
+        ),
+    ];
+    for (what, bytes) in cases {
+        let got = raw_exchange(port, &bytes);
+        let text = String::from_utf8_lossy(&got);
+        assert!(
+            !text.contains("200 OK") && !text.contains("root:"),
+            "{what}: {text}"
+        );
+        // Still serving.
+        let r = curl(&s, Tok::Good, &[&plain(&s, "/f")]);
+        assert_eq!((r.code, r.text().as_str()), (200, "fine"), "after {what}");
+    }
+    assert!(!s.root().join("g").exists());
+}
+
 #[test]
 fn aria2c_segmented_download() {
     need!("curl");

@@ -12,6 +12,7 @@ pub mod auth;
 pub mod body;
 pub mod cond;
 pub mod files;
+pub mod idle;
 pub mod listing;
 pub mod range;
 pub mod tls;
@@ -128,23 +129,46 @@ impl HttpService {
                             return;
                         }
                     };
-                self.clone().serve_io(TokioIo::new(tls), peer).await;
+                self.clone().serve_io(tls, peer).await;
             }
-            None => self.clone().serve_io(TokioIo::new(stream), peer).await,
+            None => self.clone().serve_io(stream, peer).await,
         }
     }
 
-    async fn serve_io<I>(self: Arc<Self>, io: I, peer: SocketAddr)
+    async fn serve_io<S>(self: Arc<Self>, stream: S, peer: SocketAddr)
     where
-        I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
         let this = self.clone();
         let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
             let this = this.clone();
             async move { Ok::<_, Infallible>(this.handle(req, peer).await) }
         });
-        if let Err(e) = self.builder.serve_connection(io, svc).await {
-            tracing::debug!(%peer, "HTTP connection ended: {e}");
+        let (stream, seen) = idle::FirstByte::new(stream);
+        let conn = self.builder.serve_connection(TokioIo::new(stream), svc);
+        // hyper-util's auto builder waits for the first bytes (to tell h1
+        // from h2) without a timeout, and h1's header timeout only starts
+        // after that: a client that connects and says nothing would hold a
+        // connection slot forever.
+        let first = tokio::time::sleep(HEADER_READ_TIMEOUT);
+        tokio::pin!(conn, first);
+        let mut waiting = true;
+        loop {
+            tokio::select! {
+                r = &mut conn => {
+                    if let Err(e) = r {
+                        tracing::debug!(%peer, "HTTP connection ended: {e}");
+                    }
+                    return;
+                }
+                _ = &mut first, if waiting => {
+                    if !seen.load(std::sync::atomic::Ordering::Acquire) {
+                        tracing::debug!(%peer, "HTTP: nothing sent within {HEADER_READ_TIMEOUT:?}; closing");
+                        return;
+                    }
+                    waiting = false;
+                }
+            }
         }
     }
 
