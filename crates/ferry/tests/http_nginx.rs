@@ -558,3 +558,39 @@ fn credentials_token_basic_netrc_and_resolve() {
     assert_ok(&cp(&a), "--resolve");
     assert_file_hash(&dst, &hp, "--resolve");
 }
+
+#[test]
+fn server_killed_mid_transfer_then_resume() {
+    let Some(mut ng) = nginx_or_skip("server_killed_mid_transfer_then_resume") else {
+        return;
+    };
+    let h = make_file(&ng.www().join("slow/k.bin"), 6 * MIB, 14);
+    let out = tempdir();
+    let dst = out.path().join("k.bin");
+    let home = tempdir();
+    let mut a: Vec<String> = vec!["cp".into(), "-q".into()];
+    a.extend(cacert(&ng));
+    a.extend([ng.https("/slow/k.bin"), s(&dst)]);
+    let child = FerryChild::spawn(home.path(), &a, &[]);
+    let part = part_path(&dst);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while file_len(&part) < 2 * MIB {
+        assert!(Instant::now() < deadline, "no progress in 60 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    ng.restart(); // kills the one nginx process by PID, starts a new one
+    let o = child.wait();
+    assert_eq!(o.status.code(), Some(1), "{}", describe(&o));
+    assert!(stderr_text(&o).contains("--resume"), "{}", describe(&o));
+    assert!(!dst.exists() && part.exists());
+    let mut a = cacert(&ng);
+    a.extend(["--resume".into(), ng.https("/slow/k.bin"), s(&dst)]);
+    let o = cp(&a);
+    assert_ok(&o, "resume after the server died");
+    assert!(
+        !stderr_text(&o).contains("starting over"),
+        "{}",
+        describe(&o)
+    );
+    assert_file_hash(&dst, &h, "resumed after server kill");
+}

@@ -100,18 +100,7 @@ impl Nginx {
         let (https_port, http_port) = (free_port(), free_port());
         let conf = config(d, https_port, http_port, repr_digest);
         fs::write(d.join("nginx.conf"), conf).unwrap_or_else(|e| panic!("nginx.conf: {e}"));
-        let child = Command::new(NGINX_BIN)
-            .arg("-p")
-            .arg(d)
-            .arg("-c")
-            .arg(d.join("nginx.conf"))
-            .arg("-e")
-            .arg(d.join("error.log"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start nginx: {e}"));
+        let child = spawn(d);
         let mut n = Nginx {
             dir,
             child: Some(child),
@@ -124,6 +113,21 @@ impl Nginx {
             panic!("nginx did not start:\n{log}");
         }
         n
+    }
+
+    /// Stop nginx (as if it crashed) and start it again on the same ports.
+    pub fn restart(&mut self) {
+        self.stop();
+        for _ in 0..50 {
+            self.child = Some(spawn(self.dir.path()));
+            if self.wait_ready() {
+                return;
+            }
+            // The old socket may linger a moment.
+            self.stop();
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("nginx did not restart:\n{}", self.error_log());
     }
 
     fn wait_ready(&mut self) -> bool {
@@ -183,6 +187,21 @@ impl Nginx {
     pub fn access_log(&self) -> String {
         fs::read_to_string(self.dir.path().join("access.log")).unwrap_or_default()
     }
+}
+
+fn spawn(d: &Path) -> Child {
+    Command::new(NGINX_BIN)
+        .arg("-p")
+        .arg(d)
+        .arg("-c")
+        .arg(d.join("nginx.conf"))
+        .arg("-e")
+        .arg(d.join("error.log"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start nginx: {e}"))
 }
 
 impl Drop for Nginx {
