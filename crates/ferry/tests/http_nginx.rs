@@ -594,3 +594,75 @@ fn server_killed_mid_transfer_then_resume() {
     );
     assert_file_hash(&dst, &h, "resumed after server kill");
 }
+
+/// A minimal CONNECT proxy on 127.0.0.1 (threads of this test process):
+/// records each CONNECT target, then relays bytes both ways.
+fn connect_proxy() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen2 = seen.clone();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { break };
+            let seen = seen2.clone();
+            std::thread::spawn(move || {
+                let mut head = Vec::new();
+                let mut b = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if c.read(&mut b).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(b[0]);
+                }
+                let text = String::from_utf8_lossy(&head).into_owned();
+                let target = text.split_whitespace().nth(1).unwrap_or("").to_string();
+                seen.lock().unwrap().push(target.clone());
+                let Ok(mut up) = std::net::TcpStream::connect(&target) else {
+                    let _ = c.write_all(b"HTTP/1.1 502 Bad Gateway\r\n\r\n");
+                    return;
+                };
+                c.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    .unwrap();
+                let (mut c2, mut up2) = (c.try_clone().unwrap(), up.try_clone().unwrap());
+                let t = std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut c2, &mut up2);
+                    let _ = up2.shutdown(std::net::Shutdown::Write);
+                });
+                let _ = std::io::copy(&mut up, &mut c);
+                let _ = c.shutdown(std::net::Shutdown::Write);
+                let _ = t.join();
+            });
+        }
+    });
+    (port, seen)
+}
+
+#[test]
+fn https_proxy_connect_tunnel_and_no_proxy() {
+    let Some(ng) = nginx_or_skip("https_proxy_connect_tunnel_and_no_proxy") else {
+        return;
+    };
+    let h = make_file(&ng.www().join("p.bin"), 300_000, 15);
+    let (port, seen) = connect_proxy();
+    let proxy = format!("http://127.0.0.1:{port}");
+    let out = tempdir();
+    let home = tempdir();
+    let dst = out.path().join("p.bin");
+    let mut a: Vec<String> = vec!["cp".into(), "-q".into()];
+    a.extend(cacert(&ng));
+    a.extend([ng.https("/p.bin"), s(&dst)]);
+    let o = ferry_in(home.path(), &a, &[("HTTPS_PROXY", &proxy)]);
+    assert_ok(&o, "through the proxy");
+    assert_file_hash(&dst, &h, "proxy");
+    let want = format!("127.0.0.1:{}", ng.https_port);
+    assert_eq!(*seen.lock().unwrap(), vec![want.clone()]);
+    let o = ferry_in(
+        home.path(),
+        &a,
+        &[("HTTPS_PROXY", &proxy), ("NO_PROXY", "localhost,127.0.0.1")],
+    );
+    assert_ok(&o, "NO_PROXY");
+    assert_eq!(seen.lock().unwrap().len(), 1, "NO_PROXY bypasses the proxy");
+}
