@@ -228,6 +228,17 @@ fn download(
         let nfiles = jobs.len() as u64;
         let parallel = Arc::new(Semaphore::new(opts.parallel.max(1)));
         let mut set = tokio::task::JoinSet::new();
+        let mut first_err = None;
+        let mut errors = 0usize;
+        let mut note = |r: Result<Result<u64, TransferError>, tokio::task::JoinError>| {
+            let e = match r {
+                Ok(Ok(_)) => return,
+                Ok(Err(e)) => e,
+                Err(e) => TransferError::Local(format!("internal: a transfer task failed: {e}")),
+            };
+            errors += 1;
+            report(&mut first_err, e);
+        };
         for job in jobs {
             let permit = parallel
                 .clone()
@@ -240,30 +251,14 @@ fn download(
                 drop(permit);
                 r
             });
-            // Report failures as they come, not only at the end.
-            while set.try_join_next().is_some() {}
-        }
-        let mut first_err = None;
-        let mut errors = 0usize;
-        let mut bytes = 0u64;
-        // try_join_next above dropped some results: count from Stats.
-        while let Some(r) = set.join_next().await {
-            match r {
-                Ok(Ok(n)) => bytes += n,
-                Ok(Err(e)) => {
-                    errors += 1;
-                    report(&mut first_err, e);
-                }
-                Err(e) => {
-                    errors += 1;
-                    report(
-                        &mut first_err,
-                        TransferError::Local(format!("internal: a transfer task failed: {e}")),
-                    );
-                }
+            // Collect finished tasks as we go (the set stays small).
+            while let Some(r) = set.try_join_next() {
+                note(r);
             }
         }
-        let _ = bytes;
+        while let Some(r) = set.join_next().await {
+            note(r);
+        }
         if let Some(e) = first_err {
             return Err(if errors > 1 {
                 with_more(e, errors - 1)

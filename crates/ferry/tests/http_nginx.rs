@@ -327,6 +327,30 @@ fn http_errors_exit_4_with_status_and_url() {
         assert!(err.contains(status) && err.contains(path), "{path}: {err}");
         assert_eq!(fs::read(&dst).unwrap(), b"old content");
     }
+    // Several files, two missing: the others arrive, every failure is
+    // reported, exit 4.
+    let good = make_file(&ng.www().join("good.bin"), 70_000, 16);
+    let dir = out.path().join("many");
+    fs::create_dir(&dir).unwrap();
+    let mut a = cacert(&ng);
+    a.extend([
+        "-P".into(),
+        "1".into(),
+        ng.https("/nope1.bin"),
+        ng.https("/good.bin"),
+        ng.https("/nope2.bin"),
+        s(&dir),
+    ]);
+    let o = cp(&a);
+    assert_eq!(o.status.code(), Some(4), "{}", describe(&o));
+    let err = stderr_text(&o);
+    assert!(
+        err.contains("/nope1.bin") && err.contains("/nope2.bin") && err.contains("1 more"),
+        "{err}"
+    );
+    assert_file_hash(&dir.join("good.bin"), &good, "good file among failures");
+    assert_eq!(list_dir(&dir), vec!["good.bin".to_string()]);
+
     let mut a = cacert(&ng);
     a.extend([ng.https("/loop"), s(&dst)]);
     let o = cp(&a);
