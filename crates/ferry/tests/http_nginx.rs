@@ -83,6 +83,17 @@ fn https_h2_h1_and_plain_http_are_byte_exact() {
     assert_ok(&o, "plain");
     assert_eq!(json_field(&o, "protocol"), "http/http1.1");
     assert_file_hash(&dst, &big, "plain");
+    // Plain HTTP/2 with prior knowledge.
+    let dst = out.path().join("h2c.bin");
+    let o = cp(&[
+        "--http2".into(),
+        "--json".into(),
+        ng.h2c("/big.bin"),
+        s(&dst),
+    ]);
+    assert_ok(&o, "h2c");
+    assert_eq!(json_field(&o, "protocol"), "http/h2c");
+    assert_file_hash(&dst, &big, "h2c");
 }
 
 #[test]
@@ -689,4 +700,36 @@ fn https_proxy_connect_tunnel_and_no_proxy() {
     );
     assert_ok(&o, "NO_PROXY");
     assert_eq!(seen.lock().unwrap().len(), 1, "NO_PROXY bypasses the proxy");
+}
+
+#[test]
+fn a_matching_digest_is_accepted() {
+    if !Path::new(common::nginx::NGINX_BIN).exists() {
+        eprintln!("SKIPPED a_matching_digest_is_accepted: nginx not found");
+        return;
+    }
+    let data = random_bytes(3 * MIB as usize + 7, 17);
+    let tmp = tempdir();
+    write(&tmp.path().join("d"), &data);
+    let out = run_checked(std::process::Command::new("sh").arg("-c").arg(format!(
+        "openssl dgst -sha256 -binary {} | base64",
+        tmp.path().join("d").display()
+    )));
+    let b64 = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let ng = Nginx::start(&format!("sha-256=:{b64}:"));
+    write(&ng.www().join("digest/d.bin"), &data);
+    let h = hash_bytes(&data);
+    for extra in [None, Some("--streams"), Some("--http1.1")] {
+        let dst = tmp.path().join("got.bin");
+        let mut a = cacert(&ng);
+        if let Some(e) = extra {
+            a.push(e.into());
+            if e == "--streams" {
+                a.push("3".into());
+            }
+        }
+        a.extend([ng.https("/digest/d.bin"), s(&dst)]);
+        assert_ok(&cp(&a), &format!("{extra:?}"));
+        assert_file_hash(&dst, &h, "digest ok");
+    }
 }

@@ -38,6 +38,8 @@ pub struct Nginx {
     child: Option<Child>,
     pub https_port: u16,
     pub http_port: u16,
+    /// Plain HTTP/2 with prior knowledge (h2c).
+    pub h2c_port: u16,
 }
 
 /// nginx, or `None` (and a message) when it is not installed.
@@ -97,8 +99,8 @@ impl Nginx {
         let hash = String::from_utf8_lossy(&hash.stdout).trim().to_string();
         fs::write(d.join("htpasswd"), format!("{BASIC_USER}:{hash}\n"))
             .unwrap_or_else(|e| panic!("htpasswd: {e}"));
-        let (https_port, http_port) = (free_port(), free_port());
-        let conf = config(d, https_port, http_port, repr_digest);
+        let (https_port, http_port, h2c_port) = (free_port(), free_port(), free_port());
+        let conf = config(d, (https_port, http_port, h2c_port), repr_digest);
         fs::write(d.join("nginx.conf"), conf).unwrap_or_else(|e| panic!("nginx.conf: {e}"));
         let child = spawn(d);
         let mut n = Nginx {
@@ -106,6 +108,7 @@ impl Nginx {
             child: Some(child),
             https_port,
             http_port,
+            h2c_port,
         };
         if !n.wait_ready() {
             let log = n.error_log();
@@ -139,7 +142,7 @@ impl Nginx {
                 }
             }
             let up = |p: u16| TcpStream::connect(("127.0.0.1", p)).is_ok();
-            if up(self.https_port) && up(self.http_port) {
+            if up(self.https_port) && up(self.http_port) && up(self.h2c_port) {
                 return true;
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -166,6 +169,9 @@ impl Nginx {
     }
     pub fn https(&self, path: &str) -> String {
         format!("https://127.0.0.1:{}{path}", self.https_port)
+    }
+    pub fn h2c(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.h2c_port)
     }
     pub fn http(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.http_port)
@@ -210,7 +216,11 @@ impl Drop for Nginx {
     }
 }
 
-fn config(d: &Path, https_port: u16, http_port: u16, repr_digest: &str) -> String {
+fn config(
+    d: &Path,
+    (https_port, http_port, h2c_port): (u16, u16, u16),
+    repr_digest: &str,
+) -> String {
     let d = d.display();
     format!(
         r#"daemon off;
@@ -233,6 +243,7 @@ http {{
     server {{
         listen 127.0.0.1:{https_port} ssl http2;
         listen 127.0.0.1:{http_port};
+        listen 127.0.0.1:{h2c_port} http2;
         server_name localhost;
         ssl_certificate {d}/cert.pem;
         ssl_certificate_key {d}/key.pem;
