@@ -733,3 +733,49 @@ fn a_matching_digest_is_accepted() {
         assert_file_hash(&dst, &h, "digest ok");
     }
 }
+
+#[test]
+fn recursive_download_of_a_json_listing_refuses_unsafe_names() {
+    let Some(ng) = nginx_or_skip("recursive_download_of_a_json_listing") else {
+        return;
+    };
+    let root = ng.www().join("jsondir");
+    fs::create_dir_all(root.join("sub")).unwrap();
+    let ha = make_file(&root.join("a.bin"), 2 * MIB + 1, 18);
+    let hb = make_file(&root.join("sub/b b.bin"), 1234, 19);
+    make_file(&ng.www().join("secret.bin"), 10, 20);
+    fs::write(
+        root.join("listing.json"),
+        r#"[{"name":"a.bin","type":"file","size":2097153,"mtime":1700000000,"etag":"x"},
+            {"name":"sub","type":"dir","size":0,"mtime":1700000000},
+            {"name":"../secret.bin","type":"file","size":10,"mtime":1}]"#,
+    )
+    .unwrap();
+    fs::write(
+        root.join("sub/listing.json"),
+        r#"[{"name":"b b.bin","type":"file","size":1234,"mtime":1700000000}]"#,
+    )
+    .unwrap();
+    let out = tempdir();
+    let mut a = cacert(&ng);
+    a.extend([
+        "-r".into(),
+        "-p".into(),
+        ng.https("/jsondir/"),
+        s(out.path()),
+    ]);
+    let o = cp(&a);
+    assert_ok(&o, "json -r");
+    assert!(
+        stderr_text(&o).contains("../secret.bin"),
+        "{}",
+        describe(&o)
+    );
+    assert_file_hash(&out.path().join("jsondir/a.bin"), &ha, "a");
+    assert_file_hash(&out.path().join("jsondir/sub/b b.bin"), &hb, "b");
+    assert!(!out.path().join("secret.bin").exists());
+    assert_eq!(
+        list_dir(&out.path().join("jsondir")),
+        vec!["a.bin".to_string(), "sub".to_string()]
+    );
+}

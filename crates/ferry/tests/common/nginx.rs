@@ -13,6 +13,8 @@
 //! - `/noranges/` ignores Range (max_ranges 0);
 //! - `/slow/` sends at 1 MB/s (to interrupt a transfer);
 //! - `/gz/` gzips text;
+//! - `/jsondir/` answers a directory with its `listing.json` (to stand in
+//!   for ferry serve's JSON listing);
 //! - `/digest/` sends `Repr-Digest: sha-256=:<digest>:` as given to start;
 //! - `/private/` wants Basic [`BASIC_USER`]:[`BASIC_PASS`], `/bearer/`
 //!   the token [`BEARER`].
@@ -265,6 +267,7 @@ http {{
         location /noranges/ {{ max_ranges 0; }}
         location /slow/ {{ limit_rate 1m; }}
         location /gz/ {{ gzip on; gzip_types text/plain application/octet-stream; gzip_min_length 0; }}
+        location /jsondir/ {{ index listing.json; }}
         location /digest/ {{ add_header Repr-Digest "{repr_digest}" always; }}
         location /private/ {{ auth_basic "ferry"; auth_basic_user_file {d}/htpasswd; }}
         location /bearer/ {{ if ($http_authorization != "Bearer {BEARER}") {{ return 401; }} }}
