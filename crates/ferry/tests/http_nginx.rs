@@ -742,6 +742,7 @@ fn recursive_download_of_a_json_listing_refuses_unsafe_names() {
     let root = ng.www().join("jsondir");
     fs::create_dir_all(root.join("sub")).unwrap();
     let ha = make_file(&root.join("a.bin"), 2 * MIB + 1, 18);
+    set_mtime(&root.join("a.bin"), 1_600_000_000);
     let hb = make_file(&root.join("sub/b b.bin"), 1234, 19);
     make_file(&ng.www().join("secret.bin"), 10, 20);
     fs::write(
@@ -774,6 +775,11 @@ fn recursive_download_of_a_json_listing_refuses_unsafe_names() {
     assert_file_hash(&out.path().join("jsondir/a.bin"), &ha, "a");
     assert_file_hash(&out.path().join("jsondir/sub/b b.bin"), &hb, "b");
     assert!(!out.path().join("secret.bin").exists());
+    // -p: mtime from Last-Modified.
+    assert_eq!(
+        mtime_of(&out.path().join("jsondir/a.bin")),
+        mtime_of(&root.join("a.bin"))
+    );
     assert_eq!(
         list_dir(&out.path().join("jsondir")),
         vec!["a.bin".to_string(), "sub".to_string()]
