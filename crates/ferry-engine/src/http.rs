@@ -35,6 +35,8 @@ use crate::{CopyOptions, Stats, Summary};
 
 /// Smallest byte range worth its own request with `--streams`.
 const MIN_SEGMENT: u64 = 1024 * 1024;
+/// Files smaller than this get no resume record (they start over).
+const NO_RESUME_BELOW: u64 = 1024 * 1024;
 /// Attempts per byte range before the file fails.
 const RANGE_ATTEMPTS: u32 = 4;
 /// Largest directory listing accepted.
@@ -226,6 +228,17 @@ fn download(
         let nfiles = jobs.len() as u64;
         let parallel = Arc::new(Semaphore::new(opts.parallel.max(1)));
         let mut set = tokio::task::JoinSet::new();
+        let mut first_err = None;
+        let mut errors = 0usize;
+        let mut note = |r: Result<Result<u64, TransferError>, tokio::task::JoinError>| {
+            let e = match r {
+                Ok(Ok(_)) => return,
+                Ok(Err(e)) => e,
+                Err(e) => TransferError::Local(format!("internal: a transfer task failed: {e}")),
+            };
+            errors += 1;
+            report(&mut first_err, e);
+        };
         for job in jobs {
             let permit = parallel
                 .clone()
@@ -238,30 +251,14 @@ fn download(
                 drop(permit);
                 r
             });
-            // Report failures as they come, not only at the end.
-            while set.try_join_next().is_some() {}
-        }
-        let mut first_err = None;
-        let mut errors = 0usize;
-        let mut bytes = 0u64;
-        // try_join_next above dropped some results: count from Stats.
-        while let Some(r) = set.join_next().await {
-            match r {
-                Ok(Ok(n)) => bytes += n,
-                Ok(Err(e)) => {
-                    errors += 1;
-                    report(&mut first_err, e);
-                }
-                Err(e) => {
-                    errors += 1;
-                    report(
-                        &mut first_err,
-                        TransferError::Local(format!("internal: a transfer task failed: {e}")),
-                    );
-                }
+            // Collect finished tasks as we go (the set stays small).
+            while let Some(r) = set.try_join_next() {
+                note(r);
             }
         }
-        let _ = bytes;
+        while let Some(r) = set.join_next().await {
+            note(r);
+        }
         if let Some(e) = first_err {
             return Err(if errors > 1 {
                 with_more(e, errors - 1)
@@ -657,9 +654,17 @@ async fn single(
         sequential: true,
         done: Vec::new(),
     };
-    state
-        .write(&p.journal)
-        .map_err(|e| TransferError::local(&p.journal, "cannot write", e))?;
+    // A small file is fetched again faster than a resume record is kept
+    // (three more file operations per file, a third of the time for
+    // 1000 x 20 kB on tmpfs).
+    let worth_resuming = !identity || total.is_none_or(|t| t - have >= NO_RESUME_BELOW);
+    if worth_resuming {
+        state
+            .write(&p.journal)
+            .map_err(|e| TransferError::local(&p.journal, "cannot write", e))?;
+    } else if prior.is_some() {
+        journal::remove(&p.journal);
+    }
     let expect_digest = ferry_http::digest::expected_sha256(&resp.headers);
     // Hash as the bytes arrive when they are the whole representation.
     let mut hasher = (expect_digest.is_some() && have == 0).then(Sha256::new);
@@ -739,7 +744,7 @@ async fn single(
         check_digest(&job.url, p, want, got)?;
     }
     drop(file);
-    finish(ctx, job, p, last_modified(&resp.headers))?;
+    finish(ctx, job, p, last_modified(&resp.headers), worth_resuming)?;
     Ok(at - moved_before)
 }
 
@@ -780,7 +785,13 @@ fn check_digest(url: &Url, p: &Paths, want: [u8; 32], got: [u8; 32]) -> Result<(
 }
 
 /// Move the finished part file over the final name.
-fn finish(ctx: &Ctx, job: &FileJob, p: &Paths, mtime: Option<u32>) -> Result<(), TransferError> {
+fn finish(
+    ctx: &Ctx,
+    job: &FileJob,
+    p: &Paths,
+    mtime: Option<u32>,
+    journal_written: bool,
+) -> Result<(), TransferError> {
     if ctx.preserve {
         if let Some(m) = mtime {
             set_local_times(&p.tmp, m, m);
@@ -789,7 +800,9 @@ fn finish(ctx: &Ctx, job: &FileJob, p: &Paths, mtime: Option<u32>) -> Result<(),
     std::fs::rename(&p.tmp, &job.dst).map_err(|e| {
         TransferError::local(&job.dst, "cannot rename the finished file into place", e)
     })?;
-    journal::remove(&p.journal);
+    if journal_written {
+        journal::remove(&p.journal);
+    }
     ctx.stats.files_done.fetch_add(1, Ordering::Relaxed);
     Ok(())
 }
@@ -956,7 +969,7 @@ async fn segmented(
         check_digest(&job.url, p, want, got)?;
     }
     drop(file);
-    finish(ctx, job, p, mtime)?;
+    finish(ctx, job, p, mtime, true)?;
     Ok(Segmented::Done(todo_bytes))
 }
 

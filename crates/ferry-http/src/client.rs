@@ -36,6 +36,7 @@ use rustls::pki_types::ServerName;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::auth::{self, NetrcEntry};
+use crate::proxy::{self, ProxyConfig};
 use crate::tls::{self, TlsOptions};
 use crate::{HttpError, Origin, Url};
 
@@ -73,6 +74,8 @@ pub struct Options {
     pub h2_connection_window: u32,
     pub h2_max_frame: u32,
     pub connect_timeout: Duration,
+    /// Use proxies from the environment (https_proxy, no_proxy, ...).
+    pub env_proxy: bool,
 }
 
 impl Default for Options {
@@ -90,6 +93,7 @@ impl Default for Options {
             h2_connection_window: 64 << 20,
             h2_max_frame: 1 << 20,
             connect_timeout: Duration::from_secs(30),
+            env_proxy: true,
         }
     }
 }
@@ -138,6 +142,7 @@ struct Inner {
     opts: Options,
     tls: Arc<rustls::ClientConfig>,
     resolve: HashMap<(String, u16), SocketAddr>,
+    proxies: ProxyConfig,
     netrc: Vec<NetrcEntry>,
     hosts: Mutex<HashMap<Origin, Arc<Host>>>,
     connections: AtomicUsize,
@@ -188,11 +193,17 @@ impl Client {
         } else {
             Vec::new()
         };
+        let proxies = if opts.env_proxy {
+            ProxyConfig::from_env()?
+        } else {
+            ProxyConfig::default()
+        };
         Ok(Client {
             inner: Arc::new(Inner {
                 opts,
                 tls,
                 resolve,
+                proxies,
                 netrc,
                 hosts: Mutex::new(HashMap::new()),
                 connections: AtomicUsize::new(0),
@@ -520,16 +531,24 @@ impl Client {
             origin.host,
             origin.port
         );
-        let addrs: Vec<SocketAddr> =
-            match self.inner.resolve.get(&(origin.host.clone(), origin.port)) {
-                Some(a) => vec![*a],
-                None => tokio::net::lookup_host((origin.host.as_str(), origin.port))
-                    .await
-                    .map_err(|e| {
-                        HttpError::Network(format!("{label}: cannot resolve {}: {e}", origin.host))
-                    })?
-                    .collect(),
-            };
+        let via = self.inner.proxies.for_origin(origin).cloned();
+        let (dial_host, dial_port) = match &via {
+            Some(p) => (p.host.clone(), p.port),
+            None => (origin.host.clone(), origin.port),
+        };
+        let pinned = match via {
+            Some(_) => None,
+            None => self.inner.resolve.get(&(origin.host.clone(), origin.port)),
+        };
+        let addrs: Vec<SocketAddr> = match pinned {
+            Some(a) => vec![*a],
+            None => tokio::net::lookup_host((dial_host.as_str(), dial_port))
+                .await
+                .map_err(|e| {
+                    HttpError::Network(format!("{label}: cannot resolve {dial_host}: {e}"))
+                })?
+                .collect(),
+        };
         let mut last = String::from("no address");
         let mut tcp = None;
         for a in addrs {
@@ -552,9 +571,12 @@ impl Client {
                 }
             }
         }
-        let tcp =
+        let mut tcp =
             tcp.ok_or_else(|| HttpError::Network(format!("{label}: cannot connect ({last})")))?;
         let _ = tcp.set_nodelay(true);
+        if let Some(p) = &via {
+            proxy::tunnel(&mut tcp, p, origin).await?;
+        }
         self.inner.connections.fetch_add(1, Ordering::Relaxed);
         let version = self.inner.opts.version;
         let conn = if origin.https {

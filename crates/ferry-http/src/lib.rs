@@ -30,6 +30,7 @@ pub mod decode;
 pub mod digest;
 mod error;
 pub mod listing;
+pub mod proxy;
 pub mod tls;
 mod url;
 

@@ -46,6 +46,15 @@ pub struct HttpArgs {
     /// Ask for zstd or gzip content encoding and decode it.
     #[arg(long)]
     pub compressed: bool,
+    /// HTTP/2 stream receive window in bytes (tuning; default 16 MiB).
+    #[arg(long, value_name = "BYTES", hide = true)]
+    pub h2_window: Option<u32>,
+    /// HTTP/2 connection receive window in bytes (tuning; default 64 MiB).
+    #[arg(long, value_name = "BYTES", hide = true)]
+    pub h2_conn_window: Option<u32>,
+    /// Largest HTTP/2 frame accepted in bytes (tuning; default 1 MiB).
+    #[arg(long, value_name = "BYTES", hide = true)]
+    pub h2_frame: Option<u32>,
 }
 
 impl HttpArgs {
@@ -65,5 +74,14 @@ impl HttpArgs {
         o.user = self.user;
         o.netrc = !self.no_netrc;
         o.max_redirs = self.max_redirs;
+        if let Some(w) = self.h2_window {
+            o.h2_stream_window = w;
+        }
+        if let Some(w) = self.h2_conn_window {
+            o.h2_connection_window = w;
+        }
+        if let Some(f) = self.h2_frame {
+            o.h2_max_frame = f.clamp(16_384, 16_777_215);
+        }
     }
 }

@@ -83,6 +83,17 @@ fn https_h2_h1_and_plain_http_are_byte_exact() {
     assert_ok(&o, "plain");
     assert_eq!(json_field(&o, "protocol"), "http/http1.1");
     assert_file_hash(&dst, &big, "plain");
+    // Plain HTTP/2 with prior knowledge.
+    let dst = out.path().join("h2c.bin");
+    let o = cp(&[
+        "--http2".into(),
+        "--json".into(),
+        ng.h2c("/big.bin"),
+        s(&dst),
+    ]);
+    assert_ok(&o, "h2c");
+    assert_eq!(json_field(&o, "protocol"), "http/h2c");
+    assert_file_hash(&dst, &big, "h2c");
 }
 
 #[test]
@@ -327,6 +338,30 @@ fn http_errors_exit_4_with_status_and_url() {
         assert!(err.contains(status) && err.contains(path), "{path}: {err}");
         assert_eq!(fs::read(&dst).unwrap(), b"old content");
     }
+    // Several files, two missing: the others arrive, every failure is
+    // reported, exit 4.
+    let good = make_file(&ng.www().join("good.bin"), 70_000, 16);
+    let dir = out.path().join("many");
+    fs::create_dir(&dir).unwrap();
+    let mut a = cacert(&ng);
+    a.extend([
+        "-P".into(),
+        "1".into(),
+        ng.https("/nope1.bin"),
+        ng.https("/good.bin"),
+        ng.https("/nope2.bin"),
+        s(&dir),
+    ]);
+    let o = cp(&a);
+    assert_eq!(o.status.code(), Some(4), "{}", describe(&o));
+    let err = stderr_text(&o);
+    assert!(
+        err.contains("/nope1.bin") && err.contains("/nope2.bin") && err.contains("1 more"),
+        "{err}"
+    );
+    assert_file_hash(&dir.join("good.bin"), &good, "good file among failures");
+    assert_eq!(list_dir(&dir), vec!["good.bin".to_string()]);
+
     let mut a = cacert(&ng);
     a.extend([ng.https("/loop"), s(&dst)]);
     let o = cp(&a);
@@ -557,4 +592,196 @@ fn credentials_token_basic_netrc_and_resolve() {
     ]);
     assert_ok(&cp(&a), "--resolve");
     assert_file_hash(&dst, &hp, "--resolve");
+}
+
+#[test]
+fn server_killed_mid_transfer_then_resume() {
+    let Some(mut ng) = nginx_or_skip("server_killed_mid_transfer_then_resume") else {
+        return;
+    };
+    let h = make_file(&ng.www().join("slow/k.bin"), 6 * MIB, 14);
+    let out = tempdir();
+    let dst = out.path().join("k.bin");
+    let home = tempdir();
+    let mut a: Vec<String> = vec!["cp".into(), "-q".into()];
+    a.extend(cacert(&ng));
+    a.extend([ng.https("/slow/k.bin"), s(&dst)]);
+    let child = FerryChild::spawn(home.path(), &a, &[]);
+    let part = part_path(&dst);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while file_len(&part) < 2 * MIB {
+        assert!(Instant::now() < deadline, "no progress in 60 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    ng.restart(); // kills the one nginx process by PID, starts a new one
+    let o = child.wait();
+    assert_eq!(o.status.code(), Some(1), "{}", describe(&o));
+    assert!(stderr_text(&o).contains("--resume"), "{}", describe(&o));
+    assert!(!dst.exists() && part.exists());
+    let mut a = cacert(&ng);
+    a.extend(["--resume".into(), ng.https("/slow/k.bin"), s(&dst)]);
+    let o = cp(&a);
+    assert_ok(&o, "resume after the server died");
+    assert!(
+        !stderr_text(&o).contains("starting over"),
+        "{}",
+        describe(&o)
+    );
+    assert_file_hash(&dst, &h, "resumed after server kill");
+}
+
+/// A minimal CONNECT proxy on 127.0.0.1 (threads of this test process):
+/// records each CONNECT target, then relays bytes both ways.
+fn connect_proxy() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen2 = seen.clone();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { break };
+            let seen = seen2.clone();
+            std::thread::spawn(move || {
+                let mut head = Vec::new();
+                let mut b = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if c.read(&mut b).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(b[0]);
+                }
+                let text = String::from_utf8_lossy(&head).into_owned();
+                let target = text.split_whitespace().nth(1).unwrap_or("").to_string();
+                seen.lock().unwrap().push(target.clone());
+                let Ok(mut up) = std::net::TcpStream::connect(&target) else {
+                    let _ = c.write_all(b"HTTP/1.1 502 Bad Gateway\r\n\r\n");
+                    return;
+                };
+                c.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    .unwrap();
+                let (mut c2, mut up2) = (c.try_clone().unwrap(), up.try_clone().unwrap());
+                let t = std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut c2, &mut up2);
+                    let _ = up2.shutdown(std::net::Shutdown::Write);
+                });
+                let _ = std::io::copy(&mut up, &mut c);
+                let _ = c.shutdown(std::net::Shutdown::Write);
+                let _ = t.join();
+            });
+        }
+    });
+    (port, seen)
+}
+
+#[test]
+fn https_proxy_connect_tunnel_and_no_proxy() {
+    let Some(ng) = nginx_or_skip("https_proxy_connect_tunnel_and_no_proxy") else {
+        return;
+    };
+    let h = make_file(&ng.www().join("p.bin"), 300_000, 15);
+    let (port, seen) = connect_proxy();
+    let proxy = format!("http://127.0.0.1:{port}");
+    let out = tempdir();
+    let home = tempdir();
+    let dst = out.path().join("p.bin");
+    let mut a: Vec<String> = vec!["cp".into(), "-q".into()];
+    a.extend(cacert(&ng));
+    a.extend([ng.https("/p.bin"), s(&dst)]);
+    let o = ferry_in(home.path(), &a, &[("HTTPS_PROXY", &proxy)]);
+    assert_ok(&o, "through the proxy");
+    assert_file_hash(&dst, &h, "proxy");
+    let want = format!("127.0.0.1:{}", ng.https_port);
+    assert_eq!(*seen.lock().unwrap(), vec![want.clone()]);
+    let o = ferry_in(
+        home.path(),
+        &a,
+        &[("HTTPS_PROXY", &proxy), ("NO_PROXY", "localhost,127.0.0.1")],
+    );
+    assert_ok(&o, "NO_PROXY");
+    assert_eq!(seen.lock().unwrap().len(), 1, "NO_PROXY bypasses the proxy");
+}
+
+#[test]
+fn a_matching_digest_is_accepted() {
+    if !Path::new(common::nginx::NGINX_BIN).exists() {
+        eprintln!("SKIPPED a_matching_digest_is_accepted: nginx not found");
+        return;
+    }
+    let data = random_bytes(3 * MIB as usize + 7, 17);
+    let tmp = tempdir();
+    write(&tmp.path().join("d"), &data);
+    let out = run_checked(std::process::Command::new("sh").arg("-c").arg(format!(
+        "openssl dgst -sha256 -binary {} | base64",
+        tmp.path().join("d").display()
+    )));
+    let b64 = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let ng = Nginx::start(&format!("sha-256=:{b64}:"));
+    write(&ng.www().join("digest/d.bin"), &data);
+    let h = hash_bytes(&data);
+    for extra in [None, Some("--streams"), Some("--http1.1")] {
+        let dst = tmp.path().join("got.bin");
+        let mut a = cacert(&ng);
+        if let Some(e) = extra {
+            a.push(e.into());
+            if e == "--streams" {
+                a.push("3".into());
+            }
+        }
+        a.extend([ng.https("/digest/d.bin"), s(&dst)]);
+        assert_ok(&cp(&a), &format!("{extra:?}"));
+        assert_file_hash(&dst, &h, "digest ok");
+    }
+}
+
+#[test]
+fn recursive_download_of_a_json_listing_refuses_unsafe_names() {
+    let Some(ng) = nginx_or_skip("recursive_download_of_a_json_listing") else {
+        return;
+    };
+    let root = ng.www().join("jsondir");
+    fs::create_dir_all(root.join("sub")).unwrap();
+    let ha = make_file(&root.join("a.bin"), 2 * MIB + 1, 18);
+    set_mtime(&root.join("a.bin"), 1_600_000_000);
+    let hb = make_file(&root.join("sub/b b.bin"), 1234, 19);
+    make_file(&ng.www().join("secret.bin"), 10, 20);
+    fs::write(
+        root.join("listing.json"),
+        r#"[{"name":"a.bin","type":"file","size":2097153,"mtime":1700000000,"etag":"x"},
+            {"name":"sub","type":"dir","size":0,"mtime":1700000000},
+            {"name":"../secret.bin","type":"file","size":10,"mtime":1}]"#,
+    )
+    .unwrap();
+    fs::write(
+        root.join("sub/listing.json"),
+        r#"[{"name":"b b.bin","type":"file","size":1234,"mtime":1700000000}]"#,
+    )
+    .unwrap();
+    let out = tempdir();
+    let mut a = cacert(&ng);
+    a.extend([
+        "-r".into(),
+        "-p".into(),
+        ng.https("/jsondir/"),
+        s(out.path()),
+    ]);
+    let o = cp(&a);
+    assert_ok(&o, "json -r");
+    assert!(
+        stderr_text(&o).contains("../secret.bin"),
+        "{}",
+        describe(&o)
+    );
+    assert_file_hash(&out.path().join("jsondir/a.bin"), &ha, "a");
+    assert_file_hash(&out.path().join("jsondir/sub/b b.bin"), &hb, "b");
+    assert!(!out.path().join("secret.bin").exists());
+    // -p: mtime from Last-Modified.
+    assert_eq!(
+        mtime_of(&out.path().join("jsondir/a.bin")),
+        mtime_of(&root.join("a.bin"))
+    );
+    assert_eq!(
+        list_dir(&out.path().join("jsondir")),
+        vec!["a.bin".to_string(), "sub".to_string()]
+    );
 }

@@ -13,6 +13,8 @@
 //! - `/noranges/` ignores Range (max_ranges 0);
 //! - `/slow/` sends at 1 MB/s (to interrupt a transfer);
 //! - `/gz/` gzips text;
+//! - `/jsondir/` answers a directory with its `listing.json` (to stand in
+//!   for ferry serve's JSON listing);
 //! - `/digest/` sends `Repr-Digest: sha-256=:<digest>:` as given to start;
 //! - `/private/` wants Basic [`BASIC_USER`]:[`BASIC_PASS`], `/bearer/`
 //!   the token [`BEARER`].
@@ -38,6 +40,8 @@ pub struct Nginx {
     child: Option<Child>,
     pub https_port: u16,
     pub http_port: u16,
+    /// Plain HTTP/2 with prior knowledge (h2c).
+    pub h2c_port: u16,
 }
 
 /// nginx, or `None` (and a message) when it is not installed.
@@ -97,26 +101,16 @@ impl Nginx {
         let hash = String::from_utf8_lossy(&hash.stdout).trim().to_string();
         fs::write(d.join("htpasswd"), format!("{BASIC_USER}:{hash}\n"))
             .unwrap_or_else(|e| panic!("htpasswd: {e}"));
-        let (https_port, http_port) = (free_port(), free_port());
-        let conf = config(d, https_port, http_port, repr_digest);
+        let (https_port, http_port, h2c_port) = (free_port(), free_port(), free_port());
+        let conf = config(d, (https_port, http_port, h2c_port), repr_digest);
         fs::write(d.join("nginx.conf"), conf).unwrap_or_else(|e| panic!("nginx.conf: {e}"));
-        let child = Command::new(NGINX_BIN)
-            .arg("-p")
-            .arg(d)
-            .arg("-c")
-            .arg(d.join("nginx.conf"))
-            .arg("-e")
-            .arg(d.join("error.log"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start nginx: {e}"));
+        let child = spawn(d);
         let mut n = Nginx {
             dir,
             child: Some(child),
             https_port,
             http_port,
+            h2c_port,
         };
         if !n.wait_ready() {
             let log = n.error_log();
@@ -124,6 +118,21 @@ impl Nginx {
             panic!("nginx did not start:\n{log}");
         }
         n
+    }
+
+    /// Stop nginx (as if it crashed) and start it again on the same ports.
+    pub fn restart(&mut self) {
+        self.stop();
+        for _ in 0..50 {
+            self.child = Some(spawn(self.dir.path()));
+            if self.wait_ready() {
+                return;
+            }
+            // The old socket may linger a moment.
+            self.stop();
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("nginx did not restart:\n{}", self.error_log());
     }
 
     fn wait_ready(&mut self) -> bool {
@@ -135,7 +144,7 @@ impl Nginx {
                 }
             }
             let up = |p: u16| TcpStream::connect(("127.0.0.1", p)).is_ok();
-            if up(self.https_port) && up(self.http_port) {
+            if up(self.https_port) && up(self.http_port) && up(self.h2c_port) {
                 return true;
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -163,6 +172,9 @@ impl Nginx {
     pub fn https(&self, path: &str) -> String {
         format!("https://127.0.0.1:{}{path}", self.https_port)
     }
+    pub fn h2c(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.h2c_port)
+    }
     pub fn http(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.http_port)
     }
@@ -185,13 +197,32 @@ impl Nginx {
     }
 }
 
+fn spawn(d: &Path) -> Child {
+    Command::new(NGINX_BIN)
+        .arg("-p")
+        .arg(d)
+        .arg("-c")
+        .arg(d.join("nginx.conf"))
+        .arg("-e")
+        .arg(d.join("error.log"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start nginx: {e}"))
+}
+
 impl Drop for Nginx {
     fn drop(&mut self) {
         self.stop();
     }
 }
 
-fn config(d: &Path, https_port: u16, http_port: u16, repr_digest: &str) -> String {
+fn config(
+    d: &Path,
+    (https_port, http_port, h2c_port): (u16, u16, u16),
+    repr_digest: &str,
+) -> String {
     let d = d.display();
     format!(
         r#"daemon off;
@@ -214,6 +245,7 @@ http {{
     server {{
         listen 127.0.0.1:{https_port} ssl http2;
         listen 127.0.0.1:{http_port};
+        listen 127.0.0.1:{h2c_port} http2;
         server_name localhost;
         ssl_certificate {d}/cert.pem;
         ssl_certificate_key {d}/key.pem;
@@ -235,6 +267,7 @@ http {{
         location /noranges/ {{ max_ranges 0; }}
         location /slow/ {{ limit_rate 1m; }}
         location /gz/ {{ gzip on; gzip_types text/plain application/octet-stream; gzip_min_length 0; }}
+        location /jsondir/ {{ index listing.json; }}
         location /digest/ {{ add_header Repr-Digest "{repr_digest}" always; }}
         location /private/ {{ auth_basic "ferry"; auth_basic_user_file {d}/htpasswd; }}
         location /bearer/ {{ if ($http_authorization != "Bearer {BEARER}") {{ return 401; }} }}
