@@ -73,6 +73,9 @@ pub struct RunResult {
     pub server_cpu_s: Option<f64>,
     pub ok: bool,
     pub error: Option<String>,
+    /// 1-minute load average just before the run: other work on the
+    /// machine skews the numbers.
+    pub loadavg: Option<f64>,
 }
 
 /// One cell of the scorecard: a client against a server, for one set,
@@ -270,6 +273,16 @@ pub fn run_local(args: &BenchArgs) -> Result<Report> {
     fs::create_dir_all(&scratch)?;
     fs::create_dir_all(&logs)?;
 
+    if let Some(l) = fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+    {
+        if l > 0.5 {
+            eprintln!(
+                "ferry bench: warning: 1-minute load average is {l:.2}; other work on this machine skews the numbers"
+            );
+        }
+    }
     // Data sets.
     let mut sets: Vec<DataSet> = Vec::new();
     for s in &specs {
@@ -724,6 +737,9 @@ fn one_run(
         .stderr(fs::File::create(&err_log)?)
         .env("HOME", paths.scratch.as_path())
         .env_remove("SSH_AUTH_SOCK");
+    let loadavg = fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok());
     let srv0 = servers.cpu(ep.server);
     let o = proc::run_measured(cmd, timeout)?;
     let srv1 = servers.cpu(ep.server);
@@ -739,6 +755,7 @@ fn one_run(
         server_cpu_s,
         ok: false,
         error: None,
+        loadavg,
     };
     let why = || {
         let mut t = tail(&err_log, 600);
