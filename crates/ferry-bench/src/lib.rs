@@ -106,6 +106,9 @@ pub struct BenchArgs {
     /// The ferry binary to measure [default: this one].
     #[arg(long, hide = true)]
     pub ferry: Option<PathBuf>,
+    /// The ferry binary that runs `ferry serve` [default: --ferry].
+    #[arg(long, hide = true)]
+    pub serve_bin: Option<PathBuf>,
 }
 
 /// Run `ferry bench`; the process exit code.

@@ -323,7 +323,8 @@ pub fn run_local(args: &BenchArgs) -> Result<Report> {
     let key = servers::client_key(&run_dir)?;
     let need_https = wanted.iter().any(|c| c.proto == Proto::Https);
     let need_sftp = wanted.iter().any(|c| c.proto == Proto::Sftp);
-    let ferry = FerryServe::start(&ferry_bin, &srv, &run_dir.join("ferry-serve"), &key)
+    let serve_bin = args.serve_bin.clone().unwrap_or_else(|| ferry_bin.clone());
+    let ferry = FerryServe::start(&serve_bin, &srv, &run_dir.join("ferry-serve"), &key)
         .map_err(|e| format!("ferry serve did not start: {e:#}"));
     let sshd = if !need_sftp {
         Err("not needed".to_string())
