@@ -21,6 +21,7 @@ use crate::data::DataSet;
 pub enum Proto {
     Sftp,
     Https,
+    Ftp,
 }
 
 impl Proto {
@@ -28,6 +29,7 @@ impl Proto {
         match self {
             Proto::Sftp => "sftp",
             Proto::Https => "https",
+            Proto::Ftp => "ftp",
         }
     }
 }
@@ -56,6 +58,8 @@ pub enum ServerKind {
     Sshd,
     #[serde(rename = "nginx")]
     Nginx,
+    #[serde(rename = "vsftpd")]
+    Vsftpd,
 }
 
 impl ServerKind {
@@ -64,6 +68,7 @@ impl ServerKind {
             ServerKind::FerryServe => "ferry serve",
             ServerKind::Sshd => "sshd",
             ServerKind::Nginx => "nginx",
+            ServerKind::Vsftpd => "vsftpd",
         }
     }
 }
@@ -193,6 +198,42 @@ pub const CLIENTS: &[Client] = &[
         false,
         Fits::All,
     ),
+    Client {
+        ferry: true,
+        ..c(
+            "ferry-ftp",
+            "ferry cp",
+            "ferry",
+            Proto::Ftp,
+            true,
+            Fits::All,
+        )
+    },
+    c("curl-ftp", "curl", "curl", Proto::Ftp, true, Fits::All),
+    c(
+        "lftp-mirror-ftp",
+        "lftp mirror --parallel=8",
+        "lftp",
+        Proto::Ftp,
+        true,
+        Fits::ManyFiles,
+    ),
+    c(
+        "lftp-get-ftp",
+        "lftp get/put",
+        "lftp",
+        Proto::Ftp,
+        true,
+        Fits::SingleFile,
+    ),
+    c(
+        "lftp-pget-ftp",
+        "lftp pget -n 8",
+        "lftp",
+        Proto::Ftp,
+        false,
+        Fits::SingleFile,
+    ),
 ];
 
 impl Client {
@@ -232,8 +273,16 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
+    /// The URL of a server path (for FTP, an absolute path: `%2F`).
     fn url(&self, path: &str) -> String {
-        format!("https://127.0.0.1:{}{}", self.port, path)
+        match self.proto {
+            Proto::Ftp => format!(
+                "ftp://127.0.0.1:{}/%2F{}",
+                self.port,
+                path.trim_start_matches('/')
+            ),
+            _ => format!("https://127.0.0.1:{}{}", self.port, path),
+        }
     }
 }
 
@@ -331,9 +380,11 @@ pub fn command(
             }
             plan(c, false)
         }
-        "lftp-mirror" | "lftp-get" | "lftp-pget" => {
+        "lftp-mirror" | "lftp-get" | "lftp-pget" | "lftp-mirror-ftp" | "lftp-get-ftp"
+        | "lftp-pget-ftp" => {
             let f = ds.files.first().map(|f| f.name.as_str()).unwrap_or("");
-            let (verb, precreate) = match (client.id, down) {
+            let mode = client.id.trim_end_matches("-ftp");
+            let (verb, precreate) = match (mode, down) {
                 ("lftp-mirror", true) => (
                     format!("mirror --parallel=8 \"{rsrc}\" \"{local}/{set}\""),
                     false,
@@ -351,14 +402,18 @@ pub fn command(
                     true,
                 ),
             };
+            let open = match ep.proto {
+                Proto::Ftp => format!("open -u anonymous, ftp://127.0.0.1:{}", ep.port),
+                _ => format!(
+                    "set sftp:connect-program \"ssh -a -x -F {}\"; open -u {}, sftp://127.0.0.1:{}",
+                    ep.ssh_config.display(),
+                    ep.user,
+                    ep.port
+                ),
+            };
             let script = format!(
                 "set cmd:fail-exit yes; set net:max-retries 2; set net:timeout 60; \
-                 set xfer:clobber on; \
-                 set sftp:connect-program \"ssh -a -x -F {cfg}\"; \
-                 open -u {user}, sftp://127.0.0.1:{port}; {verb}",
-                cfg = ep.ssh_config.display(),
-                user = ep.user,
-                port = ep.port,
+                 set xfer:clobber on; {open}; {verb}"
             );
             let mut c = Command::new("lftp");
             c.arg("-c").arg(script);
@@ -375,18 +430,30 @@ pub fn command(
             }
             if down {
                 for f in &ds.files {
-                    c.arg(ep.url(&format!("/data/{variant_dir}/{set}/{}", f.name)));
+                    c.arg(ep.url(&format!("{rsrc}/{}", f.name)));
                 }
                 c.arg(format!("{local}/{set}/"));
             } else {
                 for f in &ds.files {
                     c.arg(ds.dir.join(&f.name));
                 }
-                c.arg(ep.url(&format!("/up/{set}/")));
+                c.arg(ep.url(&format!("{rup}/{set}/")));
             }
             plan(c, true)
         }
-        "curl" | "curl-h1" | "curl-Z" => {
+        "ferry-ftp" => {
+            // ferry's FTP client is not written yet: this cell is n/a until
+            // `ferry cp` takes ftp:// URLs.
+            let mut c = Command::new(&p.ferry);
+            c.args(["cp", "-q", "-r"]);
+            if down {
+                c.arg(ep.url(&rsrc)).arg(format!("{local}/"));
+            } else {
+                c.arg(&src).arg(ep.url(&format!("{rup}/")));
+            }
+            plan(c, false)
+        }
+        "curl" | "curl-h1" | "curl-Z" | "curl-ftp" => {
             let list = scratch.join("curl.cfg");
             let mut cfg = String::new();
             for f in &ds.files {
@@ -394,7 +461,7 @@ pub fn command(
                     let _ = writeln!(
                         cfg,
                         "url = \"{}\"\noutput = \"{local}/{set}/{}\"",
-                        ep.url(&format!("/data/{variant_dir}/{set}/{}", f.name)),
+                        ep.url(&format!("{rsrc}/{}", f.name)),
                         f.name
                     );
                 } else {
@@ -402,18 +469,21 @@ pub fn command(
                         cfg,
                         "upload-file = \"{src}/{}\"\nurl = \"{}\"\noutput = \"/dev/null\"",
                         f.name,
-                        ep.url(&format!("/up/{set}/{}", f.name))
+                        ep.url(&format!("{rup}/{set}/{}", f.name))
                     );
                 }
             }
             fs::write(&list, cfg)?;
             let mut c = Command::new("curl");
-            c.args(["-sS", "--fail", "--cacert"]).arg(&ep.cacert);
-            c.arg(if client.id == "curl-h1" {
-                "--http1.1"
-            } else {
-                "--http2"
-            });
+            c.args(["-sS", "--fail"]);
+            if ep.proto == Proto::Https {
+                c.arg("--cacert").arg(&ep.cacert);
+                c.arg(if client.id == "curl-h1" {
+                    "--http1.1"
+                } else {
+                    "--http2"
+                });
+            }
             if client.id == "curl-Z" {
                 c.arg("--parallel");
             }
@@ -443,7 +513,7 @@ pub fn command(
             if ds.single_file() {
                 let f = ds.files.first().map(|f| f.name.as_str()).unwrap_or("");
                 c.args(["-x8", "-s8", "-o", f])
-                    .arg(ep.url(&format!("/data/{variant_dir}/{set}/{f}")));
+                    .arg(ep.url(&format!("{rsrc}/{f}")));
             } else {
                 let list = scratch.join("aria2.list");
                 let mut s = String::new();
@@ -451,7 +521,7 @@ pub fn command(
                     let _ = writeln!(
                         s,
                         "{}\n  out={}",
-                        ep.url(&format!("/data/{variant_dir}/{set}/{}", f.name)),
+                        ep.url(&format!("{rsrc}/{}", f.name)),
                         f.name
                     );
                 }

@@ -84,7 +84,8 @@ pub struct BenchArgs {
     pub directions: Vec<String>,
     /// Only these clients (ids as in the JSON: ferry, sftp, scp, rclone,
     /// lftp-mirror, lftp-get, lftp-pget, ferry-https, ferry-https-s8, curl, curl-h1,
-    /// curl-Z, aria2c) [default: all that are installed].
+    /// curl-Z, aria2c, ferry-ftp, curl-ftp, lftp-mirror-ftp, lftp-get-ftp,
+    /// lftp-pget-ftp) [default: all that are installed].
     #[arg(long, value_delimiter = ',', value_name = "IDS")]
     pub clients: Vec<String>,
     /// Work directory for data sets and transfers (kept; data sets are
@@ -106,6 +107,9 @@ pub struct BenchArgs {
     /// The ferry binary to measure [default: this one].
     #[arg(long, hide = true)]
     pub ferry: Option<PathBuf>,
+    /// The ferry binary that runs `ferry serve` [default: --ferry].
+    #[arg(long, hide = true)]
+    pub serve_bin: Option<PathBuf>,
 }
 
 /// Run `ferry bench`; the process exit code.

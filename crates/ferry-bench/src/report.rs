@@ -130,7 +130,16 @@ pub fn table(r: &Report) -> String {
         for c in rows {
             let f2 = |v: Option<f64>| v.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into());
             let speed = match c.status.as_str() {
-                "ok" => c.mb_per_s.map(|v| format!("{v:.1}")).unwrap_or_default(),
+                "ok" => c
+                    .mb_per_s
+                    .map(|v| {
+                        if v < 1.0 {
+                            format!("{v:.2}")
+                        } else {
+                            format!("{v:.1}")
+                        }
+                    })
+                    .unwrap_or_default(),
                 other => {
                     // One footnote per distinct reason.
                     let why = c.reason.clone().unwrap_or_default();

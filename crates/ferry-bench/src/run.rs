@@ -14,7 +14,7 @@ use serde::Serialize;
 use crate::clients::{self, Client, Direction, Endpoint, Paths, Proto, ServerKind, CLIENTS};
 use crate::data::{self, DataSet};
 use crate::proc::{self, which};
-use crate::servers::{self, ClientKey, FerryServe, Nginx, Sshd};
+use crate::servers::{self, ClientKey, FerryServe, Nginx, Sshd, Vsftpd};
 use crate::BenchArgs;
 
 /// A network profile: the link emulator's settings in front of every
@@ -73,6 +73,9 @@ pub struct RunResult {
     pub server_cpu_s: Option<f64>,
     pub ok: bool,
     pub error: Option<String>,
+    /// 1-minute load average just before the run: other work on the
+    /// machine skews the numbers.
+    pub loadavg: Option<f64>,
 }
 
 /// One cell of the scorecard: a client against a server, for one set,
@@ -125,6 +128,7 @@ struct Servers {
     ferry: std::result::Result<FerryServe, String>,
     sshd: std::result::Result<Sshd, String>,
     nginx: std::result::Result<Nginx, String>,
+    vsftpd: std::result::Result<Vsftpd, String>,
     /// Why ferry serve's HTTPS side cannot be benchmarked, if it cannot.
     ferry_https_na: Option<String>,
 }
@@ -135,11 +139,15 @@ impl Servers {
             ServerKind::FerryServe => self.ferry.as_ref().ok().map(|s| s.guard.pid()),
             ServerKind::Sshd => self.sshd.as_ref().ok().map(|s| s.guard.pid()),
             ServerKind::Nginx => self.nginx.as_ref().ok().map(|s| s.guard.pid()),
+            ServerKind::Vsftpd => self.vsftpd.as_ref().ok().map(|s| s.guard.pid()),
         }
     }
     fn cpu(&self, kind: ServerKind) -> Option<f64> {
         if let (ServerKind::Sshd, Ok(s)) = (kind, &self.sshd) {
             s.wait_idle();
+        }
+        if let (ServerKind::Vsftpd, Ok(s)) = (kind, &self.vsftpd) {
+            servers::wait_no_children(s.guard.pid());
         }
         proc::tree_cpu_seconds(self.pid(kind)?)
     }
@@ -270,6 +278,16 @@ pub fn run_local(args: &BenchArgs) -> Result<Report> {
     fs::create_dir_all(&scratch)?;
     fs::create_dir_all(&logs)?;
 
+    if let Some(l) = fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+    {
+        if l > 0.5 {
+            eprintln!(
+                "ferry bench: warning: 1-minute load average is {l:.2}; other work on this machine skews the numbers"
+            );
+        }
+    }
     // Data sets.
     let mut sets: Vec<DataSet> = Vec::new();
     for s in &specs {
@@ -305,7 +323,8 @@ pub fn run_local(args: &BenchArgs) -> Result<Report> {
     let key = servers::client_key(&run_dir)?;
     let need_https = wanted.iter().any(|c| c.proto == Proto::Https);
     let need_sftp = wanted.iter().any(|c| c.proto == Proto::Sftp);
-    let ferry = FerryServe::start(&ferry_bin, &srv, &run_dir.join("ferry-serve"), &key)
+    let serve_bin = args.serve_bin.clone().unwrap_or_else(|| ferry_bin.clone());
+    let ferry = FerryServe::start(&serve_bin, &srv, &run_dir.join("ferry-serve"), &key)
         .map_err(|e| format!("ferry serve did not start: {e:#}"));
     let sshd = if !need_sftp {
         Err("not needed".to_string())
@@ -324,6 +343,16 @@ pub fn run_local(args: &BenchArgs) -> Result<Report> {
         Nginx::start(&run_dir.join("nginx"), &srv)
             .map_err(|e| format!("nginx did not start: {e:#}"))
     };
+    let need_ftp = wanted.iter().any(|c| c.proto == Proto::Ftp);
+    let vsftpd = if !need_ftp {
+        Err("not needed".to_string())
+    } else if proc::which_server("vsftpd").is_none() {
+        notes.push("vsftpd not installed: FTP cells are skipped".into());
+        Err("not installed".into())
+    } else {
+        Vsftpd::start(&run_dir.join("vsftpd"), &srv)
+            .map_err(|e| format!("vsftpd did not start: {e:#}"))
+    };
     let ferry_https_na = match &ferry {
         Ok(f) if need_https => probe_https(f),
         _ => None,
@@ -331,14 +360,27 @@ pub fn run_local(args: &BenchArgs) -> Result<Report> {
     if let Some(r) = &ferry_https_na {
         notes.push(r.clone());
     }
-    let ferry_cp_https_na = ferry_cp_https_missing(&ferry_bin);
+    let ferry_cp_https_na = if need_https {
+        ferry_cp_https_missing(&ferry_bin)
+    } else {
+        None
+    };
     if let Some(r) = &ferry_cp_https_na {
+        notes.push(r.clone());
+    }
+    let ferry_cp_ftp_na = if need_ftp {
+        ferry_cp_scheme_missing(&ferry_bin, "ftp", &scratch)
+    } else {
+        None
+    };
+    if let Some(r) = &ferry_cp_ftp_na {
         notes.push(r.clone());
     }
     let servers = Servers {
         ferry,
         sshd,
         nginx,
+        vsftpd,
         ferry_https_na,
     };
 
@@ -452,6 +494,11 @@ pub fn run_local(args: &BenchArgs) -> Result<Report> {
                         {
                             cell.status = "n/a".into();
                             cell.reason = Some(why.clone());
+                        } else if let (true, Proto::Ftp, Some(why)) =
+                            (client.ferry, client.proto, &ferry_cp_ftp_na)
+                        {
+                            cell.status = "n/a".into();
+                            cell.reason = Some(why.clone());
                         }
                         group.push((cell, client, Some(ep)));
                     }
@@ -559,6 +606,24 @@ fn ferry_cp_https_missing(ferry: &Path) -> Option<String> {
     })
 }
 
+/// `Some(reason)` when `ferry cp` refuses `scheme://` URLs as not
+/// supported yet (asked with a URL to a closed port, so a client that has
+/// the scheme fails fast for another reason).
+fn ferry_cp_scheme_missing(ferry: &Path, scheme: &str, scratch: &Path) -> Option<String> {
+    let out = std::process::Command::new(ferry)
+        .args(["cp", "-q"])
+        .arg(format!("{scheme}://127.0.0.1:9/probe"))
+        .arg(scratch.join("probe"))
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    err.contains("not supported yet").then(|| {
+        format!("this ferry cp has no {} client yet ({scheme}:// is not supported): its {} cells are n/a",
+            scheme.to_uppercase(), scheme.to_uppercase())
+    })
+}
+
 /// Ask ferry serve's HTTPS port for `/` with curl: `Some(reason)` when it
 /// does not answer (its HTTPS side not written yet, say).
 fn probe_https(f: &FerryServe) -> Option<String> {
@@ -651,7 +716,7 @@ fn endpoints(
     match &servers.sshd {
         Ok(s) => {
             let port = via(s.port)?;
-            let mut e = base(ServerKind::Sshd, Proto::Sftp, port, srv_prefix);
+            let mut e = base(ServerKind::Sshd, Proto::Sftp, port, srv_prefix.clone());
             let name = format!("{}-sshd", profile.name);
             (e.ssh_config, e.known_hosts) = clients::write_ssh_files(
                 &cfg_dir,
@@ -691,6 +756,24 @@ fn endpoints(
         }
         Err(_) => {}
     }
+    // FTP: vsftpd. Its passive data connections go straight to the server,
+    // around the link emulator, so under a profile FTP is not measured.
+    match &servers.vsftpd {
+        Ok(v) => {
+            let mut e = base(ServerKind::Vsftpd, Proto::Ftp, v.port, srv_prefix.clone());
+            if profile.link().is_some() {
+                e.unavailable = Some(
+                    "FTP data connections would bypass the link emulator: FTP is measured on loopback only"
+                        .into(),
+                );
+            }
+            out.push((ServerKind::Vsftpd, Proto::Ftp, Ok(e)));
+        }
+        Err(why) if why != "not needed" => {
+            out.push((ServerKind::Vsftpd, Proto::Ftp, Err(why.clone())))
+        }
+        Err(_) => {}
+    }
     Ok(out)
 }
 
@@ -724,6 +807,9 @@ fn one_run(
         .stderr(fs::File::create(&err_log)?)
         .env("HOME", paths.scratch.as_path())
         .env_remove("SSH_AUTH_SOCK");
+    let loadavg = fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok());
     let srv0 = servers.cpu(ep.server);
     let o = proc::run_measured(cmd, timeout)?;
     let srv1 = servers.cpu(ep.server);
@@ -739,6 +825,7 @@ fn one_run(
         server_cpu_s,
         ok: false,
         error: None,
+        loadavg,
     };
     let why = || {
         let mut t = tail(&err_log, 600);

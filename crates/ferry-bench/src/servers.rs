@@ -249,13 +249,9 @@ impl Sshd {
         })
     }
 
-    /// Wait (at most 3 s) until the sessions of the last client have ended,
-    /// so the server's CPU count is complete.
+    /// Wait until the sessions of the last client have ended.
     pub fn wait_idle(&self) {
-        let deadline = Instant::now() + Duration::from_secs(3);
-        while !crate::proc::children(self.guard.pid()).is_empty() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_no_children(self.guard.pid());
     }
 }
 
@@ -363,5 +359,58 @@ impl Nginx {
             bail!("{e}; nginx says:\n{why}");
         }
         Ok(Nginx { guard, port, cert })
+    }
+}
+
+/// vsftpd as the current user (`run_as_launching_user`: no chroot, so its
+/// paths are absolute like sshd's), anonymous login with uploads allowed,
+/// passive mode on 127.0.0.1.
+#[derive(Debug)]
+pub struct Vsftpd {
+    pub guard: Guard,
+    pub port: u16,
+}
+
+impl Vsftpd {
+    pub fn start(dir: &Path, root: &Path) -> Result<Vsftpd> {
+        let Some(vsftpd) = which_server("vsftpd") else {
+            bail!("vsftpd not installed (apt-get install vsftpd)");
+        };
+        fs::create_dir_all(dir)?;
+        let port = free_port()?;
+        let conf = dir.join("vsftpd.conf");
+        fs::write(
+            &conf,
+            format!(
+                "listen=YES\nlisten_address=127.0.0.1\nlisten_port={port}\nbackground=NO\n\
+                 run_as_launching_user=YES\nanonymous_enable=YES\nno_anon_password=YES\n\
+                 anon_root={root}\nlocal_enable=NO\nwrite_enable=YES\nanon_upload_enable=YES\n\
+                 anon_mkdir_write_enable=YES\nanon_other_write_enable=YES\nanon_umask=022\n\
+                 pasv_enable=YES\npasv_address=127.0.0.1\nseccomp_sandbox=NO\nxferlog_enable=NO\n\
+                 max_clients=500\nmax_per_ip=500\ndirmessage_enable=NO\nconnect_from_port_20=NO\n\
+                 vsftpd_log_file={log}\n",
+                root = root.display(),
+                log = dir.join("vsftpd.log").display(),
+            ),
+        )?;
+        let mut cmd = Command::new(&vsftpd);
+        cmd.arg(&conf)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(dir.join("vsftpd.err"))?);
+        let (guard, _child) = Guard::spawn("vsftpd", cmd)?;
+        if let Err(e) = wait_port(port, &guard, Duration::from_secs(10), false) {
+            bail!("{e}; vsftpd says:\n{}", log_tail(&dir.join("vsftpd.err")));
+        }
+        Ok(Vsftpd { guard, port })
+    }
+}
+
+/// Wait (at most 3 s) until a forking server (sshd, vsftpd) has no session
+/// children left, so that its CPU count includes the last client's.
+pub fn wait_no_children(pid: i32) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !crate::proc::children(pid).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
     }
 }

@@ -46,7 +46,8 @@ enum Cmd {
     /// Serve a directory over SFTP (SSH) and HTTPS, authenticated, read-only by default.
     Serve(serve::ServeArgs),
     /// The scorecard: ferry and the installed peers (OpenSSH, curl, aria2,
-    /// lftp, rclone) on the standard data sets, verified, in one table.
+    /// lftp, rclone; sshd, nginx, vsftpd) on the standard data sets,
+    /// verified, in one table; or, with a URL, the best settings for a server.
     Bench(ferry_bench::BenchArgs),
 }
 
