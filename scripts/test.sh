@@ -49,4 +49,16 @@ passed=$(awk '/^test result:/ { for (i = 1; i < NF; i++) if ($(i+1) ~ /^passed/)
 failed=$(awk '/^test result:/ { for (i = 1; i < NF; i++) if ($(i+1) ~ /^failed/) s += $i } END { print s + 0 }' "$log")
 echo
 echo "workspace: ${passed:-0} passed, ${failed:-0} failed"
+
+# The scorecard's smoke run, with the debug binary the tests just built (a
+# release build would add ~10 minutes to CI): it must finish and verify
+# every transfer; its numbers are printed, never asserted, and are not the
+# ones in BENCHMARKS.md (scripts/demo.sh builds release for those).
+# FERRY_BENCH=0 skips it.
+if [ "$rc" -eq 0 ] && [ "${FERRY_BENCH:-1}" != 0 ]; then
+    echo "== ferry bench --quick (debug build: a smoke run, not a measurement)" >&2
+    target="${CARGO_TARGET_DIR:-target}"
+    cargo build -p ferry
+    "$target/debug/ferry" bench --quick --json "$(mktemp -d)/bench-quick.json" || rc=$?
+fi
 exit "$rc"
