@@ -879,6 +879,69 @@ fn hostile_requests_do_not_hurt_the_server() {
     assert!(!s.root().join("g").exists());
 }
 
+/// SIGTERM: a download in progress finishes, an idle keep-alive
+/// connection is closed at once instead of holding the exit for the whole
+/// grace period, and the server exits 0.
+#[test]
+fn sigterm_lets_a_download_finish_and_closes_idle_connections() {
+    use std::io::Read;
+    need!("curl");
+    let mut s = FerryServe::start(&["--http", "127.0.0.1:0", "--grace", "60"]);
+    let h = make_file(&s.root().join("big"), 6 * 1024 * 1024, 12);
+    fs::write(s.root().join("small"), b"hi").unwrap();
+    // An idle keep-alive connection, after one request.
+    let mut idle = TcpStream::connect(("127.0.0.1", s.http_port.unwrap())).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        idle,
+        "GET /small HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\r\n",
+        s.token
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.ends_with(b"\r\n\r\nhi") {
+        let n = idle.read(&mut buf).unwrap();
+        assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    // A slow download in progress.
+    let t = tempdir();
+    let dst = t.path().join("got");
+    let curl_child = Command::new("curl")
+        .args(["-sS", "--http2", "--limit-rate", "2M", "--cacert"])
+        .arg(cert(&s))
+        .args(["-H", &format!("Authorization: Bearer {}", s.token), "-o"])
+        .arg(&dst)
+        .arg(https(&s, "/big"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(eventually(|| dst.exists() && file_len(&dst) > 0));
+    let o = s.sigterm(Duration::from_secs(90));
+    let c = curl_child.wait_with_output().unwrap();
+    assert!(
+        c.status.success(),
+        "{}\n--- server ---\n{}",
+        describe(&c),
+        describe(&o)
+    );
+    assert_file_hash(&dst, &h, "download across SIGTERM");
+    assert!(o.status.success(), "{}", describe(&o));
+    assert!(
+        !stderr_text(&o).contains("still open"),
+        "an idle connection held the shutdown: {}",
+        describe(&o)
+    );
+    assert_eq!(
+        idle.read(&mut buf).unwrap_or(0),
+        0,
+        "idle connection closed"
+    );
+}
+
 #[test]
 fn aria2c_segmented_download() {
     need!("curl");
