@@ -21,7 +21,11 @@ use common::*;
 
 fn have(prog: &str) -> bool {
     Command::new(prog)
-        .arg("--version")
+        .arg(if prog == "openssl" {
+            "version"
+        } else {
+            "--version"
+        })
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
@@ -940,6 +944,61 @@ fn sigterm_lets_a_download_finish_and_closes_idle_connections() {
         0,
         "idle connection closed"
     );
+}
+
+/// `--tls-cert/--tls-key`: a certificate made elsewhere (openssl, PKCS#8
+/// key) is served instead of the self-signed one, and the banner names it.
+#[test]
+fn a_given_certificate_is_served() {
+    need!("curl");
+    need!("openssl");
+    let t = tempdir();
+    let (cert_path, key_path) = (t.path().join("c.pem"), t.path().join("k.pem"));
+    run_checked(
+        Command::new("openssl")
+            .args([
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+            ])
+            .args(["-subj", "/CN=localhost", "-addext"])
+            .arg("subjectAltName=DNS:localhost,IP:127.0.0.1")
+            .arg("-keyout")
+            .arg(&key_path)
+            .arg("-out")
+            .arg(&cert_path),
+    );
+    let mut s = FerryServe::start(&[
+        "--tls-cert",
+        cert_path.to_str().unwrap(),
+        "--tls-key",
+        key_path.to_str().unwrap(),
+    ]);
+    fs::write(s.root().join("f"), b"real cert").unwrap();
+    for ver in ["--http1.1", "--http2"] {
+        let o = Command::new("curl")
+            .args(["-sS", ver, "--cacert"])
+            .arg(&cert_path)
+            .args(["-H", &format!("Authorization: Bearer {}", s.token)])
+            .arg(https(&s, "/f"))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(stdout_text(&o), "real cert", "{ver}: {}", describe(&o));
+        // The self-signed certificate in the state dir is not the one served.
+        if cert(&s).exists() {
+            let o = Command::new("curl")
+                .args(["-sS", ver, "--cacert"])
+                .arg(cert(&s))
+                .arg(https(&s, "/f"))
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+            assert!(!o.status.success(), "{ver}: {}", describe(&o));
+        }
+    }
+    // The banner's curl line names the given certificate.
+    let o = s.stop_kill();
+    let want = format!("curl --cacert {}", cert_path.display());
+    assert!(stdout_text(&o).contains(&want), "{}", describe(&o));
 }
 
 #[test]
