@@ -21,7 +21,11 @@ use common::*;
 
 fn have(prog: &str) -> bool {
     Command::new(prog)
-        .arg("--version")
+        .arg(if prog == "openssl" {
+            "version"
+        } else {
+            "--version"
+        })
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
@@ -877,6 +881,124 @@ fn hostile_requests_do_not_hurt_the_server() {
         assert_eq!((r.code, r.text().as_str()), (200, "fine"), "after {what}");
     }
     assert!(!s.root().join("g").exists());
+}
+
+/// SIGTERM: a download in progress finishes, an idle keep-alive
+/// connection is closed at once instead of holding the exit for the whole
+/// grace period, and the server exits 0.
+#[test]
+fn sigterm_lets_a_download_finish_and_closes_idle_connections() {
+    use std::io::Read;
+    need!("curl");
+    let mut s = FerryServe::start(&["--http", "127.0.0.1:0", "--grace", "60"]);
+    let h = make_file(&s.root().join("big"), 6 * 1024 * 1024, 12);
+    fs::write(s.root().join("small"), b"hi").unwrap();
+    // An idle keep-alive connection, after one request.
+    let mut idle = TcpStream::connect(("127.0.0.1", s.http_port.unwrap())).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        idle,
+        "GET /small HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\r\n",
+        s.token
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.ends_with(b"\r\n\r\nhi") {
+        let n = idle.read(&mut buf).unwrap();
+        assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    // A slow download in progress.
+    let t = tempdir();
+    let dst = t.path().join("got");
+    let curl_child = Command::new("curl")
+        .args(["-sS", "--http2", "--limit-rate", "2M", "--cacert"])
+        .arg(cert(&s))
+        .args(["-H", &format!("Authorization: Bearer {}", s.token), "-o"])
+        .arg(&dst)
+        .arg(https(&s, "/big"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(eventually(|| dst.exists() && file_len(&dst) > 0));
+    let o = s.sigterm(Duration::from_secs(90));
+    let c = curl_child.wait_with_output().unwrap();
+    assert!(
+        c.status.success(),
+        "{}\n--- server ---\n{}",
+        describe(&c),
+        describe(&o)
+    );
+    assert_file_hash(&dst, &h, "download across SIGTERM");
+    assert!(o.status.success(), "{}", describe(&o));
+    assert!(
+        !stderr_text(&o).contains("still open"),
+        "an idle connection held the shutdown: {}",
+        describe(&o)
+    );
+    assert_eq!(
+        idle.read(&mut buf).unwrap_or(0),
+        0,
+        "idle connection closed"
+    );
+}
+
+/// `--tls-cert/--tls-key`: a certificate made elsewhere (openssl, PKCS#8
+/// key) is served instead of the self-signed one, and the banner names it.
+#[test]
+fn a_given_certificate_is_served() {
+    need!("curl");
+    need!("openssl");
+    let t = tempdir();
+    let (cert_path, key_path) = (t.path().join("c.pem"), t.path().join("k.pem"));
+    run_checked(
+        Command::new("openssl")
+            .args([
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+            ])
+            .args(["-subj", "/CN=localhost", "-addext"])
+            .arg("subjectAltName=DNS:localhost,IP:127.0.0.1")
+            .arg("-keyout")
+            .arg(&key_path)
+            .arg("-out")
+            .arg(&cert_path),
+    );
+    let mut s = FerryServe::start(&[
+        "--tls-cert",
+        cert_path.to_str().unwrap(),
+        "--tls-key",
+        key_path.to_str().unwrap(),
+    ]);
+    fs::write(s.root().join("f"), b"real cert").unwrap();
+    for ver in ["--http1.1", "--http2"] {
+        let o = Command::new("curl")
+            .args(["-sS", ver, "--cacert"])
+            .arg(&cert_path)
+            .args(["-H", &format!("Authorization: Bearer {}", s.token)])
+            .arg(https(&s, "/f"))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(stdout_text(&o), "real cert", "{ver}: {}", describe(&o));
+        // The self-signed certificate in the state dir is not the one served.
+        if cert(&s).exists() {
+            let o = Command::new("curl")
+                .args(["-sS", ver, "--cacert"])
+                .arg(cert(&s))
+                .arg(https(&s, "/f"))
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+            assert!(!o.status.success(), "{ver}: {}", describe(&o));
+        }
+    }
+    // The banner's curl line names the given certificate.
+    let o = s.stop_kill();
+    let want = format!("curl --cacert {}", cert_path.display());
+    assert!(stdout_text(&o).contains(&want), "{}", describe(&o));
 }
 
 #[test]

@@ -1,5 +1,6 @@
-//! A stream wrapper that notes whether the client has sent anything yet,
-//! so a connection that stays silent can be closed (see `serve_io`).
+//! The edges of a connection's life: a stream wrapper that notes whether
+//! the client has sent anything yet (so a silent connection can be
+//! closed, see `serve_io`), and the lingering close at the end.
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -70,4 +71,51 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for FirstByte<S> {
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
+}
+
+/// The longest a finished connection keeps reading what the client sends.
+pub const LINGER: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A second handle on the connection's socket, taken before hyper owns the
+/// stream, so the socket outlives hyper's handle for [`lingering_close`].
+pub fn keep_socket(stream: &tokio::net::TcpStream) -> Option<std::net::TcpStream> {
+    use std::os::fd::AsFd;
+    stream
+        .as_fd()
+        .try_clone_to_owned()
+        .ok()
+        .map(std::net::TcpStream::from)
+}
+
+/// Send our FIN, then read and discard what the client still sends until
+/// it closes too or [`LINGER`] passes; then close.
+///
+/// Closing at once, with bytes still arriving (h2 WINDOW_UPDATEs while the
+/// client drains a response it was sent in full, the rest of a refused
+/// upload), makes the kernel answer with a TCP reset, and the reset makes
+/// the client's kernel drop response bytes the client has not read yet:
+/// curl reported "Connection reset by peer" or "stream was not closed
+/// cleanly" for a download the server had sent completely (test
+/// `sigterm_lets_a_download_finish_and_closes_idle_connections`). nginx
+/// calls this `lingering_close`.
+pub async fn lingering_close(socket: std::net::TcpStream) {
+    use tokio::io::AsyncReadExt;
+    let _ = socket.shutdown(std::net::Shutdown::Write);
+    let Ok(mut s) = tokio::net::TcpStream::from_std(socket) else {
+        return;
+    };
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut drained = 0usize;
+    let how = tokio::time::timeout(LINGER, async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) => return "the client closed".to_string(),
+                Ok(n) => drained += n,
+                Err(e) => return format!("read error: {e}"),
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| format!("{LINGER:?} passed"));
+    tracing::debug!("lingering close: {drained} bytes drained, {how}");
 }

@@ -115,6 +115,14 @@ impl HttpService {
 
     /// Serve one accepted connection until it closes.
     pub async fn serve(self: Arc<Self>, stream: tokio::net::TcpStream, peer: SocketAddr) {
+        let socket = idle::keep_socket(&stream);
+        self.serve_stream(stream, peer).await;
+        if let Some(s) = socket {
+            idle::lingering_close(s).await;
+        }
+    }
+
+    async fn serve_stream(self: Arc<Self>, stream: tokio::net::TcpStream, peer: SocketAddr) {
         match &self.tls {
             Some(acceptor) => {
                 let tls =
@@ -153,8 +161,19 @@ impl HttpService {
         let first = tokio::time::sleep(HEADER_READ_TIMEOUT);
         tokio::pin!(conn, first);
         let mut waiting = true;
+        let mut stopping = self.shared.stopping.clone();
+        let mut closing = *stopping.borrow_and_update();
+        if closing {
+            conn.as_mut().graceful_shutdown();
+        }
         loop {
             tokio::select! {
+                _ = stopping.changed(), if !closing => {
+                    // Server shutdown: finish what is in progress, take no
+                    // new requests, close idle keep-alive connections now.
+                    closing = true;
+                    conn.as_mut().graceful_shutdown();
+                }
                 r = &mut conn => {
                     if let Err(e) = r {
                         tracing::debug!(%peer, "HTTP connection ended: {e}");
