@@ -12,58 +12,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # --- system packages --------------------------------------------------------
-missing=()
-want() { # want PACKAGE TEST...  (PACKAGE is needed unless every TEST passes)
-    local pkg=$1
-    shift
-    local t
-    for t in "$@"; do
-        if ! eval "$t" >/dev/null 2>&1; then
-            case " ${missing[*]-} " in
-            *" $pkg "*) ;;
-            *) missing+=("$pkg") ;;
-            esac
-            return
-        fi
-    done
-}
-want openssh-server 'test -x /usr/sbin/sshd'
-want openssh-sftp-server 'test -x /usr/lib/openssh/sftp-server'
-want openssh-client 'command -v ssh' 'command -v sftp' 'command -v ssh-keygen'
-want passwd 'command -v useradd' 'command -v chpasswd'
-want mount 'command -v mount' 'command -v umount'
-want procps 'test -x /usr/bin/kill || test -x /bin/kill'
-want util-linux 'command -v setsid'
-want libc-bin 'command -v getent'
-# HTTP(S) peers: nginx (with WebDAV for PUT), curl, aria2; openssl makes
-# test certificates. FTP and the bench's peer clients: vsftpd, lftp, rclone.
-want nginx-light 'test -x /usr/sbin/nginx'
-want libnginx-mod-http-dav-ext 'test -e /usr/lib/nginx/modules/ngx_http_dav_ext_module.so'
-want curl 'command -v curl'
-want aria2 'command -v aria2c'
-want openssl 'command -v openssl'
-want lftp 'command -v lftp'
-want vsftpd 'test -x /usr/sbin/vsftpd'
-want rclone 'command -v rclone'
-
-if ((${#missing[@]})); then
-    echo "test.sh: installing missing packages: ${missing[*]}" >&2
-    sudo=()
-    if [ "$(id -u)" -ne 0 ]; then
-        if command -v sudo >/dev/null 2>&1; then
-            sudo=(sudo)
-        else
-            echo "test.sh: need root or sudo to install: ${missing[*]}" >&2
-            exit 1
-        fi
-    fi
-    if ! command -v apt-get >/dev/null 2>&1; then
-        echo "test.sh: no apt-get; please install: ${missing[*]}" >&2
-        exit 1
-    fi
-    "${sudo[@]}" apt-get update
-    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
-fi
+scripts/install-peers.sh --strict
 
 # --- checks -----------------------------------------------------------------
 echo "== cargo fmt --all -- --check" >&2

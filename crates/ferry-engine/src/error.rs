@@ -59,6 +59,19 @@ impl TransferError {
     }
 }
 
+impl From<ferry_http::HttpError> for TransferError {
+    fn from(e: ferry_http::HttpError) -> Self {
+        use ferry_http::HttpError as H;
+        match e {
+            H::Usage(m) => TransferError::Usage(m),
+            H::Trust(m) => TransferError::Auth(m),
+            e @ H::Status { .. } => TransferError::Remote(e.to_string()),
+            H::Remote(m) => TransferError::Remote(m),
+            H::Network(m) => TransferError::Network(m),
+        }
+    }
+}
+
 impl From<SshError> for TransferError {
     fn from(e: SshError) -> Self {
         match e {

@@ -18,10 +18,13 @@
 //! ```
 //!
 //! How the SFTP path works inside (pipelining, the request window, splitting
-//! files over connections) is in docs/internals/sftp.md.
+//! files over connections) is in docs/internals/sftp.md; the HTTP(S) path
+//! (pooling, HTTP/2 multiplexing, byte ranges, resume) in
+//! docs/internals/http.md.
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 mod error;
+mod http;
 mod journal;
 mod location;
 mod sftp;
@@ -30,8 +33,9 @@ mod window;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub use error::TransferError;
+pub use ferry_http::{Options as HttpOptions, Version as HttpVersion};
 pub use ferry_ssh::ConnectOptions;
-pub use location::{Location, RemotePath, RemoteSpec};
+pub use location::{HttpSpec, Location, RemotePath, RemoteSpec};
 
 /// How to copy. The defaults are the measured ones (docs/internals/sftp.md).
 #[derive(Debug, Clone)]
@@ -61,6 +65,10 @@ pub struct CopyOptions {
     /// `None`: the measured default for the direction (see [`Tuning`]).
     pub max_inflight: Option<u64>,
     pub connect: ConnectOptions,
+    /// HTTP(S): TLS trust, credentials, versions, redirects.
+    pub http: ferry_http::Options,
+    /// HTTP: ask for zstd or gzip content encoding and decode it.
+    pub compressed: bool,
 }
 
 impl Default for CopyOptions {
@@ -76,6 +84,8 @@ impl Default for CopyOptions {
             split_min: 32 * 1024 * 1024,
             max_inflight: None,
             connect: ConnectOptions::default(),
+            http: ferry_http::Options::default(),
+            compressed: false,
         }
     }
 }
@@ -141,11 +151,14 @@ pub fn copy(
     if sources.is_empty() {
         return Err(TransferError::Usage("no source given".into()));
     }
+    if matches!(dest, Location::Http(_)) || sources.iter().any(|s| matches!(s, Location::Http(_))) {
+        return http::copy(sources, dest, opts, stats);
+    }
     let remote_srcs: Vec<&RemoteSpec> = sources
         .iter()
         .filter_map(|s| match s {
             Location::Sftp(r) => Some(r),
-            Location::Local(_) => None,
+            Location::Local(_) | Location::Http(_) => None,
         })
         .collect();
     match dest {
@@ -181,10 +194,11 @@ pub fn copy(
                 .iter()
                 .filter_map(|s| match s {
                     Location::Local(p) => Some(p.clone()),
-                    Location::Sftp(_) => None,
+                    Location::Sftp(_) | Location::Http(_) => None,
                 })
                 .collect();
             sftp::upload(&locals, d, opts, stats)
         }
+        Location::Http(_) => Err(TransferError::Usage("internal: HTTP destination".into())),
     }
 }

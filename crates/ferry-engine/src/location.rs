@@ -1,5 +1,6 @@
 //! What the user typed as a source or destination: a local path, an
-//! `sftp://` URL, or the scp form `[user@]host:path`.
+//! `sftp://` URL, an `http://` or `https://` URL, or the scp form
+//! `[user@]host:path`.
 //!
 //! Path rules follow curl for URLs (the path is absolute; `/~/` starts at
 //! the home directory) and scp for the short form (relative to home unless
@@ -37,10 +38,20 @@ impl RemoteSpec {
     }
 }
 
+/// An `http://` or `https://` URL (`user[:pass]@` in it means Basic
+/// authentication).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpSpec {
+    pub url: ferry_http::Url,
+    /// The text as given, for messages.
+    pub original: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Location {
     Local(PathBuf),
     Sftp(RemoteSpec),
+    Http(HttpSpec),
 }
 
 impl Location {
@@ -51,10 +62,18 @@ impl Location {
         if let Some(rest) = strip_scheme(arg, "sftp") {
             return parse_url(arg, rest).map(Location::Sftp);
         }
+        if strip_scheme(arg, "http").is_some() || strip_scheme(arg, "https").is_some() {
+            return ferry_http::Url::parse(arg).map(|url| {
+                Location::Http(HttpSpec {
+                    url,
+                    original: arg.to_string(),
+                })
+            });
+        }
         if let Some((scheme, _)) = arg.split_once("://") {
             if !scheme.contains('/') {
                 return Err(format!(
-                    "{arg}: the {scheme}:// scheme is not supported yet; use sftp://, a local path, or host:path"
+                    "{arg}: the {scheme}:// scheme is not supported yet; use sftp://, https://, http://, a local path, or host:path"
                 ));
             }
         }
@@ -246,6 +265,23 @@ mod tests {
     }
 
     #[test]
+    fn http_forms() {
+        match Location::parse("https://u:p@h:8443/d/f%20g").unwrap() {
+            Location::Http(h) => {
+                assert_eq!(h.url.host, "h");
+                assert_eq!(h.url.port, 8443);
+                assert_eq!(h.url.user.as_deref(), Some("u"));
+                assert_eq!(h.url.file_name(), b"f g");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            Location::parse("HTTP://h").unwrap(),
+            Location::Http(_)
+        ));
+    }
+
+    #[test]
     fn bad_input_names_the_argument() {
         for a in [
             "sftp://",
@@ -253,6 +289,8 @@ mod tests {
             "sftp://h:99999/x",
             "gopher://h/x",
             "sftp://h/a%00b",
+            "https://",
+            "http://h:0/",
         ] {
             let e = Location::parse(a).unwrap_err();
             assert!(e.contains(a), "{e}");

@@ -579,7 +579,7 @@ impl Pool {
     }
 }
 
-fn report(first: &mut Option<TransferError>, e: TransferError) {
+pub(crate) fn report(first: &mut Option<TransferError>, e: TransferError) {
     // A lost connection fails every transfer in flight on it: say it once.
     let repeat = matches!(
         (&e, first.as_ref()),
@@ -593,7 +593,7 @@ fn report(first: &mut Option<TransferError>, e: TransferError) {
     }
 }
 
-fn with_more(e: TransferError, more: usize) -> TransferError {
+pub(crate) fn with_more(e: TransferError, more: usize) -> TransferError {
     let suffix = format!(
         " (and {more} more error{})",
         if more == 1 { "" } else { "s" }
@@ -618,7 +618,7 @@ fn lossy(p: &[u8]) -> String {
     String::from_utf8_lossy(p).into_owned()
 }
 
-fn os(p: &[u8]) -> PathBuf {
+pub(crate) fn os(p: &[u8]) -> PathBuf {
     PathBuf::from(std::ffi::OsString::from_vec(p.to_vec()))
 }
 
@@ -655,12 +655,12 @@ fn parent(p: &[u8]) -> &[u8] {
 
 /// `.NAME.ferry-part` next to NAME: same directory, so the final rename is
 /// atomic and never crosses file systems.
-fn tmp_name(dst: &[u8]) -> Vec<u8> {
+pub(crate) fn tmp_name(dst: &[u8]) -> Vec<u8> {
     side_name(dst, b".ferry-part")
 }
 
 /// `.NAME<suffix>` in NAME's directory.
-fn side_name(dst: &[u8], suffix: &[u8]) -> Vec<u8> {
+pub(crate) fn side_name(dst: &[u8], suffix: &[u8]) -> Vec<u8> {
     let mut name = b".".to_vec();
     name.extend_from_slice(basename(dst));
     name.extend_from_slice(suffix);
@@ -1090,7 +1090,7 @@ async fn tail_matches_remote(
     Ok(remote == local)
 }
 
-fn set_local_times(p: &Path, atime: u32, mtime: u32) {
+pub(crate) fn set_local_times(p: &Path, atime: u32, mtime: u32) {
     let t = |s: u32| UNIX_EPOCH + Duration::from_secs(s as u64);
     if let Ok(f) = std::fs::File::options()
         .read(true)
@@ -1270,9 +1270,9 @@ pub(crate) fn upload(
     })
 }
 
-type LocalFiles = Vec<(PathBuf, Vec<u8>, std::fs::Metadata)>;
+pub(crate) type LocalFiles = Vec<(PathBuf, Vec<u8>, std::fs::Metadata)>;
 
-fn walk_local(
+pub(crate) fn walk_local(
     root: &Path,
     target: &[u8],
     files: &mut LocalFiles,

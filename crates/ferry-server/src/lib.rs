@@ -133,6 +133,9 @@ pub struct Server {
     pub http_addr: Option<SocketAddr>,
     root: PathBuf,
     writable: bool,
+    public: bool,
+    /// The certificate clients should trust (for the banner's curl line).
+    cert_path: PathBuf,
     stop: Arc<AtomicBool>,
     live: Arc<AtomicUsize>,
     acceptor: Option<JoinHandle<()>>,
@@ -307,6 +310,14 @@ impl Server {
             http_addr,
             root: opts.root,
             writable: opts.writable,
+            public: opts.public,
+            cert_path: {
+                let c = match &opts.tls_cert {
+                    Some((c, _)) => c.clone(),
+                    None => opts.state_dir.join("tls-cert.pem"),
+                };
+                std::path::absolute(&c).unwrap_or(c)
+            },
             stop,
             live,
             acceptor: Some(acceptor),
@@ -364,11 +375,22 @@ impl Server {
                 self.identity.token,
                 host_port(a),
             ));
+            b.push_str(&format!(
+                "         curl --cacert {} -H 'Authorization: Bearer {}' -O https://{}/FILE\n",
+                self.cert_path.display(),
+                self.identity.token,
+                host_port(a),
+            ));
+            if self.public {
+                b.push_str("         (--public: reads need no token; writes do)\n");
+            }
         }
         if let Some(a) = self.http_addr {
             b.push_str(&format!(
-                "  HTTP   http://{}/ (plain, unencrypted)\n",
-                host_port(a)
+                "  HTTP   http://{}/ (plain, unencrypted)\n         curl -H 'Authorization: Bearer {}' -O http://{}/FILE\n",
+                host_port(a),
+                self.identity.token,
+                host_port(a),
             ));
         }
         b

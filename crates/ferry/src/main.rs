@@ -14,6 +14,7 @@ use std::time::Duration;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use ferry_engine::{copy, CopyOptions, Location, Stats, TransferError};
 
+mod http_args;
 mod serve;
 
 /// Transfers allocate and free many buffers of 32 KiB - 1 MiB per second;
@@ -39,7 +40,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Copy files between local paths and sftp:// URLs (or scp-style host:path).
+    /// Copy files between local paths and sftp:// URLs (or scp-style host:path), http:// or https:// URLs.
     #[command(arg_required_else_help = true)]
     Cp(CpArgs),
     /// Serve a directory over SFTP (SSH) and HTTPS, authenticated, read-only by default.
@@ -108,6 +109,8 @@ struct CpArgs {
     /// Show the progress bar even when stderr is not a terminal.
     #[arg(long, conflicts_with = "quiet")]
     progress: bool,
+    #[command(flatten)]
+    http: http_args::HttpArgs,
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -195,6 +198,8 @@ fn run_cp(args: CpArgs, matches: Option<&clap::ArgMatches>) -> i32 {
     opts.connect.identity_files = args.identity;
     opts.connect.options = args.ssh_option;
     opts.connect.compression = args.compress;
+    opts.compressed = args.http.compressed;
+    args.http.apply(&mut opts.http);
     if let Some(b) = args.inflight {
         opts.max_inflight = Some(b);
     }

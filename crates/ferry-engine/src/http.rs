@@ -1,0 +1,1319 @@
+//! Copies over HTTP(S): downloads of URLs (one stream, or `--streams N`
+//! byte ranges in parallel), directory URLs with `-r` (listings), resume
+//! with Range + If-Range, and uploads with PUT.
+//!
+//! Shape of a download:
+//! 1. the plan: each source URL is a file, or with `-r` a directory whose
+//!    listing (ferry serve's JSON, or an HTML index) is walked;
+//! 2. up to `-P` files run at once as tasks over one [`Client`] (one HTTP/2
+//!    connection per origin, or a pool of HTTP/1.1 connections);
+//! 3. each file is written to `.NAME.ferry-part` next to its final name and
+//!    renamed over it only when complete (and its digest, if the server sent
+//!    one, matches); a failure leaves the old file untouched.
+//!
+//! Resume state lives next to the part file in `.NAME.ferry-resume`: the
+//! server's validator (strong ETag, else Last-Modified), the size, and which
+//! ranges arrived. It is written before the first byte lands, so a killed
+//! ferry leaves a usable record. docs/internals/http.md has the details.
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, UNIX_EPOCH};
+
+use ferry_http::listing::{self, Kind};
+use ferry_http::{Client, HeaderMap, HeaderValue, HttpError, Method, Response, StatusCode, Url};
+use sha2::{Digest, Sha256};
+use tokio::sync::Semaphore;
+
+use crate::error::TransferError;
+use crate::journal;
+use crate::location::{HttpSpec, Location};
+use crate::sftp::{os, set_local_times, side_name, tmp_name, walk_local, with_more};
+use crate::{CopyOptions, Stats, Summary};
+
+/// Smallest byte range worth its own request with `--streams`.
+const MIN_SEGMENT: u64 = 1024 * 1024;
+/// Files smaller than this get no resume record (they start over).
+const NO_RESUME_BELOW: u64 = 1024 * 1024;
+/// Attempts per byte range before the file fails.
+const RANGE_ATTEMPTS: u32 = 4;
+/// Largest directory listing accepted.
+const MAX_LISTING: usize = 64 * 1024 * 1024;
+/// Bytes gathered from the body before one write to the file.
+const WRITE_BUF: usize = 1024 * 1024;
+/// Listings fetched at once while walking a tree.
+const LISTING_PARALLEL: usize = 8;
+
+pub(crate) fn copy(
+    sources: &[Location],
+    dest: &Location,
+    opts: &CopyOptions,
+    stats: Arc<Stats>,
+) -> Result<Summary, TransferError> {
+    match dest {
+        Location::Local(d) => {
+            let mut urls = Vec::new();
+            for s in sources {
+                match s {
+                    Location::Http(h) => urls.push(h.clone()),
+                    other => {
+                        return Err(TransferError::Usage(format!(
+                            "{}: copy from HTTP URLs and other sources in separate commands",
+                            describe(other)
+                        )))
+                    }
+                }
+            }
+            download(&urls, d, opts, stats)
+        }
+        Location::Http(d) => {
+            let mut files = Vec::new();
+            for s in sources {
+                match s {
+                    Location::Local(p) => files.push(p.clone()),
+                    other => {
+                        return Err(TransferError::Usage(format!(
+                        "{}: remote-to-remote copies are not supported; copy to a local path first",
+                        describe(other)
+                    )))
+                    }
+                }
+            }
+            upload(&files, d, opts, stats)
+        }
+        Location::Sftp(r) => Err(TransferError::Usage(format!(
+            "{}: remote-to-remote copies are not supported; copy to a local path first",
+            r.original
+        ))),
+    }
+}
+
+fn describe(l: &Location) -> String {
+    match l {
+        Location::Local(p) => p.display().to_string(),
+        Location::Sftp(r) => r.original.clone(),
+        Location::Http(h) => h.original.clone(),
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, TransferError> {
+    // Two workers: TLS decryption on one, writing files on the other.
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+        .clamp(1, 4);
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+        .map_err(|e| TransferError::Local(format!("cannot start a runtime: {e}")))
+}
+
+fn client(opts: &CopyOptions) -> Result<Client, TransferError> {
+    let mut h = opts.http.clone();
+    // -P files (or --streams ranges) at once need as many HTTP/1.1
+    // connections; HTTP/2 multiplexes them over one.
+    h.h1_connections = opts.parallel.max(opts.streams.unwrap_or(1)).max(1);
+    Ok(Client::new(h)?)
+}
+
+fn protocol(client: &Client, https: bool) -> &'static str {
+    match (https, client.negotiated()) {
+        (true, Some("h2")) => "https/h2",
+        (true, _) => "https/http1.1",
+        (false, Some("h2")) => "http/h2c",
+        (false, _) => "http/http1.1",
+    }
+}
+
+/// What every download task shares.
+struct Ctx {
+    client: Client,
+    stats: Arc<Stats>,
+    resume: bool,
+    preserve: bool,
+    compressed: bool,
+    streams: usize,
+}
+
+/// One URL to one local file.
+#[derive(Debug, Clone)]
+struct FileJob {
+    url: Url,
+    dst: PathBuf,
+}
+
+/// Keep the first error to return (the command line prints it); print
+/// the others as they come.
+fn report(first: &mut Option<TransferError>, e: TransferError) {
+    if first.is_none() {
+        *first = Some(e);
+    } else {
+        eprintln!("ferry: {e}");
+    }
+}
+
+// ---------------------------------------------------------------- download
+
+fn download(
+    sources: &[HttpSpec],
+    dest: &Path,
+    opts: &CopyOptions,
+    stats: Arc<Stats>,
+) -> Result<Summary, TransferError> {
+    let started = Instant::now();
+    let client = client(opts)?;
+    for s in sources {
+        client.trust(&s.url);
+    }
+    let ctx = Arc::new(Ctx {
+        client: client.clone(),
+        stats: stats.clone(),
+        resume: opts.resume,
+        preserve: opts.preserve,
+        compressed: opts.compressed,
+        streams: opts.streams.unwrap_or(1).max(1),
+    });
+    let dest_is_dir = dest.is_dir();
+    let dest_wants_dir = dest.as_os_str().as_bytes().ends_with(b"/");
+    if sources.len() > 1 && !dest_is_dir {
+        return Err(TransferError::Usage(format!(
+            "{}: several sources need an existing directory as destination",
+            dest.display()
+        )));
+    }
+    let https = sources.first().is_some_and(|s| s.url.https);
+    runtime()?.block_on(async {
+        let mut jobs = Vec::new();
+        let mut dirs: Vec<(PathBuf, Option<i64>)> = Vec::new();
+        for src in sources {
+            let url = &src.url;
+            if opts.recursive {
+                if let Some(found) = walk(&client, url, dest, dest_is_dir || dest_wants_dir).await?
+                {
+                    jobs.extend(found.0);
+                    dirs.extend(found.1);
+                    continue;
+                }
+            } else if url.is_dir() {
+                return Err(TransferError::Usage(format!(
+                    "{url}: is a directory URL; use -r to copy the directory"
+                )));
+            }
+            let name = url.file_name();
+            let dst = if dest_is_dir || dest_wants_dir {
+                if !listing::safe_name(&name) {
+                    return Err(TransferError::Usage(format!(
+                        "{url}: no file name in the URL; give the destination file name"
+                    )));
+                }
+                dest.join(os(&name))
+            } else {
+                dest.to_path_buf()
+            };
+            jobs.push(FileJob {
+                url: url.clone(),
+                dst,
+            });
+        }
+        for (d, _) in &dirs {
+            std::fs::create_dir_all(d)
+                .map_err(|e| TransferError::local(d, "cannot create directory", e))?;
+        }
+        stats
+            .files_total
+            .fetch_add(jobs.len() as u64, Ordering::Relaxed);
+        let nfiles = jobs.len() as u64;
+        let parallel = Arc::new(Semaphore::new(opts.parallel.max(1)));
+        let mut set = tokio::task::JoinSet::new();
+        let mut first_err = None;
+        let mut errors = 0usize;
+        let mut note = |r: Result<Result<u64, TransferError>, tokio::task::JoinError>| {
+            let e = match r {
+                Ok(Ok(_)) => return,
+                Ok(Err(e)) => e,
+                Err(e) => TransferError::Local(format!("internal: a transfer task failed: {e}")),
+            };
+            errors += 1;
+            report(&mut first_err, e);
+        };
+        for job in jobs {
+            let permit = parallel
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|_| TransferError::Local("internal: semaphore closed".into()))?;
+            let ctx = ctx.clone();
+            set.spawn(async move {
+                let r = fetch(&ctx, &job).await;
+                drop(permit);
+                r
+            });
+            // Collect finished tasks as we go (the set stays small).
+            while let Some(r) = set.try_join_next() {
+                note(r);
+            }
+        }
+        while let Some(r) = set.join_next().await {
+            note(r);
+        }
+        if let Some(e) = first_err {
+            return Err(if errors > 1 {
+                with_more(e, errors - 1)
+            } else {
+                e
+            });
+        }
+        if opts.preserve {
+            for (d, m) in dirs.iter().rev() {
+                if let Some(m) = m {
+                    let m = (*m).clamp(0, u32::MAX as i64) as u32;
+                    set_local_times(d, m, m);
+                }
+            }
+        }
+        Ok(Summary {
+            bytes: stats.bytes_done.load(Ordering::Relaxed),
+            files: nfiles,
+            seconds: started.elapsed().as_secs_f64(),
+            protocol: protocol(&client, https),
+            streams: client.connections(),
+            chunk: 0,
+        })
+    })
+}
+
+/// Directories to create: path and mtime (for -p).
+type Dirs = Vec<(PathBuf, Option<i64>)>;
+
+/// With -r: list `url` as a directory and walk it. `None` when the URL
+/// turned out to be a file.
+async fn walk(
+    client: &Client,
+    url: &Url,
+    dest: &Path,
+    into: bool,
+) -> Result<Option<(Vec<FileJob>, Dirs)>, TransferError> {
+    let Some((base, entries)) = list(client, url).await? else {
+        return Ok(None);
+    };
+    let name = base.last_segment();
+    let root = if into && listing::safe_name(&name) {
+        dest.join(os(&name))
+    } else {
+        dest.to_path_buf()
+    };
+    let mut jobs = Vec::new();
+    let mut dirs = vec![(root.clone(), None)];
+    let mut pending = vec![(base, root, entries)];
+    let mut running = futures_util::stream::FuturesUnordered::new();
+    use futures_util::StreamExt;
+    loop {
+        while let Some((base, local, entries)) = pending.pop() {
+            for e in entries {
+                // listing.rs only returns single, safe path segments.
+                let lpath = local.join(os(&e.name));
+                match e.kind {
+                    Kind::Dir => {
+                        dirs.push((lpath.clone(), e.mtime));
+                        if running.len() >= LISTING_PARALLEL {
+                            // Drain one before starting more.
+                            if let Some(r) = running.next().await {
+                                let (u, l, res): (Url, PathBuf, _) = r;
+                                match res? {
+                                    Some((b, es)) => pending.push((b, l, es)),
+                                    None => jobs.push(FileJob { url: u, dst: l }),
+                                }
+                            }
+                        }
+                        let u = base.child(&e.name).as_dir();
+                        let c = client.clone();
+                        running.push(async move {
+                            let r = list(&c, &u).await;
+                            (u, lpath, r)
+                        });
+                    }
+                    Kind::File | Kind::Symlink => jobs.push(FileJob {
+                        url: base.child(&e.name),
+                        dst: lpath,
+                    }),
+                }
+            }
+        }
+        let Some((u, l, res)) = running.next().await else {
+            break;
+        };
+        match res? {
+            Some((b, es)) => pending.push((b, l, es)),
+            None => jobs.push(FileJob { url: u, dst: l }),
+        }
+    }
+    Ok(Some((jobs, dirs)))
+}
+
+/// GET a directory listing: ferry serve's JSON when the server has it,
+/// else an HTML index. `None` when the URL is a file.
+async fn list(
+    client: &Client,
+    url: &Url,
+) -> Result<Option<(Url, Vec<listing::Entry>)>, TransferError> {
+    let mut h = HeaderMap::new();
+    h.insert(
+        "accept",
+        HeaderValue::from_static("application/json, text/html;q=0.9, */*;q=0.1"),
+    );
+    let resp = client.get(url, &h).await?.error_for_status()?;
+    let ctype = resp
+        .header("content-type")
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let base = resp.url.clone();
+    let (entries, refused) = if ctype.starts_with("application/json") {
+        let body = resp.bytes(MAX_LISTING).await?;
+        listing::parse_json(&body).map_err(|e| TransferError::Remote(format!("{base}: {e}")))?
+    } else if ctype.starts_with("text/html") && base.is_dir() {
+        let body = resp.bytes(MAX_LISTING).await?;
+        listing::parse_html(&String::from_utf8_lossy(&body), &base)
+    } else {
+        return Ok(None);
+    };
+    for r in refused {
+        eprintln!("ferry: {base}: skipping the entry {r:?}: not a plain file name (it could write outside the destination)");
+    }
+    Ok(Some((base.as_dir(), entries)))
+}
+
+/// Resume state of one part file (`.NAME.ferry-resume`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+struct Partial {
+    /// Strong ETag, else Last-Modified: what If-Range sends.
+    validator: Option<String>,
+    size: Option<u64>,
+    /// Written in order by one stream: every byte below the part file's
+    /// length arrived.
+    sequential: bool,
+    /// With ranges: which arrived.
+    done: Vec<(u64, u64)>,
+}
+
+const PARTIAL_MAGIC: &str = "ferry-resume-http 1";
+
+impl Partial {
+    fn read(path: &Path) -> Option<Partial> {
+        let text = std::fs::read_to_string(path).ok()?;
+        let mut lines = text.lines();
+        if lines.next()? != PARTIAL_MAGIC {
+            return None;
+        }
+        let mut p = Partial::default();
+        for line in lines {
+            let (k, v) = line.split_once(' ').unwrap_or((line, ""));
+            match k {
+                "validator" => p.validator = Some(v.to_string()),
+                "size" => p.size = Some(v.parse().ok()?),
+                "sequential" => p.sequential = true,
+                "done" => {
+                    let (a, b) = v.split_once(' ')?;
+                    p.done.push((a.parse().ok()?, b.parse().ok()?));
+                }
+                _ => return None,
+            }
+        }
+        p.done = journal::merge(p.done);
+        Some(p)
+    }
+
+    /// Atomically, like journal.rs.
+    fn write(&self, path: &Path) -> std::io::Result<()> {
+        let mut t = format!("{PARTIAL_MAGIC}\n");
+        if let Some(v) = &self.validator {
+            t.push_str(&format!("validator {}\n", v.replace(['\n', '\r'], "")));
+        }
+        if let Some(s) = self.size {
+            t.push_str(&format!("size {s}\n"));
+        }
+        if self.sequential {
+            t.push_str("sequential\n");
+        }
+        for (a, b) in &self.done {
+            t.push_str(&format!("done {a} {b}\n"));
+        }
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".new");
+        std::fs::write(&tmp, t)?;
+        std::fs::rename(&tmp, path)
+    }
+
+    /// Bytes known good from the start of the part file.
+    fn prefix(&self, part_len: u64) -> u64 {
+        if self.sequential {
+            return part_len;
+        }
+        match self.done.first() {
+            Some(&(0, b)) => b.min(part_len),
+            _ => 0,
+        }
+    }
+}
+
+/// The validator If-Range may carry: a strong ETag, else Last-Modified.
+fn validator(headers: &HeaderMap) -> Option<String> {
+    let etag = headers.get("etag").and_then(|v| v.to_str().ok());
+    if let Some(e) = etag {
+        if !e.starts_with("W/") {
+            return Some(e.to_string());
+        }
+    }
+    headers
+        .get("last-modified")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
+fn last_modified(headers: &HeaderMap) -> Option<u32> {
+    let v = headers.get("last-modified")?.to_str().ok()?;
+    let t = httpdate::parse_http_date(v).ok()?;
+    Some(
+        t.duration_since(UNIX_EPOCH)
+            .ok()?
+            .as_secs()
+            .min(u32::MAX as u64) as u32,
+    )
+}
+
+/// `Content-Range: bytes A-B/TOTAL` -> (A, B, TOTAL).
+fn content_range(resp: &Response) -> Option<(u64, u64, Option<u64>)> {
+    let v = resp.header("content-range")?.trim();
+    let rest = v.strip_prefix("bytes ")?;
+    let (range, total) = rest.split_once('/')?;
+    let (a, b) = range.split_once('-')?;
+    let total = if total.trim() == "*" {
+        None
+    } else {
+        Some(total.trim().parse().ok()?)
+    };
+    let (a, b): (u64, u64) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+    (a <= b).then_some((a, b, total))
+}
+
+struct Paths {
+    tmp: PathBuf,
+    journal: PathBuf,
+}
+
+fn paths(dst: &Path) -> Paths {
+    let b = dst.as_os_str().as_bytes();
+    Paths {
+        tmp: os(&tmp_name(b)),
+        journal: os(&side_name(b, b".ferry-resume")),
+    }
+}
+
+/// Download one file. Returns the bytes moved.
+async fn fetch(ctx: &Ctx, job: &FileJob) -> Result<u64, TransferError> {
+    if job.dst.is_dir() {
+        return Err(TransferError::Local(format!(
+            "{}: is a directory; cannot replace it with the file {}",
+            job.dst.display(),
+            job.url
+        )));
+    }
+    let p = paths(&job.dst);
+    let prior = if ctx.resume {
+        Partial::read(&p.journal)
+    } else {
+        None
+    };
+    if ctx.streams > 1 && !ctx.compressed {
+        match segmented(ctx, job, &p, prior.as_ref()).await? {
+            Segmented::Done(n) => return Ok(n),
+            Segmented::NotSplit => {}
+            Segmented::RangesIgnored => {
+                tracing::info!("{}: the server ignores Range; one stream", job.url);
+                return single(ctx, job, &p, None).await;
+            }
+        }
+    }
+    single(ctx, job, &p, prior).await
+}
+
+fn open_part(tmp: &Path, keep: u64) -> Result<std::fs::File, TransferError> {
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .read(true)
+        .create(true)
+        .truncate(keep == 0)
+        .open(tmp)
+        .map_err(|e| TransferError::local(tmp, "cannot create", e))?;
+    if keep > 0 {
+        f.set_len(keep)
+            .map_err(|e| TransferError::local(tmp, "cannot truncate", e))?;
+    }
+    Ok(f)
+}
+
+fn kept(e: TransferError, tmp: &Path) -> TransferError {
+    match e {
+        TransferError::Network(m) => TransferError::Network(format!(
+            "{m}; the partial file {} is kept: rerun with --resume",
+            tmp.display()
+        )),
+        other => other,
+    }
+}
+
+/// One GET for the whole file (or the rest of it, when resuming).
+async fn single(
+    ctx: &Ctx,
+    job: &FileJob,
+    p: &Paths,
+    prior: Option<Partial>,
+) -> Result<u64, TransferError> {
+    let part_len = std::fs::metadata(&p.tmp).map(|m| m.len()).unwrap_or(0);
+    let mut have = 0;
+    let mut if_range = None;
+    if let Some(pr) = &prior {
+        match &pr.validator {
+            Some(v) if pr.prefix(part_len) > 0 => {
+                have = pr.prefix(part_len);
+                if_range = Some(v.clone());
+            }
+            Some(_) => {}
+            None => eprintln!(
+                "ferry: {}: the server gave no ETag or Last-Modified for the partial download, so it cannot be checked; starting over",
+                job.url
+            ),
+        }
+    } else if ctx.resume && part_len > 0 {
+        eprintln!(
+            "ferry: {}: no resume record next to {}; starting over",
+            job.url,
+            p.tmp.display()
+        );
+    }
+    let mut h = HeaderMap::new();
+    if ctx.compressed {
+        h.insert("accept-encoding", HeaderValue::from_static("zstd, gzip"));
+    }
+    if let Some(v) = &if_range {
+        h.insert("range", header(&format!("bytes={have}-"))?);
+        h.insert("if-range", header(v)?);
+    }
+    let mut resp = ctx.client.get(&job.url, &h).await?;
+    if resp.status == StatusCode::RANGE_NOT_SATISFIABLE && have > 0 {
+        // The file shrank (or the part file is already whole): start over.
+        eprintln!(
+            "ferry: {}: the server refused to continue at byte {have}; starting over",
+            job.url
+        );
+        drop(resp);
+        have = 0;
+        h.remove("range");
+        h.remove("if-range");
+        resp = ctx.client.get(&job.url, &h).await?;
+    }
+    let mut resp = resp.error_for_status()?;
+    let total = match resp.status {
+        StatusCode::PARTIAL_CONTENT if have > 0 => match content_range(&resp) {
+            Some((a, _, total)) if a == have => total,
+            _ => {
+                return Err(TransferError::Remote(format!(
+                    "{}: asked for bytes from {have}, the server sent {:?}; rerun without --resume",
+                    job.url,
+                    resp.header("content-range")
+                )))
+            }
+        },
+        StatusCode::PARTIAL_CONTENT => {
+            return Err(TransferError::Remote(format!(
+                "{}: the server sent part of the file (206) unasked",
+                job.url
+            )))
+        }
+        _ => {
+            if have > 0 {
+                eprintln!(
+                    "ferry: {}: the file changed on the server since the partial download; starting over",
+                    job.url
+                );
+                have = 0;
+            }
+            resp.content_length()
+        }
+    };
+    let encoding = resp.header("content-encoding").map(str::to_string);
+    let mut decoder = ferry_http::decode::Decoder::for_encoding(encoding.as_deref())
+        .map_err(|e| TransferError::Remote(format!("{}: {e}", job.url)))?;
+    let identity = decoder.is_identity();
+    let file = open_part(&p.tmp, have)?;
+    let state = Partial {
+        validator: validator(&resp.headers),
+        size: if identity { total } else { None },
+        sequential: true,
+        done: Vec::new(),
+    };
+    // A small file is fetched again faster than a resume record is kept
+    // (three more file operations per file, a third of the time for
+    // 1000 x 20 kB on tmpfs).
+    let worth_resuming = !identity || total.is_none_or(|t| t - have >= NO_RESUME_BELOW);
+    if worth_resuming {
+        state
+            .write(&p.journal)
+            .map_err(|e| TransferError::local(&p.journal, "cannot write", e))?;
+    } else if prior.is_some() {
+        journal::remove(&p.journal);
+    }
+    let expect_digest = ferry_http::digest::expected_sha256(&resp.headers);
+    // Hash as the bytes arrive when they are the whole representation.
+    let mut hasher = (expect_digest.is_some() && have == 0).then(Sha256::new);
+    let stats = &ctx.stats;
+    if identity {
+        if let Some(t) = total {
+            stats
+                .bytes_total
+                .fetch_add(t.saturating_sub(have), Ordering::Relaxed);
+        }
+    }
+    let mut at = have;
+    let moved_before = have;
+    // HTTP/2 DATA frames are small (nginx sends 8 KiB): gather them so a
+    // write call moves WRITE_BUF, not one frame.
+    let mut buf: Vec<u8> = Vec::with_capacity(WRITE_BUF);
+    loop {
+        let piece = match resp.chunk().await {
+            Ok(Some(c)) => c,
+            Ok(None) => break,
+            Err(e) => {
+                write_at(&file, &buf, at, &p.tmp)?;
+                return Err(kept(e.into(), &p.tmp));
+            }
+        };
+        if let Some(hs) = hasher.as_mut() {
+            hs.update(&piece);
+        }
+        let n = if identity {
+            buf.extend_from_slice(&piece);
+            piece.len()
+        } else {
+            let data = decoder.feed(&piece).map_err(|e| {
+                TransferError::Remote(format!("{}: bad {:?} data: {e}", job.url, encoding))
+            })?;
+            buf.extend_from_slice(&data);
+            stats
+                .bytes_total
+                .fetch_add(data.len() as u64, Ordering::Relaxed);
+            data.len()
+        };
+        stats.bytes_done.fetch_add(n as u64, Ordering::Relaxed);
+        if buf.len() >= WRITE_BUF {
+            write_at(&file, &buf, at, &p.tmp)?;
+            at += buf.len() as u64;
+            buf.clear();
+        }
+    }
+    write_at(&file, &buf, at, &p.tmp)?;
+    at += buf.len() as u64;
+    if !identity {
+        let rest = decoder.finish().map_err(|e| {
+            TransferError::Remote(format!("{}: truncated {:?} data: {e}", job.url, encoding))
+        })?;
+        write_at(&file, &rest, at, &p.tmp)?;
+        at += rest.len() as u64;
+    }
+    if identity {
+        if let Some(t) = total {
+            if at != t {
+                return Err(kept(
+                    TransferError::Network(format!(
+                        "{}: the connection ended after {at} of {t} bytes",
+                        job.url
+                    )),
+                    &p.tmp,
+                ));
+            }
+        }
+    }
+    if let Some(want) = expect_digest {
+        let got: [u8; 32] = match hasher {
+            Some(h) => h.finalize().into(),
+            None if identity => hash_file(&p.tmp).await?,
+            None => want,
+        };
+        check_digest(&job.url, p, want, got)?;
+    }
+    drop(file);
+    finish(ctx, job, p, last_modified(&resp.headers), worth_resuming)?;
+    Ok(at - moved_before)
+}
+
+fn header(v: &str) -> Result<HeaderValue, TransferError> {
+    HeaderValue::from_str(v)
+        .map_err(|_| TransferError::Remote(format!("bad characters in a header value: {v:?}")))
+}
+
+fn write_at(f: &std::fs::File, data: &[u8], at: u64, tmp: &Path) -> Result<(), TransferError> {
+    f.write_all_at(data, at)
+        .map_err(|e| TransferError::local(tmp, "cannot write", e))
+}
+
+async fn hash_file(path: &Path) -> Result<[u8; 32], TransferError> {
+    let path = path.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let mut f = std::fs::File::open(&path)
+            .map_err(|e| TransferError::local(&path, "cannot read", e))?;
+        let mut h = Sha256::new();
+        std::io::copy(&mut f, &mut h).map_err(|e| TransferError::local(&path, "cannot read", e))?;
+        Ok(h.finalize().into())
+    })
+    .await
+    .map_err(|e| TransferError::Local(format!("internal: {e}")))?
+}
+
+fn check_digest(url: &Url, p: &Paths, want: [u8; 32], got: [u8; 32]) -> Result<(), TransferError> {
+    if want == got {
+        return Ok(());
+    }
+    let _ = std::fs::remove_file(&p.tmp);
+    journal::remove(&p.journal);
+    Err(TransferError::Remote(format!(
+        "{url}: the data does not match the server's digest (sha-256 announced {}, received {}); nothing was written, try again",
+        ferry_http::digest::to_base64(&want),
+        ferry_http::digest::to_base64(&got)
+    )))
+}
+
+/// Move the finished part file over the final name.
+fn finish(
+    ctx: &Ctx,
+    job: &FileJob,
+    p: &Paths,
+    mtime: Option<u32>,
+    journal_written: bool,
+) -> Result<(), TransferError> {
+    if ctx.preserve {
+        if let Some(m) = mtime {
+            set_local_times(&p.tmp, m, m);
+        }
+    }
+    std::fs::rename(&p.tmp, &job.dst).map_err(|e| {
+        TransferError::local(&job.dst, "cannot rename the finished file into place", e)
+    })?;
+    if journal_written {
+        journal::remove(&p.journal);
+    }
+    ctx.stats.files_done.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+enum Segmented {
+    Done(u64),
+    /// Too small, size unknown, or no ranges: fetch in one stream.
+    NotSplit,
+    /// A range request came back 200: the server ignores Range.
+    RangesIgnored,
+}
+
+enum RangeErr {
+    Ignored,
+    /// Worth another attempt (connection lost).
+    Retry(TransferError),
+    Fatal(TransferError),
+}
+
+/// `--streams N`: HEAD for the size and validator, then N byte ranges in
+/// parallel, each written in place; a failed range is retried alone.
+async fn segmented(
+    ctx: &Ctx,
+    job: &FileJob,
+    p: &Paths,
+    prior: Option<&Partial>,
+) -> Result<Segmented, TransferError> {
+    let head = ctx
+        .client
+        .send(Method::HEAD, &job.url, &HeaderMap::new(), None)
+        .await?;
+    if head.status == StatusCode::METHOD_NOT_ALLOWED || head.status == StatusCode::NOT_IMPLEMENTED {
+        return Ok(Segmented::NotSplit);
+    }
+    let head = head.error_for_status()?;
+    let ranges = head
+        .header("accept-ranges")
+        .is_some_and(|v| v.to_ascii_lowercase().contains("bytes"));
+    let Some(size) = head.content_length() else {
+        return Ok(Segmented::NotSplit);
+    };
+    if !ranges || size < 2 * MIN_SEGMENT || head.header("content-encoding").is_some() {
+        return Ok(Segmented::NotSplit);
+    }
+    let url = head.url.clone();
+    let val = validator(&head.headers);
+    let mtime = last_modified(&head.headers);
+    let expect_digest = ferry_http::digest::expected_sha256(&head.headers);
+    drop(head);
+    let part_len = std::fs::metadata(&p.tmp).map(|m| m.len()).unwrap_or(0);
+    let mut done = Vec::new();
+    if let Some(pr) = prior {
+        if pr.validator.is_some() && pr.validator == val && pr.size == Some(size) {
+            done = if pr.sequential {
+                vec![(0, part_len.min(size))]
+            } else {
+                pr.done.clone()
+            };
+        } else {
+            eprintln!(
+                "ferry: {}: the file changed on the server since the partial download; starting over",
+                job.url
+            );
+        }
+    }
+    let file = open_part(&p.tmp, if done.is_empty() { 0 } else { part_len })?;
+    file.set_len(size)
+        .map_err(|e| TransferError::local(&p.tmp, "cannot size", e))?;
+    let file = Arc::new(file);
+    let todo = journal::missing(&journal::merge(done.clone()), size);
+    let state = Partial {
+        validator: val.clone(),
+        size: Some(size),
+        sequential: false,
+        done: journal::merge(done.clone()),
+    };
+    state
+        .write(&p.journal)
+        .map_err(|e| TransferError::local(&p.journal, "cannot write", e))?;
+    let todo_bytes: u64 = todo.iter().map(|(a, b)| b - a).sum();
+    ctx.stats
+        .bytes_total
+        .fetch_add(todo_bytes, Ordering::Relaxed);
+    // N pieces of about equal size, from the missing ranges.
+    let piece = todo_bytes.div_ceil(ctx.streams as u64).max(MIN_SEGMENT);
+    let mut pieces = Vec::new();
+    for (mut a, b) in todo {
+        while a < b {
+            let e = (a + piece).min(b);
+            pieces.push((a, e));
+            a = e;
+        }
+    }
+    let arrived = Arc::new(Mutex::new(done));
+    let mut set = tokio::task::JoinSet::new();
+    for (a, b) in pieces {
+        let (client, url, val, file, arrived, stats) = (
+            ctx.client.clone(),
+            url.clone(),
+            val.clone(),
+            file.clone(),
+            arrived.clone(),
+            ctx.stats.clone(),
+        );
+        let tmp = p.tmp.clone();
+        set.spawn(async move {
+            fetch_range(
+                &client,
+                &url,
+                val.as_deref(),
+                &file,
+                &tmp,
+                (a, b),
+                &arrived,
+                &stats,
+            )
+            .await
+        });
+    }
+    let mut first_err = None;
+    let mut ignored = false;
+    while let Some(r) = set.join_next().await {
+        match r {
+            Ok(Ok(())) => {}
+            Ok(Err(RangeErr::Ignored)) => {
+                ignored = true;
+                set.abort_all();
+            }
+            Ok(Err(RangeErr::Retry(e) | RangeErr::Fatal(e))) => {
+                if first_err.is_none() {
+                    first_err = Some(e);
+                }
+            }
+            Err(e) if e.is_cancelled() => {}
+            Err(e) => {
+                first_err.get_or_insert(TransferError::Local(format!("internal: {e}")));
+            }
+        }
+    }
+    if ignored {
+        ctx.stats.bytes_total.fetch_sub(
+            todo_bytes.min(ctx.stats.bytes_total.load(Ordering::Relaxed)),
+            Ordering::Relaxed,
+        );
+        journal::remove(&p.journal);
+        return Ok(Segmented::RangesIgnored);
+    }
+    let got = journal::merge(arrived.lock().unwrap_or_else(|e| e.into_inner()).clone());
+    if let Some(e) = first_err {
+        let state = Partial { done: got, ..state };
+        if let Err(we) = state.write(&p.journal) {
+            tracing::warn!("cannot write {}: {we}", p.journal.display());
+        }
+        return Err(kept(e, &p.tmp));
+    }
+    if got != [(0, size)] {
+        return Err(TransferError::Network(format!(
+            "{}: ranges missing after the transfer; rerun with --resume",
+            job.url
+        )));
+    }
+    if let Some(want) = expect_digest {
+        let got = hash_file(&p.tmp).await?;
+        check_digest(&job.url, p, want, got)?;
+    }
+    drop(file);
+    finish(ctx, job, p, mtime, true)?;
+    Ok(Segmented::Done(todo_bytes))
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn fetch_range(
+    client: &Client,
+    url: &Url,
+    val: Option<&str>,
+    file: &std::fs::File,
+    tmp: &Path,
+    (a, b): (u64, u64),
+    arrived: &Mutex<Vec<(u64, u64)>>,
+    stats: &Stats,
+) -> Result<(), RangeErr> {
+    let mut at = a;
+    let mut attempt = 0;
+    loop {
+        match range_once(client, url, val, file, tmp, (&mut at, b), arrived, stats).await {
+            Ok(()) => return Ok(()),
+            Err(RangeErr::Retry(e)) if attempt + 1 < RANGE_ATTEMPTS => {
+                attempt += 1;
+                tracing::info!("{url}: bytes {at}-{b}: {e}; retrying ({attempt})");
+                tokio::time::sleep(Duration::from_millis(200 * attempt as u64)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn range_once(
+    client: &Client,
+    url: &Url,
+    val: Option<&str>,
+    file: &std::fs::File,
+    tmp: &Path,
+    (at, b): (&mut u64, u64),
+    arrived: &Mutex<Vec<(u64, u64)>>,
+    stats: &Stats,
+) -> Result<(), RangeErr> {
+    let mut h = HeaderMap::new();
+    h.insert(
+        "range",
+        header(&format!("bytes={}-{}", *at, b - 1)).map_err(RangeErr::Fatal)?,
+    );
+    if let Some(v) = val {
+        h.insert("if-range", header(v).map_err(RangeErr::Fatal)?);
+    }
+    let mut resp = match client.get(url, &h).await {
+        Ok(r) => r,
+        Err(e @ HttpError::Network(_)) => return Err(RangeErr::Retry(e.into())),
+        Err(e) => return Err(RangeErr::Fatal(e.into())),
+    };
+    match resp.status {
+        StatusCode::PARTIAL_CONTENT => {}
+        StatusCode::OK => return Err(RangeErr::Ignored),
+        s if s.is_server_error() => {
+            return Err(RangeErr::Retry(
+                HttpError::status(&url.to_string(), s).into(),
+            ))
+        }
+        s => {
+            return Err(RangeErr::Fatal(
+                HttpError::status(&url.to_string(), s).into(),
+            ))
+        }
+    }
+    match content_range(&resp) {
+        Some((s, e, _)) if s == *at && e < b => {}
+        other => {
+            return Err(RangeErr::Fatal(TransferError::Remote(format!(
+                "{url}: asked for bytes {}-{}, the server sent {other:?}",
+                *at,
+                b - 1
+            ))))
+        }
+    }
+    let mut buf: Vec<u8> = Vec::with_capacity(WRITE_BUF);
+    // Write what was gathered and record it as arrived.
+    let flush = |buf: &mut Vec<u8>, at: &mut u64| -> Result<(), RangeErr> {
+        write_at(file, buf, *at, tmp).map_err(RangeErr::Fatal)?;
+        let n = buf.len() as u64;
+        arrived
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((*at, *at + n));
+        *at += n;
+        buf.clear();
+        Ok(())
+    };
+    loop {
+        let piece = match resp.chunk().await {
+            Ok(Some(c)) => c,
+            Ok(None) => break,
+            Err(e) => {
+                flush(&mut buf, at)?;
+                return Err(RangeErr::Retry(e.into()));
+            }
+        };
+        let room = b - *at - buf.len() as u64;
+        let n = (piece.len() as u64).min(room) as usize;
+        buf.extend_from_slice(piece.get(..n).unwrap_or(&piece));
+        stats.bytes_done.fetch_add(n as u64, Ordering::Relaxed);
+        if buf.len() >= WRITE_BUF {
+            flush(&mut buf, at)?;
+        }
+        if *at + buf.len() as u64 >= b {
+            break;
+        }
+    }
+    flush(&mut buf, at)?;
+    if *at < b {
+        return Err(RangeErr::Retry(TransferError::Network(format!(
+            "{url}: the range ended at {} before {b}",
+            *at
+        ))));
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------------ upload
+
+fn upload(
+    sources: &[PathBuf],
+    dest: &HttpSpec,
+    opts: &CopyOptions,
+    stats: Arc<Stats>,
+) -> Result<Summary, TransferError> {
+    let started = Instant::now();
+    for s in sources {
+        let m = std::fs::metadata(s).map_err(|e| TransferError::local(s, "cannot read", e))?;
+        if m.is_dir() && !opts.recursive {
+            return Err(TransferError::Usage(format!(
+                "{}: is a directory; use -r to copy it",
+                s.display()
+            )));
+        }
+    }
+    // Into the directory URL (trailing /, or several sources), else the
+    // URL names the file (or, with -r, the directory) itself.
+    let into = dest.url.is_dir() || sources.len() > 1;
+    let mut files: Vec<(PathBuf, Url, u64)> = Vec::new();
+    // Directories of -r sources, created with MKCOL before the files (PUT
+    // creates the parents of a file on ferry serve and nginx, but an empty
+    // directory needs its own request).
+    let mut collections: Vec<Url> = Vec::new();
+    for src in sources {
+        let meta =
+            std::fs::metadata(src).map_err(|e| TransferError::local(src, "cannot read", e))?;
+        let name = src
+            .file_name()
+            .map(|n| n.as_bytes().to_vec())
+            .unwrap_or_default();
+        if meta.is_dir() {
+            let base = if into {
+                dest.url.child(&name)
+            } else {
+                dest.url.clone()
+            };
+            let mut found = Vec::new();
+            let mut dirs = Vec::new();
+            walk_local(src, b"", &mut found, &mut dirs)?;
+            let under = |rel: &[u8]| {
+                let mut u = base.clone();
+                for seg in rel.split(|&c| c == b'/').filter(|s| !s.is_empty()) {
+                    u = u.child(seg);
+                }
+                u
+            };
+            // Parents come before their children in `dirs`.
+            collections.extend(dirs.iter().map(|(rel, _)| under(rel).as_dir()));
+            for (p, rel, m) in found {
+                files.push((p, under(&rel), m.len()));
+            }
+        } else {
+            let u = if into {
+                dest.url.child(&name)
+            } else {
+                dest.url.clone()
+            };
+            files.push((src.clone(), u, meta.len()));
+        }
+    }
+    let client = client(opts)?;
+    client.trust(&dest.url);
+    stats
+        .files_total
+        .fetch_add(files.len() as u64, Ordering::Relaxed);
+    stats
+        .bytes_total
+        .fetch_add(files.iter().map(|f| f.2).sum::<u64>(), Ordering::Relaxed);
+    let nfiles = files.len() as u64;
+    let total: u64 = files.iter().map(|f| f.2).sum();
+    runtime()?.block_on(async {
+        mkcol_all(&client, &collections).await?;
+        let parallel = Arc::new(Semaphore::new(opts.parallel.max(1)));
+        let mut set = tokio::task::JoinSet::new();
+        for (src, url, size) in files {
+            let permit = parallel
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|_| TransferError::Local("internal: semaphore closed".into()))?;
+            let (client, stats) = (client.clone(), stats.clone());
+            set.spawn(async move {
+                let r = put(&client, &src, &url, size, &stats).await;
+                drop(permit);
+                r
+            });
+        }
+        let mut first_err = None;
+        let mut errors = 0usize;
+        while let Some(r) = set.join_next().await {
+            let r = r.map_err(|e| TransferError::Local(format!("internal: {e}")));
+            if let Err(e) = r.and_then(|x| x) {
+                errors += 1;
+                report(&mut first_err, e);
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(if errors > 1 {
+                with_more(e, errors - 1)
+            } else {
+                e
+            });
+        }
+        Ok(Summary {
+            bytes: total,
+            files: nfiles,
+            seconds: started.elapsed().as_secs_f64(),
+            protocol: protocol(&client, dest.url.https),
+            streams: client.connections(),
+            chunk: 0,
+        })
+    })
+}
+
+/// MKCOL each directory in order (parents first). One that exists already
+/// (405, as RFC 4918 says) is fine. A server without MKCOL still gets the
+/// files, whose PUTs create their parents, and one warning that empty
+/// directories were left out; a refusal for lack of credentials is an error.
+async fn mkcol_all(client: &Client, dirs: &[Url]) -> Result<(), TransferError> {
+    let mkcol = Method::from_bytes(b"MKCOL")
+        .map_err(|e| TransferError::Local(format!("internal: MKCOL: {e}")))?;
+    for url in dirs {
+        let resp = client
+            .send(mkcol.clone(), url, &HeaderMap::new(), None)
+            .await?;
+        match resp.status {
+            s if s.is_success() || s == StatusCode::METHOD_NOT_ALLOWED => {}
+            StatusCode::UNAUTHORIZED => {
+                return Err(HttpError::status(&url.to_string(), resp.status).into())
+            }
+            s => {
+                eprintln!(
+                    "ferry: {url}: the server refused to create the directory (HTTP {s}); \
+                     directories without files are left out"
+                );
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// PUT one file, its body streamed from disk with its Content-Length.
+async fn put(
+    client: &Client,
+    src: &Path,
+    url: &Url,
+    size: u64,
+    stats: &Arc<Stats>,
+) -> Result<(), TransferError> {
+    let file = Arc::new(
+        std::fs::File::open(src).map_err(|e| TransferError::local(src, "cannot open", e))?,
+    );
+    let s = stats.clone();
+    let progress: Arc<dyn Fn(u64) + Send + Sync> = Arc::new(move |n| {
+        s.bytes_done.fetch_add(n, Ordering::Relaxed);
+    });
+    let make = move || ferry_http::file_body(file.clone(), 0, size, Some(progress.clone()));
+    let mut h = HeaderMap::new();
+    h.insert(
+        "content-type",
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    let resp = client
+        .send(Method::PUT, url, &h, Some(&make))
+        .await
+        .map_err(|e| match e {
+            HttpError::Network(m) => TransferError::Network(format!(
+                "{m} (uploading {}); run the copy again",
+                src.display()
+            )),
+            e => e.into(),
+        })?;
+    let resp = resp.error_for_status()?;
+    // Read the (small) answer so the connection can be reused.
+    let _ = resp.bytes(1 << 20).await;
+    stats.files_done.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partial_round_trip() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("j");
+        let p = Partial {
+            validator: Some("\"abc-123\"".into()),
+            size: Some(100),
+            sequential: false,
+            done: vec![(0, 10), (20, 30)],
+        };
+        p.write(&path).unwrap();
+        assert_eq!(Partial::read(&path), Some(p.clone()));
+        assert_eq!(p.prefix(50), 10);
+        let s = Partial {
+            sequential: true,
+            ..p
+        };
+        assert_eq!(s.prefix(50), 50);
+        std::fs::write(&path, "ferry-resume-http 1\nsize x\n").unwrap();
+        assert_eq!(Partial::read(&path), None);
+    }
+
+    #[test]
+    fn validators() {
+        let mut h = HeaderMap::new();
+        h.insert("etag", HeaderValue::from_static("W/\"weak\""));
+        h.insert(
+            "last-modified",
+            HeaderValue::from_static("Thu, 23 Nov 2023 10:00:00 GMT"),
+        );
+        assert_eq!(
+            validator(&h).as_deref(),
+            Some("Thu, 23 Nov 2023 10:00:00 GMT")
+        );
+        assert_eq!(last_modified(&h), Some(1_700_733_600));
+        h.insert("etag", HeaderValue::from_static("\"strong\""));
+        assert_eq!(validator(&h).as_deref(), Some("\"strong\""));
+    }
+}

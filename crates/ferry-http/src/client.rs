@@ -1,0 +1,863 @@
+//! The client: connections per origin (scheme, host, port), requests with
+//! redirects and credentials, responses read piece by piece.
+//!
+//! Connections are made with hyper's connection API rather than a pooled
+//! client, so that ferry decides how many exist:
+//! - HTTP/2 (negotiated by ALPN, or `--http2`): one connection per origin
+//!   carries every request as its own stream. Its flow-control windows are
+//!   large (16 MiB per stream, 64 MiB per connection) and frames up to
+//!   1 MiB are accepted: with hyper's defaults (64 KiB windows) a stream
+//!   stalls every 64 KiB for a WINDOW_UPDATE round trip.
+//! - HTTP/1.1: a bounded pool of keep-alive connections per origin; a
+//!   request takes an idle connection or opens one while fewer than the
+//!   bound exist, and gives it back once its body was read to the end.
+//!
+//! The first connection to an origin is made alone, so its ALPN answer is
+//! known before more are opened.
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::os::unix::fs::FileExt;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{HeaderMap, HeaderValue, AUTHORIZATION, HOST, USER_AGENT};
+use http::{Method, StatusCode};
+use http_body::Body as _;
+use http_body::{Frame, SizeHint};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::pki_types::ServerName;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::auth::{self, NetrcEntry};
+use crate::proxy::{self, ProxyConfig};
+use crate::tls::{self, TlsOptions};
+use crate::{HttpError, Origin, Url};
+
+/// Request bodies: empty, or a file streamed from disk.
+pub type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>;
+
+/// Which HTTP version to speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Version {
+    /// ALPN decides over TLS (h2 preferred); HTTP/1.1 over plain TCP.
+    #[default]
+    Auto,
+    Http1,
+    /// Over plain TCP: HTTP/2 with prior knowledge (h2c).
+    Http2,
+}
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub version: Version,
+    pub tls: TlsOptions,
+    /// `host:port:addr` entries, as curl's `--resolve`.
+    pub resolve: Vec<String>,
+    /// Sent as `Authorization: Bearer` to the origins of the URLs given.
+    pub token: Option<String>,
+    /// `user:password` for Basic authentication.
+    pub user: Option<String>,
+    /// Read credentials from `$NETRC` or `~/.netrc`.
+    pub netrc: bool,
+    pub max_redirs: u32,
+    /// HTTP/1.1 connections per origin at most.
+    pub h1_connections: usize,
+    /// HTTP/2 flow control (docs/internals/http.md has the measurements).
+    pub h2_stream_window: u32,
+    pub h2_connection_window: u32,
+    pub h2_max_frame: u32,
+    pub connect_timeout: Duration,
+    /// Use proxies from the environment (https_proxy, no_proxy, ...).
+    pub env_proxy: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            version: Version::Auto,
+            tls: TlsOptions::default(),
+            resolve: Vec::new(),
+            token: None,
+            user: None,
+            netrc: true,
+            max_redirs: 10,
+            h1_connections: 8,
+            h2_stream_window: 16 << 20,
+            h2_connection_window: 64 << 20,
+            h2_max_frame: 1 << 20,
+            connect_timeout: Duration::from_secs(30),
+            env_proxy: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Proto {
+    H1,
+    H2,
+}
+
+/// One origin's connections.
+struct Host {
+    origin: Origin,
+    proto: Mutex<Option<Proto>>,
+    /// The shared HTTP/2 connection; its lock also serializes the first
+    /// connection to the origin.
+    h2: tokio::sync::Mutex<Option<http2::SendRequest<Body>>>,
+    idle: Mutex<Vec<http1::SendRequest<Body>>>,
+    /// HTTP/1.1 connections in use (one permit each).
+    slots: Arc<Semaphore>,
+}
+
+impl Host {
+    fn proto(&self) -> Option<Proto> {
+        *self.proto.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    fn set_proto(&self, p: Proto) {
+        *self.proto.lock().unwrap_or_else(|e| e.into_inner()) = Some(p);
+    }
+    fn pop_idle(&self) -> Option<http1::SendRequest<Body>> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop()
+    }
+}
+
+enum Conn {
+    H1(http1::SendRequest<Body>, OwnedSemaphorePermit),
+    H2(http2::SendRequest<Body>),
+}
+
+enum NewConn {
+    H1(http1::SendRequest<Body>),
+    H2(http2::SendRequest<Body>),
+}
+
+struct Inner {
+    opts: Options,
+    tls: Arc<rustls::ClientConfig>,
+    resolve: HashMap<(String, u16), SocketAddr>,
+    proxies: ProxyConfig,
+    netrc: Vec<NetrcEntry>,
+    hosts: Mutex<HashMap<Origin, Arc<Host>>>,
+    connections: AtomicUsize,
+    /// "h2" or "http/1.1" once a connection was made.
+    negotiated: Mutex<Option<&'static str>>,
+    /// Origins the command-line credentials may be sent to.
+    trusted: Mutex<Vec<Origin>>,
+}
+
+/// A cheap handle; clones share the connections.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+impl Client {
+    pub fn new(opts: Options) -> Result<Client, HttpError> {
+        let alpn: &[&[u8]] = match opts.version {
+            Version::Auto => &[b"h2", b"http/1.1"],
+            Version::Http1 => &[b"http/1.1"],
+            Version::Http2 => &[b"h2"],
+        };
+        let tls = tls::client_config(&opts.tls, alpn)?;
+        let mut resolve = HashMap::new();
+        for r in &opts.resolve {
+            let mut parts = r.splitn(3, ':');
+            let (Some(h), Some(p), Some(a)) = (parts.next(), parts.next(), parts.next()) else {
+                return Err(HttpError::Usage(format!(
+                    "--resolve {r:?}: want host:port:address"
+                )));
+            };
+            let port: u16 = p
+                .parse()
+                .map_err(|_| HttpError::Usage(format!("--resolve {r:?}: bad port {p:?}")))?;
+            let a = a.trim_start_matches('[').trim_end_matches(']');
+            let ip: std::net::IpAddr = a
+                .parse()
+                .map_err(|_| HttpError::Usage(format!("--resolve {r:?}: bad address {a:?}")))?;
+            resolve.insert((h.to_ascii_lowercase(), port), SocketAddr::new(ip, port));
+        }
+        if opts.tls.insecure && opts.tls.pins.is_empty() {
+            eprintln!(
+                "ferry: WARNING: --insecure: server certificates are NOT checked; anyone on the path can read and change this transfer"
+            );
+        }
+        let netrc = if opts.netrc {
+            auth::load_netrc(None)
+        } else {
+            Vec::new()
+        };
+        let proxies = if opts.env_proxy {
+            ProxyConfig::from_env()?
+        } else {
+            ProxyConfig::default()
+        };
+        Ok(Client {
+            inner: Arc::new(Inner {
+                opts,
+                tls,
+                resolve,
+                proxies,
+                netrc,
+                hosts: Mutex::new(HashMap::new()),
+                connections: AtomicUsize::new(0),
+                negotiated: Mutex::new(None),
+                trusted: Mutex::new(Vec::new()),
+            }),
+        })
+    }
+
+    pub fn options(&self) -> &Options {
+        &self.inner.opts
+    }
+
+    /// Allow the command-line credentials (`--token`, `-u`) for this
+    /// URL's origin. Redirects to other origins do not get them.
+    pub fn trust(&self, url: &Url) {
+        let mut t = self.inner.trusted.lock().unwrap_or_else(|e| e.into_inner());
+        let o = url.origin();
+        if !t.contains(&o) {
+            t.push(o);
+        }
+    }
+
+    /// TCP connections opened so far.
+    pub fn connections(&self) -> usize {
+        self.inner.connections.load(Ordering::Relaxed)
+    }
+
+    /// "h2" or "http/1.1": what the last new connection speaks.
+    pub fn negotiated(&self) -> Option<&'static str> {
+        *self
+            .inner
+            .negotiated
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn host(&self, origin: &Origin) -> Arc<Host> {
+        let mut hosts = self.inner.hosts.lock().unwrap_or_else(|e| e.into_inner());
+        hosts
+            .entry(origin.clone())
+            .or_insert_with(|| {
+                Arc::new(Host {
+                    origin: origin.clone(),
+                    proto: Mutex::new(None),
+                    h2: tokio::sync::Mutex::new(None),
+                    idle: Mutex::new(Vec::new()),
+                    slots: Arc::new(Semaphore::new(self.inner.opts.h1_connections.max(1))),
+                })
+            })
+            .clone()
+    }
+
+    /// GET with the given extra headers, following redirects.
+    pub async fn get(&self, url: &Url, headers: &HeaderMap) -> Result<Response, HttpError> {
+        self.send(Method::GET, url, headers, None).await
+    }
+
+    /// Send a request, following redirects (GET and HEAD always, others on
+    /// 307/308) up to `max_redirs`. `body` makes a fresh body for each
+    /// attempt (a redirect or a retry on a stale keep-alive connection).
+    pub async fn send(
+        &self,
+        method: Method,
+        url: &Url,
+        headers: &HeaderMap,
+        body: Option<&(dyn Fn() -> Body + Send + Sync)>,
+    ) -> Result<Response, HttpError> {
+        let mut current = url.clone();
+        let mut chain: Vec<String> = vec![url.to_string()];
+        let max = self.inner.opts.max_redirs;
+        loop {
+            let resp = self.send_once(&method, &current, headers, body).await?;
+            let follow = matches!(
+                resp.status,
+                StatusCode::MOVED_PERMANENTLY
+                    | StatusCode::FOUND
+                    | StatusCode::SEE_OTHER
+                    | StatusCode::TEMPORARY_REDIRECT
+                    | StatusCode::PERMANENT_REDIRECT
+            ) && (method == Method::GET
+                || method == Method::HEAD
+                || resp.status == StatusCode::TEMPORARY_REDIRECT
+                || resp.status == StatusCode::PERMANENT_REDIRECT);
+            if !follow {
+                return Ok(resp);
+            }
+            let Some(loc) = resp.header("location") else {
+                return Ok(resp);
+            };
+            let next = current.join(loc).ok_or_else(|| {
+                HttpError::Remote(format!(
+                    "{current}: redirected to an unusable location {loc:?}"
+                ))
+            })?;
+            let next_s = next.to_string();
+            if chain.contains(&next_s) {
+                chain.push(next_s);
+                return Err(HttpError::Remote(format!(
+                    "{url}: redirect loop ({}); the server is misconfigured",
+                    chain.join(" -> ")
+                )));
+            }
+            chain.push(next_s);
+            if chain.len() > max as usize + 1 {
+                return Err(HttpError::Remote(format!(
+                    "{url}: more than {max} redirects (last to {next}); raise --max-redirs if this is expected"
+                )));
+            }
+            drop(resp);
+            current = next;
+        }
+    }
+
+    async fn send_once(
+        &self,
+        method: &Method,
+        url: &Url,
+        headers: &HeaderMap,
+        body: Option<&(dyn Fn() -> Body + Send + Sync)>,
+    ) -> Result<Response, HttpError> {
+        let host = self.host(&url.origin());
+        let mut retried = false;
+        loop {
+            let (conn, reused) = self.checkout(&host).await?;
+            let make_body = || body.map(|f| f()).unwrap_or_else(empty);
+            let h2 = matches!(conn, Conn::H2(_));
+            let req = self.build(method, url, headers, make_body(), h2)?;
+            let sent = match conn {
+                Conn::H2(mut s) => s.send_request(req).await.map(|r| (r, None, "h2")),
+                Conn::H1(mut s, permit) => match s.send_request(req).await {
+                    Ok(r) => Ok((
+                        r,
+                        Some(Lease {
+                            sender: Some(s),
+                            host: host.clone(),
+                            _permit: permit,
+                            reusable: false,
+                        }),
+                        "http/1.1",
+                    )),
+                    Err(e) => Err(e),
+                },
+            };
+            match sent {
+                Ok((r, lease, version)) => {
+                    let (parts, incoming) = r.into_parts();
+                    let mut resp = Response {
+                        status: parts.status,
+                        headers: parts.headers,
+                        url: url.clone(),
+                        version,
+                        body: incoming,
+                        lease,
+                        ended: false,
+                    };
+                    if resp.body.is_end_stream() {
+                        resp.mark_ended();
+                    }
+                    return Ok(resp);
+                }
+                // A keep-alive connection the server closed while idle:
+                // try once more on a new one.
+                Err(e)
+                    if reused
+                        && !retried
+                        && (e.is_canceled() || e.is_closed() || e.is_incomplete_message()) =>
+                {
+                    tracing::debug!("{url}: reused connection failed ({e}); retrying");
+                    retried = true;
+                }
+                Err(e) => {
+                    return Err(HttpError::Network(format!(
+                        "{url}: request failed: {}",
+                        error_chain(&e)
+                    )))
+                }
+            }
+        }
+    }
+
+    fn build(
+        &self,
+        method: &Method,
+        url: &Url,
+        headers: &HeaderMap,
+        body: Body,
+        h2: bool,
+    ) -> Result<http::Request<Body>, HttpError> {
+        let uri = if h2 {
+            format!("{}://{}{}", url.scheme(), url.authority(), url.path)
+        } else {
+            url.path.clone()
+        };
+        let mut b = http::Request::builder().method(method.clone()).uri(uri);
+        if h2 {
+            b = b.version(http::Version::HTTP_2);
+        } else {
+            b = b.header(HOST, url.authority());
+        }
+        b = b.header(
+            USER_AGENT,
+            HeaderValue::from_static(concat!("ferry/", env!("CARGO_PKG_VERSION"))),
+        );
+        if let Some(a) = self.authorization(url) {
+            let mut v = HeaderValue::from_str(&a).map_err(|_| {
+                HttpError::Usage(format!("{url}: credentials contain bad characters"))
+            })?;
+            v.set_sensitive(true);
+            b = b.header(AUTHORIZATION, v);
+        }
+        let mut req = b
+            .body(body)
+            .map_err(|e| HttpError::Usage(format!("{url}: cannot make a request: {e}")))?;
+        for (k, v) in headers {
+            req.headers_mut().insert(k.clone(), v.clone());
+        }
+        Ok(req)
+    }
+
+    /// Credentials for a request: user:pass in the URL, then `-u` and
+    /// `--token` (only for the origins given on the command line), then
+    /// netrc for the host.
+    fn authorization(&self, url: &Url) -> Option<String> {
+        if let Some(u) = &url.user {
+            return Some(auth::basic(u, url.password.as_deref().unwrap_or("")));
+        }
+        let trusted = self
+            .inner
+            .trusted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&url.origin());
+        if trusted {
+            if let Some(up) = &self.inner.opts.user {
+                let (u, p) = up.split_once(':').unwrap_or((up.as_str(), ""));
+                return Some(auth::basic(u, p));
+            }
+            if let Some(t) = &self.inner.opts.token {
+                return Some(auth::bearer(t));
+            }
+        }
+        auth::netrc_lookup(&self.inner.netrc, &url.host).map(|e| auth::basic(&e.login, &e.password))
+    }
+
+    /// A connection for one request: the origin's HTTP/2 connection, an
+    /// idle HTTP/1.1 one, or a new one. The bool says it was reused.
+    async fn checkout(&self, host: &Arc<Host>) -> Result<(Conn, bool), HttpError> {
+        loop {
+            match host.proto() {
+                Some(Proto::H2) => {
+                    let mut g = host.h2.lock().await;
+                    if let Some(s) = g.as_ref() {
+                        if !s.is_closed() {
+                            return Ok((Conn::H2(s.clone()), true));
+                        }
+                    }
+                    *g = None;
+                    match self.connect(&host.origin).await? {
+                        NewConn::H2(s) => {
+                            *g = Some(s.clone());
+                            return Ok((Conn::H2(s), false));
+                        }
+                        NewConn::H1(s) => {
+                            host.set_proto(Proto::H1);
+                            host.idle.lock().unwrap_or_else(|e| e.into_inner()).push(s);
+                        }
+                    }
+                }
+                Some(Proto::H1) => {
+                    let permit = host
+                        .slots
+                        .clone()
+                        .acquire_owned()
+                        .await
+                        .map_err(|_| HttpError::Network("connection pool closed".into()))?;
+                    while let Some(mut s) = host.pop_idle() {
+                        if s.is_closed() {
+                            continue;
+                        }
+                        if s.ready().await.is_ok() {
+                            return Ok((Conn::H1(s, permit), true));
+                        }
+                    }
+                    match self.connect(&host.origin).await? {
+                        NewConn::H1(s) => return Ok((Conn::H1(s, permit), false)),
+                        NewConn::H2(s) => {
+                            host.set_proto(Proto::H2);
+                            *host.h2.lock().await = Some(s.clone());
+                            return Ok((Conn::H2(s), false));
+                        }
+                    }
+                }
+                None => {
+                    let mut g = host.h2.lock().await;
+                    if host.proto().is_some() {
+                        continue;
+                    }
+                    let permit = host
+                        .slots
+                        .clone()
+                        .acquire_owned()
+                        .await
+                        .map_err(|_| HttpError::Network("connection pool closed".into()))?;
+                    match self.connect(&host.origin).await? {
+                        NewConn::H2(s) => {
+                            host.set_proto(Proto::H2);
+                            *g = Some(s.clone());
+                            return Ok((Conn::H2(s), false));
+                        }
+                        NewConn::H1(s) => {
+                            host.set_proto(Proto::H1);
+                            return Ok((Conn::H1(s, permit), false));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    async fn connect(&self, origin: &Origin) -> Result<NewConn, HttpError> {
+        let label = format!(
+            "{}://{}:{}",
+            if origin.https { "https" } else { "http" },
+            origin.host,
+            origin.port
+        );
+        let via = self.inner.proxies.for_origin(origin).cloned();
+        let (dial_host, dial_port) = match &via {
+            Some(p) => (p.host.clone(), p.port),
+            None => (origin.host.clone(), origin.port),
+        };
+        let pinned = match via {
+            Some(_) => None,
+            None => self.inner.resolve.get(&(origin.host.clone(), origin.port)),
+        };
+        let addrs: Vec<SocketAddr> = match pinned {
+            Some(a) => vec![*a],
+            None => tokio::net::lookup_host((dial_host.as_str(), dial_port))
+                .await
+                .map_err(|e| {
+                    HttpError::Network(format!("{label}: cannot resolve {dial_host}: {e}"))
+                })?
+                .collect(),
+        };
+        let mut last = String::from("no address");
+        let mut tcp = None;
+        for a in addrs {
+            match tokio::time::timeout(
+                self.inner.opts.connect_timeout,
+                tokio::net::TcpStream::connect(a),
+            )
+            .await
+            {
+                Ok(Ok(s)) => {
+                    tcp = Some(s);
+                    break;
+                }
+                Ok(Err(e)) => last = format!("{a}: {e}"),
+                Err(_) => {
+                    last = format!(
+                        "{a}: no answer within {} s",
+                        self.inner.opts.connect_timeout.as_secs()
+                    )
+                }
+            }
+        }
+        let mut tcp =
+            tcp.ok_or_else(|| HttpError::Network(format!("{label}: cannot connect ({last})")))?;
+        let _ = tcp.set_nodelay(true);
+        if let Some(p) = &via {
+            proxy::tunnel(&mut tcp, p, origin).await?;
+        }
+        self.inner.connections.fetch_add(1, Ordering::Relaxed);
+        let version = self.inner.opts.version;
+        let conn = if origin.https {
+            let name = ServerName::try_from(origin.host.clone()).map_err(|_| {
+                HttpError::Usage(format!(
+                    "{label}: {:?} is not a valid host name",
+                    origin.host
+                ))
+            })?;
+            let tls = tokio_rustls::TlsConnector::from(self.inner.tls.clone())
+                .connect(name, tcp)
+                .await
+                .map_err(|e| tls::handshake_error(&label, e))?;
+            let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+            if version == Version::Http2 && !h2 {
+                return Err(HttpError::Network(format!(
+                    "{label}: the server does not offer HTTP/2 (ALPN); drop --http2"
+                )));
+            }
+            if h2 {
+                self.h2(TokioIo::new(tls), &label).await?
+            } else {
+                self.h1(TokioIo::new(tls), &label).await?
+            }
+        } else if version == Version::Http2 {
+            self.h2(TokioIo::new(tcp), &label).await?
+        } else {
+            self.h1(TokioIo::new(tcp), &label).await?
+        };
+        *self
+            .inner
+            .negotiated
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(match conn {
+            NewConn::H1(_) => "http/1.1",
+            NewConn::H2(_) => "h2",
+        });
+        Ok(conn)
+    }
+
+    async fn h2<T>(&self, io: T, label: &str) -> Result<NewConn, HttpError>
+    where
+        T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    {
+        let o = &self.inner.opts;
+        let (s, conn) = http2::Builder::new(TokioExecutor::new())
+            .initial_stream_window_size(o.h2_stream_window)
+            .initial_connection_window_size(o.h2_connection_window)
+            .max_frame_size(o.h2_max_frame)
+            .adaptive_window(false)
+            .max_send_buf_size(1 << 20)
+            .handshake::<_, Body>(io)
+            .await
+            .map_err(|e| {
+                HttpError::Network(format!("{label}: HTTP/2 handshake: {}", error_chain(&e)))
+            })?;
+        let label = label.to_string();
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!("{label}: HTTP/2 connection ended: {e}");
+            }
+        });
+        Ok(NewConn::H2(s))
+    }
+
+    async fn h1<T>(&self, io: T, label: &str) -> Result<NewConn, HttpError>
+    where
+        T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    {
+        let (s, conn) = http1::Builder::new()
+            .max_buf_size(1 << 20)
+            .handshake::<_, Body>(io)
+            .await
+            .map_err(|e| HttpError::Network(format!("{label}: {}", error_chain(&e))))?;
+        let label = label.to_string();
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!("{label}: HTTP/1.1 connection ended: {e}");
+            }
+        });
+        Ok(NewConn::H1(s))
+    }
+}
+
+/// An error and its causes on one line.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cur = c.source();
+    }
+    s
+}
+
+/// An HTTP/1.1 connection lent to one response; back to the idle list
+/// when the body was read to the end, closed otherwise.
+struct Lease {
+    sender: Option<http1::SendRequest<Body>>,
+    host: Arc<Host>,
+    _permit: OwnedSemaphorePermit,
+    reusable: bool,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if !self.reusable {
+            return;
+        }
+        if let Some(s) = self.sender.take() {
+            if !s.is_closed() {
+                self.host
+                    .idle
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(s);
+            }
+        }
+    }
+}
+
+/// A response whose body is read with [`Response::chunk`].
+pub struct Response {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    /// The URL that answered (after redirects).
+    pub url: Url,
+    /// "h2" or "http/1.1".
+    pub version: &'static str,
+    body: Incoming,
+    lease: Option<Lease>,
+    ended: bool,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    pub fn content_length(&self) -> Option<u64> {
+        self.header("content-length")
+            .and_then(|v| v.trim().parse().ok())
+    }
+
+    fn mark_ended(&mut self) {
+        self.ended = true;
+        if let Some(l) = self.lease.as_mut() {
+            l.reusable = true;
+        }
+    }
+
+    /// The next piece of the body; `None` at its end.
+    pub async fn chunk(&mut self) -> Result<Option<Bytes>, HttpError> {
+        if self.ended {
+            return Ok(None);
+        }
+        loop {
+            match self.body.frame().await {
+                None => {
+                    self.mark_ended();
+                    return Ok(None);
+                }
+                Some(Ok(f)) => {
+                    if let Ok(d) = f.into_data() {
+                        if !d.is_empty() {
+                            return Ok(Some(d));
+                        }
+                    }
+                }
+                Some(Err(e)) => {
+                    return Err(HttpError::Network(format!(
+                        "{}: connection lost while receiving: {}",
+                        self.url,
+                        error_chain(&e)
+                    )))
+                }
+            }
+        }
+    }
+
+    /// The whole body, refusing more than `limit` bytes.
+    pub async fn bytes(mut self, limit: usize) -> Result<Vec<u8>, HttpError> {
+        let mut out = Vec::new();
+        while let Some(c) = self.chunk().await? {
+            if out.len() + c.len() > limit {
+                return Err(HttpError::Remote(format!(
+                    "{}: the response is larger than {limit} bytes",
+                    self.url
+                )));
+            }
+            out.extend_from_slice(&c);
+        }
+        Ok(out)
+    }
+
+    /// Turn an error status into an error naming the URL.
+    pub fn error_for_status(self) -> Result<Response, HttpError> {
+        if self.status.is_success() {
+            Ok(self)
+        } else {
+            Err(HttpError::status(&self.url.to_string(), self.status))
+        }
+    }
+}
+
+/// An empty request body.
+pub fn empty() -> Body {
+    http_body_util::Empty::<Bytes>::new()
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
+
+/// A request body that streams `len` bytes of `file` from `offset`,
+/// calling `progress` with each piece's size as it is handed to the
+/// connection.
+pub fn file_body(
+    file: Arc<std::fs::File>,
+    offset: u64,
+    len: u64,
+    progress: Option<Arc<dyn Fn(u64) + Send + Sync>>,
+) -> Body {
+    FileBody {
+        file,
+        at: offset,
+        left: len,
+        progress,
+    }
+    .boxed_unsync()
+}
+
+struct FileBody {
+    file: Arc<std::fs::File>,
+    at: u64,
+    left: u64,
+    progress: Option<Arc<dyn Fn(u64) + Send + Sync>>,
+}
+
+/// Bytes read from the file per body frame.
+const UPLOAD_PIECE: u64 = 256 * 1024;
+
+impl http_body::Body for FileBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        if self.left == 0 {
+            return Poll::Ready(None);
+        }
+        let n = self.left.min(UPLOAD_PIECE) as usize;
+        let mut buf = vec![0u8; n];
+        // A local read from the page cache: cheap enough to do in place.
+        match self.file.read_at(&mut buf, self.at) {
+            Ok(0) => Poll::Ready(Some(Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the file shrank during the upload",
+            )))),
+            Ok(k) => {
+                buf.truncate(k);
+                self.at += k as u64;
+                self.left -= k as u64;
+                if let Some(p) = &self.progress {
+                    p(k as u64);
+                }
+                Poll::Ready(Some(Ok(Frame::data(Bytes::from(buf)))))
+            }
+            Err(e) => Poll::Ready(Some(Err(e))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.left == 0
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.left)
+    }
+}
