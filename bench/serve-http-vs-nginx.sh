@@ -154,7 +154,7 @@ for round in $(seq 1 "$runs"); do
                 done
                 t0="$(date +%s.%N)"
                 curl -s --fail --parallel --parallel-max "$par_n" --"$ver" --cacert "$work/cert.pem" \
-                    -H "Authorization: Bearer $token" "${args[@]}"
+                    -H "Authorization: Bearer $token" "${args[@]}" >/dev/null 2>&1
                 t1="$(date +%s.%N)"
                 pbps="$(python3 -c "print($par_n * $par_mib * 1048576 / ($t1 - $t0))")"
                 results["par,$srv,$ver"]+="$pbps "
