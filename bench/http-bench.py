@@ -16,6 +16,7 @@ Cases:
                      connection)
   h2-windows         1 x 1 GiB over h2: ferry with hyper's default flow
                      control vs the tuned 16 MiB / 64 MiB / 1 MiB frame
+  runtime            ferry with FERRY_HTTP_THREADS=0 (one thread), 1, 2
 
 Usage: bench/http-bench.py [--runs 3] [--ferry target/release/ferry] [--quick]
 Python 3.9+, standard library only.
@@ -231,6 +232,15 @@ def run(args, base: Path) -> None:
                                           "--h2-frame", "16384", url("/huge.bin"), str(out / "huge.bin")], "huge"),
             ("ferry 4M/16M/1M", F + ["--http2", "--h2-window", str(4 << 20), "--h2-conn-window", str(16 << 20),
                                      url("/huge.bin"), str(out / "huge.bin")], "huge"),
+        ],
+        "runtime": [
+            (f"ferry h2 threads={t}", ["env", f"FERRY_HTTP_THREADS={t}"] + F + ["--http2", url("/huge.bin"), str(out / "huge.bin")], "huge")
+            for t in (0, 1, 2)
+        ] + [
+            (f"ferry h1 threads={t}", ["env", f"FERRY_HTTP_THREADS={t}"] + F + ["--http1.1", url("/huge.bin"), str(out / "huge.bin")], "huge")
+            for t in (0, 2)
+        ] + [
+            ("ferry -P32 threads=0", ["env", "FERRY_HTTP_THREADS=0"] + F + ["-P", "32", *small_urls, str(out)], "small"),
         ],
     }
     if args.only:

@@ -99,14 +99,21 @@ fn describe(l: &Location) -> String {
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, TransferError> {
-    // Two workers: TLS decryption on one, writing files on the other.
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(2)
-        .clamp(1, 4);
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .enable_all()
+    // FERRY_HTTP_THREADS (tuning): 0 runs everything on this thread;
+    // N > 0 uses N worker threads (default 2: TLS and HTTP/2 framing on
+    // one, writing files on the other).
+    let threads = std::env::var("FERRY_HTTP_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(2);
+    let mut b = if threads == 0 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(threads.min(16));
+        b
+    };
+    b.enable_all()
         .build()
         .map_err(|e| TransferError::Local(format!("cannot start a runtime: {e}")))
 }
