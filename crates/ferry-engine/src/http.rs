@@ -601,7 +601,9 @@ async fn single(
         );
     }
     let mut h = HeaderMap::new();
-    if ctx.compressed {
+    // Only plain (identity) downloads are resumed: byte offsets into a
+    // decoded file mean nothing in an encoded one.
+    if ctx.compressed && if_range.is_none() {
         h.insert("accept-encoding", HeaderValue::from_static("zstd, gzip"));
     }
     if let Some(v) = &if_range {
@@ -641,10 +643,17 @@ async fn single(
         }
         _ => {
             if have > 0 {
-                eprintln!(
-                    "ferry: {}: the file changed on the server since the partial download; starting over",
-                    job.url
-                );
+                if validator(&resp.headers) == if_range {
+                    eprintln!(
+                        "ferry: {}: the server does not continue downloads (no Range support); starting over",
+                        job.url
+                    );
+                } else {
+                    eprintln!(
+                        "ferry: {}: the file changed on the server since the partial download; starting over",
+                        job.url
+                    );
+                }
                 have = 0;
             }
             resp.content_length()
@@ -664,7 +673,8 @@ async fn single(
     // A small file is fetched again faster than a resume record is kept
     // (three more file operations per file, a third of the time for
     // 1000 x 20 kB on tmpfs).
-    let worth_resuming = !identity || total.is_none_or(|t| t - have >= NO_RESUME_BELOW);
+    let worth_resuming =
+        identity && total.is_none_or(|t| t.saturating_sub(have) >= NO_RESUME_BELOW);
     if worth_resuming {
         state
             .write(&p.journal)

@@ -785,3 +785,32 @@ fn recursive_download_of_a_json_listing_refuses_unsafe_names() {
         vec!["a.bin".to_string(), "sub".to_string()]
     );
 }
+
+#[test]
+fn resume_against_a_server_without_ranges_starts_over_correctly() {
+    let Some(ng) = nginx_or_skip("resume_against_a_server_without_ranges") else {
+        return;
+    };
+    let src = ng.www().join("slow/n.bin");
+    let h = make_file(&src, 5 * MIB, 21);
+    let out = tempdir();
+    let dst = out.path().join("n.bin");
+    let part = interrupted(&ng, "n.bin", &dst, &[]);
+    assert!(part.exists());
+    // The same file (same mtime and size, so the same ETag) where nginx
+    // ignores Range: a 200 with the same validator.
+    let copy = ng.www().join("noranges/n.bin");
+    fs::copy(&src, &copy).unwrap();
+    set_mtime(&copy, mtime_of(&src) as u64);
+    let mut a = cacert(&ng);
+    a.extend(["--resume".into(), ng.https("/noranges/n.bin"), s(&dst)]);
+    let o = cp(&a);
+    assert_ok(&o, "no ranges");
+    assert!(
+        stderr_text(&o).contains("does not continue downloads"),
+        "{}",
+        describe(&o)
+    );
+    assert_file_hash(&dst, &h, "restarted without ranges");
+    assert!(part_files(out.path()).is_empty());
+}
