@@ -27,7 +27,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(
     name = "ferry",
     version,
-    about = "Move files fast: SFTP today; HTTP(S) and FTP next",
+    about = "Move files fast over SFTP and HTTP(S); FTP next",
     propagate_version = true
 )]
 struct Cli {
