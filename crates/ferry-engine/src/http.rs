@@ -624,6 +624,14 @@ async fn single(
         resp = ctx.client.get(&job.url, &h).await?;
     }
     let mut resp = resp.error_for_status()?;
+    if resp.url.is_dir() && !job.url.is_dir() {
+        // nginx and Apache redirect a directory to DIR/: never save its
+        // index page as if it were the file.
+        return Err(TransferError::Usage(format!(
+            "{}: is a directory (the server redirected to {}); use -r to copy it",
+            job.url, resp.url
+        )));
+    }
     let total = match resp.status {
         StatusCode::PARTIAL_CONTENT if have > 0 => match content_range(&resp) {
             Some((a, _, total)) if a == have => total,

@@ -410,6 +410,13 @@ fn recursive_download_of_an_autoindex() {
     }
     assert!(out.path().join("tree/empty").is_dir());
     assert!(part_files(out.path()).is_empty());
+    // Without -r a directory is refused, not saved as its index page.
+    let mut a = cacert(&ng);
+    a.extend([ng.https("/tree"), s(&out.path().join("page"))]);
+    let o = cp(&a);
+    assert_eq!(o.status.code(), Some(2), "{}", describe(&o));
+    assert!(stderr_text(&o).contains("use -r"), "{}", describe(&o));
+    assert!(!out.path().join("page").exists());
     // Without the trailing slash nginx redirects to the directory.
     let out2 = tempdir();
     let mut a = cacert(&ng);
