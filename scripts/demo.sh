@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
-# The main job, on a fresh machine: build ferry, start a private OpenSSH
-# server on loopback, copy the standard data sets both ways with ferry and
-# with OpenSSH's sftp, verify every byte, and print the scorecard rows.
-# (When `ferry serve` lands, this runs against it instead; see issue 3.)
+# The main job, on a fresh machine: install the peers (OpenSSH, nginx, curl,
+# aria2, lftp, rclone) where missing, build ferry, and run the scorecard:
+# `ferry bench --quick` starts ferry serve, sshd and nginx on loopback,
+# copies every data set both ways with ferry and with every peer, verifies
+# every byte, prints the table and stops the servers.
+#
+# Usage: scripts/demo.sh [extra ferry bench flags, e.g. --sets huge,small]
+# FERRY_DEMO_FULL=1 runs the full-size sets (3 runs each) instead of --quick.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-need=()
-[ -x /usr/sbin/sshd ] || need+=(openssh-server)
-command -v sftp >/dev/null || need+=(openssh-client)
-command -v python3 >/dev/null || need+=(python3)
-if [ ${#need[@]} -gt 0 ]; then
-  echo "installing: ${need[*]}"
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
-fi
-cargo build --release -p ferry -p ferry-linkem
-work=${FERRY_DEMO_DIR:-/dev/shm/ferry-demo}
-[ -d /dev/shm ] || work=/tmp/ferry-demo
-python3 bench/sftp-bench.py --workdir "$work" --quick --runs 1 --sets large,medium,small "$@"
+scripts/install-peers.sh
+cargo build --release -p ferry
+target="${CARGO_TARGET_DIR:-target}"
+out=bench/out
+mkdir -p "$out"
+stamp=$(date -u +%Y%m%d-%H%M%S)
+size=(--quick)
+[ "${FERRY_DEMO_FULL:-0}" = 1 ] && size=()
+"$target/release/ferry" bench "${size[@]}" --json "$out/bench-$stamp.json" --plot "$out/bench-$stamp.svg" "$@"

@@ -1,2 +1,161 @@
-//! ferry's scorecard: standard data sets over every protocol, ferry
-//! against the peers that are installed. (Being written.)
+//! ferry's scorecard: the standard data sets moved by ferry and by every
+//! peer client that is installed, against `ferry serve` and the peer
+//! servers, on loopback or through the link emulator, each transfer
+//! verified by blake3; one table, a JSON file and an SVG plot.
+//!
+//! - [`data`]: the deterministic data sets (huge, large, medium, small).
+//! - [`servers`]: `ferry serve`, OpenSSH sshd and nginx on free loopback
+//!   ports, stopped by PID.
+//! - [`clients`]: the clients and the command line of each cell.
+//! - [`run`]: profiles, cells, runs, medians.
+//! - [`report`]: the table, machine description, ratios and the plot.
+//! - [`remote`]: `ferry bench sftp://host/dir`, the settings sweep, and
+//!   [`hosts`], where `--save` keeps the result for `ferry cp`.
+//! - [`proc`]: process groups, `wait4` measurements, Ctrl-C clean-up.
+//!
+//! The `ferry` binary exposes it as `ferry bench` ([`BenchArgs`], [`run`]).
+//! docs/internals/bench.md explains what is measured and how to read it.
+use std::path::PathBuf;
+
+pub mod clients;
+pub mod data;
+pub mod hosts;
+pub mod proc;
+pub mod remote;
+pub mod report;
+pub mod run;
+pub mod servers;
+
+/// `ferry bench`: flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Remote mode: sweep ferry cp's settings against this server
+    /// (sftp://[user@]host[:port]/dir; a scratch dir is made in dir and
+    /// removed after) and print the best.
+    #[arg(value_name = "URL")]
+    pub url: Option<String>,
+    /// Remote mode: store the best settings for the host in
+    /// ~/.config/ferry/hosts.toml, where ferry cp finds them.
+    #[arg(long, requires = "url")]
+    pub save: bool,
+    /// Remote mode: ssh config file, as for ferry cp.
+    #[arg(short = 'F', value_name = "FILE", requires = "url")]
+    pub ssh_config: Option<PathBuf>,
+    /// Remote mode: identity file; may be repeated.
+    #[arg(short = 'i', value_name = "FILE", requires = "url")]
+    pub identity: Vec<PathBuf>,
+    /// Remote mode: ssh option (KEY=VALUE); may be repeated.
+    #[arg(short = 'o', value_name = "KEY=VALUE", requires = "url")]
+    pub ssh_option: Vec<String>,
+    /// Data sets, comma-separated: huge (1 x 1 GiB), large (10 x 12 MB),
+    /// medium (100 x 1 MB), small (1000 x 20 kB); also wide (50 x 100 MB).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "huge,large,medium,small",
+        value_name = "SETS"
+    )]
+    pub sets: Vec<String>,
+    /// Smaller sets and one run per cell: a smoke run of a few minutes.
+    #[arg(long)]
+    pub quick: bool,
+    /// Text-like files instead of random bytes.
+    #[arg(long)]
+    pub compressible: bool,
+    /// Runs per cell; the median is reported [default: 3, with --quick 1].
+    #[arg(long, value_name = "N")]
+    pub runs: Option<usize>,
+    /// Network profiles: loopback, lan (1 ms RTT, 10 Gbit/s), wan (20 ms,
+    /// 1 Gbit/s), far (100 ms), emulated by a delaying proxy.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "loopback",
+        value_name = "PROFILES"
+    )]
+    pub profiles: Vec<String>,
+    /// Directions, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "download,upload",
+        value_name = "DIRS"
+    )]
+    pub directions: Vec<String>,
+    /// Only these clients (ids as in the JSON: ferry, sftp, scp, rclone,
+    /// lftp-mirror, lftp-get, lftp-pget, ferry-https, ferry-https-s8, curl, curl-h1,
+    /// curl-Z, aria2c, ferry-ftp, curl-ftp, lftp-mirror-ftp, lftp-get-ftp,
+    /// lftp-pget-ftp) [default: all that are installed].
+    #[arg(long, value_delimiter = ',', value_name = "IDS")]
+    pub clients: Vec<String>,
+    /// Work directory for data sets and transfers (kept; data sets are
+    /// reused) [default: a temp dir under /dev/shm, removed after].
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Write every cell, the machine and the tool versions here.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write a bar chart (SVG) here.
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+    /// Seconds before one transfer is killed [default: 1800, --quick 180].
+    #[arg(long, value_name = "SECONDS")]
+    pub timeout: Option<u64>,
+    /// Factor on file sizes (tests).
+    #[arg(long, hide = true)]
+    pub scale: Option<f64>,
+    /// The ferry binary to measure [default: this one].
+    #[arg(long, hide = true)]
+    pub ferry: Option<PathBuf>,
+    /// The ferry binary that runs `ferry serve` [default: --ferry].
+    #[arg(long, hide = true)]
+    pub serve_bin: Option<PathBuf>,
+}
+
+/// Run `ferry bench`; the process exit code.
+pub fn run(args: BenchArgs) -> i32 {
+    proc::install_signal_handler();
+    if let Some(url) = &args.url {
+        return match remote::run_remote(&args, url) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("ferry bench: {e:#}");
+                1
+            }
+        };
+    }
+    let report = match run::run_local(&args) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("ferry bench: {e:#}");
+            return 1;
+        }
+    };
+    print!("{}", report::table(&report));
+    let mut code = 0;
+    if let Some(path) = &args.json {
+        match serde_json::to_vec_pretty(&report) {
+            Ok(b) => {
+                if let Err(e) = std::fs::write(path, b) {
+                    eprintln!("ferry bench: cannot write {}: {e}", path.display());
+                    code = 1;
+                } else {
+                    eprintln!("ferry bench: results written to {}", path.display());
+                }
+            }
+            Err(e) => {
+                eprintln!("ferry bench: {e}");
+                code = 1;
+            }
+        }
+    }
+    if let Some(path) = &args.plot {
+        if let Err(e) = std::fs::write(path, report::svg(&report)) {
+            eprintln!("ferry bench: cannot write {}: {e}", path.display());
+            code = 1;
+        } else {
+            eprintln!("ferry bench: plot written to {}", path.display());
+        }
+    }
+    code
+}

@@ -1137,6 +1137,10 @@ fn upload(
     // URL names the file (or, with -r, the directory) itself.
     let into = dest.url.is_dir() || sources.len() > 1;
     let mut files: Vec<(PathBuf, Url, u64)> = Vec::new();
+    // Directories of -r sources, created with MKCOL before the files (PUT
+    // creates the parents of a file on ferry serve and nginx, but an empty
+    // directory needs its own request).
+    let mut collections: Vec<Url> = Vec::new();
     for src in sources {
         let meta =
             std::fs::metadata(src).map_err(|e| TransferError::local(src, "cannot read", e))?;
@@ -1153,12 +1157,17 @@ fn upload(
             let mut found = Vec::new();
             let mut dirs = Vec::new();
             walk_local(src, b"", &mut found, &mut dirs)?;
-            for (p, rel, m) in found {
+            let under = |rel: &[u8]| {
                 let mut u = base.clone();
                 for seg in rel.split(|&c| c == b'/').filter(|s| !s.is_empty()) {
                     u = u.child(seg);
                 }
-                files.push((p, u, m.len()));
+                u
+            };
+            // Parents come before their children in `dirs`.
+            collections.extend(dirs.iter().map(|(rel, _)| under(rel).as_dir()));
+            for (p, rel, m) in found {
+                files.push((p, under(&rel), m.len()));
             }
         } else {
             let u = if into {
@@ -1180,6 +1189,7 @@ fn upload(
     let nfiles = files.len() as u64;
     let total: u64 = files.iter().map(|f| f.2).sum();
     runtime()?.block_on(async {
+        mkcol_all(&client, &collections).await?;
         let parallel = Arc::new(Semaphore::new(opts.parallel.max(1)));
         let mut set = tokio::task::JoinSet::new();
         for (src, url, size) in files {
@@ -1220,6 +1230,34 @@ fn upload(
             chunk: 0,
         })
     })
+}
+
+/// MKCOL each directory in order (parents first). One that exists already
+/// (405, as RFC 4918 says) is fine. A server without MKCOL still gets the
+/// files, whose PUTs create their parents, and one warning that empty
+/// directories were left out; a refusal for lack of credentials is an error.
+async fn mkcol_all(client: &Client, dirs: &[Url]) -> Result<(), TransferError> {
+    let mkcol = Method::from_bytes(b"MKCOL")
+        .map_err(|e| TransferError::Local(format!("internal: MKCOL: {e}")))?;
+    for url in dirs {
+        let resp = client
+            .send(mkcol.clone(), url, &HeaderMap::new(), None)
+            .await?;
+        match resp.status {
+            s if s.is_success() || s == StatusCode::METHOD_NOT_ALLOWED => {}
+            StatusCode::UNAUTHORIZED => {
+                return Err(HttpError::status(&url.to_string(), resp.status).into())
+            }
+            s => {
+                eprintln!(
+                    "ferry: {url}: the server refused to create the directory (HTTP {s}); \
+                     directories without files are left out"
+                );
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
 }
 
 /// PUT one file, its body streamed from disk with its Content-Length.

@@ -97,6 +97,9 @@ pub struct Shared {
     pub writable: bool,
     pub token: String,
     pub public: bool,
+    /// Turns true when the server stops: HTTP connections then finish the
+    /// requests in progress and close (idle keep-alive ones at once).
+    pub stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -133,7 +136,11 @@ pub struct Server {
     pub http_addr: Option<SocketAddr>,
     root: PathBuf,
     writable: bool,
+    public: bool,
+    /// The certificate clients should trust (for the banner's curl line).
+    cert_path: PathBuf,
     stop: Arc<AtomicBool>,
+    stop_tx: tokio::sync::watch::Sender<bool>,
     live: Arc<AtomicUsize>,
     acceptor: Option<JoinHandle<()>>,
 }
@@ -171,11 +178,13 @@ impl Server {
             |l: &Option<std::net::TcpListener>| l.as_ref().and_then(|l| l.local_addr().ok());
         let (sftp_addr, https_addr, http_addr) = (local(&ssh_l), local(&https_l), local(&http_l));
 
+        let (stop_tx, stopping) = tokio::sync::watch::channel(false);
         let shared = Arc::new(Shared {
             root: root.clone(),
             writable: opts.writable,
             token: identity.token.clone(),
             public: opts.public,
+            stopping,
         });
         let sftp_cfg = Arc::new(sftp::SessionConfig {
             root,
@@ -212,6 +221,8 @@ impl Server {
         } else {
             opts.threads
         };
+        let stop = Arc::new(AtomicBool::new(false));
+        let live = Arc::new(AtomicUsize::new(0));
         let mut workers = Vec::new();
         for i in 0..threads {
             let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(Job, Live)>();
@@ -220,6 +231,7 @@ impl Server {
             let sftp_cfg = sftp_cfg.clone();
             let https = https.clone();
             let plain = plain.clone();
+            let worker_live = live.clone();
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -271,14 +283,20 @@ impl Server {
                                 }
                             }
                         }
+                        // The acceptor has stopped (shutdown). Returning
+                        // now would drop this runtime and cut every
+                        // connection on it at once, grace period or not:
+                        // keep serving them until none is left anywhere
+                        // (or the process exits after the grace period).
+                        while worker_live.load(Ordering::Acquire) > 0 {
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
                     })
                 })
                 .map_err(|e| ServeError::Setup(format!("thread: {e}")))?;
             workers.push(tx);
         }
 
-        let stop = Arc::new(AtomicBool::new(false));
-        let live = Arc::new(AtomicUsize::new(0));
         let max = opts.max_connections;
         let acceptor = {
             let stop = stop.clone();
@@ -307,7 +325,16 @@ impl Server {
             http_addr,
             root: opts.root,
             writable: opts.writable,
+            public: opts.public,
+            cert_path: {
+                let c = match &opts.tls_cert {
+                    Some((c, _)) => c.clone(),
+                    None => opts.state_dir.join("tls-cert.pem"),
+                };
+                std::path::absolute(&c).unwrap_or(c)
+            },
             stop,
+            stop_tx,
             live,
             acceptor: Some(acceptor),
         })
@@ -364,11 +391,22 @@ impl Server {
                 self.identity.token,
                 host_port(a),
             ));
+            b.push_str(&format!(
+                "         curl --cacert {} -H 'Authorization: Bearer {}' -O https://{}/FILE\n",
+                self.cert_path.display(),
+                self.identity.token,
+                host_port(a),
+            ));
+            if self.public {
+                b.push_str("         (--public: reads need no token; writes do)\n");
+            }
         }
         if let Some(a) = self.http_addr {
             b.push_str(&format!(
-                "  HTTP   http://{}/ (plain, unencrypted)\n",
-                host_port(a)
+                "  HTTP   http://{}/ (plain, unencrypted)\n         curl -H 'Authorization: Bearer {}' -O http://{}/FILE\n",
+                host_port(a),
+                self.identity.token,
+                host_port(a),
             ));
         }
         b
@@ -384,6 +422,7 @@ impl Server {
     /// Returns how many were still open.
     pub fn shutdown(mut self, grace: Duration) -> usize {
         self.stop.store(true, Ordering::Release);
+        let _ = self.stop_tx.send(true);
         if let Some(a) = self.acceptor.take() {
             let _ = a.join();
         }

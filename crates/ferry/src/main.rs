@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use ferry_engine::{copy, CopyOptions, Location, Stats, TransferError};
 
 mod http_args;
@@ -45,6 +45,10 @@ enum Cmd {
     Cp(CpArgs),
     /// Serve a directory over SFTP (SSH) and HTTPS, authenticated, read-only by default.
     Serve(serve::ServeArgs),
+    /// The scorecard: ferry and the installed peers (OpenSSH, curl, aria2,
+    /// lftp, rclone; sshd, nginx, vsftpd) on the standard data sets,
+    /// verified, in one table; or, with a URL, the best settings for a server.
+    Bench(ferry_bench::BenchArgs),
 }
 
 #[derive(Args)]
@@ -132,11 +136,15 @@ fn parse_size(s: &str) -> Result<u64, String> {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    // Matches kept to tell a flag given on the command line from a default
+    // (saved per-host settings apply only to flags not given).
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     init_logging(cli.verbose);
     let code = match cli.cmd {
-        Cmd::Cp(args) => run_cp(args),
+        Cmd::Cp(args) => run_cp(args, matches.subcommand_matches("cp")),
         Cmd::Serve(args) => serve::run(args),
+        Cmd::Bench(args) => ferry_bench::run(args),
     };
     std::process::exit(code);
 }
@@ -156,7 +164,7 @@ fn init_logging(verbose: u8) {
         .try_init();
 }
 
-fn run_cp(args: CpArgs) -> i32 {
+fn run_cp(args: CpArgs, matches: Option<&clap::ArgMatches>) -> i32 {
     let Some((dst, srcs)) = args.paths.split_last() else {
         eprintln!("ferry: usage: ferry cp SRC... DST");
         return 2;
@@ -205,6 +213,8 @@ fn run_cp(args: CpArgs) -> i32 {
         opts.connect.window_size = w.min(u32::MAX as u64) as u32;
     }
 
+    apply_saved_settings(&mut opts, &sources, &dest, matches);
+
     let stats = Arc::new(Stats::default());
     let show = !args.quiet && (args.progress || std::io::stderr().is_terminal());
     let done = Arc::new(AtomicBool::new(false));
@@ -242,6 +252,49 @@ fn run_cp(args: CpArgs) -> i32 {
             e.exit_code()
         }
     }
+}
+
+/// `ferry bench URL --save` keeps the best settings per host in
+/// ~/.config/ferry/hosts.toml; they apply to flags not on the command line.
+fn apply_saved_settings(
+    opts: &mut CopyOptions,
+    sources: &[Location],
+    dest: &Location,
+    matches: Option<&clap::ArgMatches>,
+) {
+    let (remote, upload) = match (dest, sources.first()) {
+        (Location::Sftp(r), _) => (r, true),
+        (_, Some(Location::Sftp(r))) => (r, false),
+        _ => return,
+    };
+    let Some(path) = ferry_bench::hosts::default_path() else {
+        return;
+    };
+    let port = remote.port.unwrap_or(22);
+    let Some(t) = ferry_bench::hosts::lookup(&path, &remote.host, port, upload) else {
+        return;
+    };
+    let given = |id: &str| {
+        matches.and_then(|m| m.value_source(id)) == Some(clap::parser::ValueSource::CommandLine)
+    };
+    if let (false, Some(v)) = (given("streams"), t.streams) {
+        opts.streams = Some(v);
+    }
+    if let (false, Some(v)) = (given("parallel"), t.parallel) {
+        opts.parallel = v;
+    }
+    if let (false, Some(v)) = (given("chunk"), t.chunk) {
+        opts.chunk = Some(v.min(16 << 20) as u32);
+    }
+    if let (false, Some(v)) = (given("depth"), t.depth) {
+        opts.max_depth = v;
+    }
+    tracing::info!(
+        "saved settings for {}:{port} from {}: {} (flags given on the command line win)",
+        remote.host,
+        path.display(),
+        t.describe()
+    );
 }
 
 fn usage(msg: &str) -> i32 {

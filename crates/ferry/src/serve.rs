@@ -83,6 +83,10 @@ pub fn run(args: ServeArgs) -> i32 {
         opts.authorized_keys = k;
     }
     opts.user = args.user;
+    if args.token.as_deref().is_some_and(|t| t.trim().is_empty()) {
+        eprintln!("ferry serve: --token is empty; give a real token or leave it out to use the generated one");
+        return 2;
+    }
     opts.token = args.token;
     opts.public = args.public;
     opts.tls_cert = args.tls_cert.zip(args.tls_key);

@@ -505,7 +505,7 @@ fn rclone_both_ways() {
     let local = tempdir();
     let tree = local.path().join("tree");
     fs::create_dir(&tree).unwrap();
-    let want = make_file(&tree.join("big.bin"), 12 * 1024 * 1024 + 7, 3);
+    let want = make_file(&tree.join("large.bin"), 12 * 1024 * 1024 + 7, 3);
     make_odd_tree(&tree, 5);
     let kh = s.dir().join("rclone_known_hosts");
     let line = format!("[127.0.0.1]:{} {}\n", s.sftp_port.unwrap(), s.hostkey_line);
@@ -520,16 +520,69 @@ fn rclone_both_ways() {
         let mut c = Command::new("rclone");
         c.env("RCLONE_CONFIG", "/dev/null")
             .env("HOME", s.home())
-            .args(["copy", "--retries", "1", from, to]);
+            .args([
+                "copy",
+                "--create-empty-src-dirs",
+                "--retries",
+                "1",
+                from,
+                to,
+            ]);
         run(c)
     };
     let o = rclone(tree.to_str().unwrap(), &format!("{remote}/up"));
     assert!(o.status.success(), "rclone upload: {}", describe(&o));
-    assert_file_hash(&s.root().join("up/big.bin"), &want, "rclone upload");
+    assert_file_hash(&s.root().join("up/large.bin"), &want, "rclone upload");
     assert_same_tree(&tree, &s.root().join("up"), Cmp::default(), "rclone upload");
     let back = local.path().join("back");
     let o = rclone(&format!("{remote}/up"), back.to_str().unwrap());
     assert!(o.status.success(), "rclone download: {}", describe(&o));
     assert_same_tree(&tree, &back, Cmp::default(), "rclone download");
+    assert!(no_temp_files(&s.root()).is_empty());
+}
+
+/// lftp's SFTP (over OpenSSH's ssh as its connect program): mirror a tree
+/// up and back, and `pget -n 4` a file as four ranges.
+#[test]
+fn lftp_mirror_both_ways_and_pget() {
+    if Command::new("lftp").arg("--version").output().is_err() {
+        eprintln!("skipped: lftp is not installed (scripts/test.sh installs it)");
+        return;
+    }
+    let s = FerryServe::start(&["--writable"]);
+    let local = tempdir();
+    let tree = local.path().join("tree");
+    fs::create_dir(&tree).unwrap();
+    let want = make_file(&tree.join("large.bin"), 12 * 1024 * 1024 + 7, 5);
+    make_odd_tree(&tree, 6);
+    let kh = s.dir().join("lftp_known_hosts");
+    let line = format!("[127.0.0.1]:{} {}\n", s.sftp_port.unwrap(), s.hostkey_line);
+    fs::write(&kh, line).unwrap();
+    let back = local.path().join("back");
+    let pget = local.path().join("pget.bin");
+    let script = format!(
+        "set sftp:connect-program 'ssh -a -x -F /dev/null -i {} -o UserKnownHostsFile={} \
+         -o StrictHostKeyChecking=yes -o BatchMode=yes -o IdentitiesOnly=yes'; \
+         set cmd:fail-exit yes; mirror -R {} /up; mirror /up {}; pget -n 4 /up/large.bin -o {}; bye",
+        s.key().display(),
+        kh.display(),
+        tree.display(),
+        back.display(),
+        pget.display()
+    );
+    let mut c = Command::new("lftp");
+    c.env("HOME", s.home())
+        .args(["-e", &script, "-u", "me,"])
+        .arg(format!("sftp://127.0.0.1:{}", s.sftp_port.unwrap()));
+    let o = run(c);
+    assert!(o.status.success(), "lftp: {}", describe(&o));
+    assert_same_tree(
+        &tree,
+        &s.root().join("up"),
+        Cmp::default(),
+        "lftp mirror -R",
+    );
+    assert_same_tree(&tree, &back, Cmp::default(), "lftp mirror");
+    assert_file_hash(&pget, &want, "lftp pget -n 4");
     assert!(no_temp_files(&s.root()).is_empty());
 }

@@ -185,6 +185,25 @@ impl FerryServe {
         )
     }
 
+    /// `https://127.0.0.1:PORT/path`
+    pub fn https_url(&self, path: &str) -> String {
+        format!(
+            "https://127.0.0.1:{}/{}",
+            self.https_port.unwrap_or(0),
+            path.trim_start_matches('/')
+        )
+    }
+
+    /// `ferry cp -q --pin sha256:CERT [--token TOKEN] ARGS...` over HTTPS.
+    pub fn https_cp(&self, with_token: bool, args: &[OsString]) -> Output {
+        let mut all = args!["cp", "-q", "--pin", format!("sha256:{}", self.cert_sha256)];
+        if with_token {
+            all.extend(args!["--token", self.token.clone()]);
+        }
+        all.extend(args.iter().cloned());
+        ferry_in(&self.home(), &all, &[])
+    }
+
     /// Options for `ferry cp` to reach this server with `key`.
     pub fn ferry_opts_with(&self, key: &Path) -> Vec<OsString> {
         args![

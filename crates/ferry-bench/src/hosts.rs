@@ -1,0 +1,188 @@
+//! Per-host `ferry cp` settings found by `ferry bench URL --save`, kept in
+//! `~/.config/ferry/hosts.toml`:
+//!
+//! ```toml
+//! [host."example.org:22"]
+//! streams = 4
+//! parallel = 16
+//! chunk = 262144
+//! depth = 64
+//!
+//! [host."example.org:22".upload]
+//! streams = 8
+//! ```
+//!
+//! The top-level values are the best for downloads; `upload` holds the best
+//! for uploads. `ferry cp` applies them for the remote host of a copy when
+//! the corresponding flag is not on its command line.
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+/// The knobs the remote sweep turns; `None` = ferry's default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tuning {
+    pub streams: Option<usize>,
+    pub parallel: Option<usize>,
+    pub chunk: Option<u64>,
+    pub depth: Option<usize>,
+}
+
+impl Tuning {
+    /// `ferry cp` flags for the values that are set.
+    pub fn flags(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        if let Some(s) = self.streams {
+            v.extend(["--streams".to_string(), s.to_string()]);
+        }
+        if let Some(p) = self.parallel {
+            v.extend(["-P".to_string(), p.to_string()]);
+        }
+        if let Some(c) = self.chunk {
+            v.extend(["--chunk".to_string(), c.to_string()]);
+        }
+        if let Some(d) = self.depth {
+            v.extend(["--depth".to_string(), d.to_string()]);
+        }
+        v
+    }
+
+    /// "--streams 4 -P 16 --chunk 256k", or "defaults".
+    pub fn describe(&self) -> String {
+        let mut v = Vec::new();
+        if let Some(s) = self.streams {
+            v.push(format!("--streams {s}"));
+        }
+        if let Some(p) = self.parallel {
+            v.push(format!("-P {p}"));
+        }
+        if let Some(c) = self.chunk {
+            v.push(if c % 1024 == 0 {
+                format!("--chunk {}k", c / 1024)
+            } else {
+                format!("--chunk {c}")
+            });
+        }
+        if let Some(d) = self.depth {
+            v.push(format!("--depth {d}"));
+        }
+        if v.is_empty() {
+            "defaults".into()
+        } else {
+            v.join(" ")
+        }
+    }
+
+    fn to_table(&self) -> toml::Table {
+        let mut t = toml::Table::new();
+        let mut put = |k: &str, v: Option<u64>| {
+            if let Some(v) = v {
+                t.insert(
+                    k.into(),
+                    toml::Value::Integer(v.min(i64::MAX as u64) as i64),
+                );
+            }
+        };
+        put("streams", self.streams.map(|v| v as u64));
+        put("parallel", self.parallel.map(|v| v as u64));
+        put("chunk", self.chunk);
+        put("depth", self.depth.map(|v| v as u64));
+        t
+    }
+
+    fn from_table(t: &toml::Table) -> Tuning {
+        let get = |k: &str| {
+            t.get(k)
+                .and_then(|v| v.as_integer())
+                .filter(|v| *v > 0)
+                .map(|v| v as u64)
+        };
+        Tuning {
+            streams: get("streams").map(|v| v as usize),
+            parallel: get("parallel").map(|v| v as usize),
+            chunk: get("chunk"),
+            depth: get("depth").map(|v| v as usize),
+        }
+    }
+}
+
+/// `~/.config/ferry/hosts.toml` (or the platform's config dir).
+pub fn default_path() -> Option<PathBuf> {
+    dirs::config_dir().map(|d| d.join("ferry").join("hosts.toml"))
+}
+
+/// Store the best settings for `host_port` ("name:port"), keeping the rest
+/// of the file.
+pub fn save(path: &Path, host_port: &str, download: &Tuning, upload: &Tuning) -> Result<()> {
+    let mut doc: toml::Table = match std::fs::read_to_string(path) {
+        Ok(s) => s
+            .parse()
+            .with_context(|| format!("{} is not valid TOML", path.display()))?,
+        Err(_) => toml::Table::new(),
+    };
+    let hosts = doc
+        .entry("host")
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+    let Some(hosts) = hosts.as_table_mut() else {
+        anyhow::bail!("{}: `host` is not a table", path.display());
+    };
+    let mut entry = download.to_table();
+    entry.insert("upload".into(), toml::Value::Table(upload.to_table()));
+    hosts.insert(host_port.into(), toml::Value::Table(entry));
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let text = toml::to_string_pretty(&doc)?;
+    let tmp = path.with_extension("toml.tmp");
+    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+/// The saved settings for `host:port` and direction, if any. Errors
+/// (no file, bad TOML) mean "nothing saved": a copy never fails for it.
+pub fn lookup(path: &Path, host: &str, port: u16, upload: bool) -> Option<Tuning> {
+    let doc: toml::Table = std::fs::read_to_string(path).ok()?.parse().ok()?;
+    let entry = doc
+        .get("host")?
+        .as_table()?
+        .get(&format!("{host}:{port}"))?
+        .as_table()?;
+    if upload {
+        if let Some(u) = entry.get("upload").and_then(|u| u.as_table()) {
+            return Some(Tuning::from_table(u));
+        }
+    }
+    Some(Tuning::from_table(entry))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn save_then_lookup_per_direction_keeps_other_hosts() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("ferry/hosts.toml");
+        let down = Tuning {
+            streams: Some(4),
+            parallel: Some(16),
+            chunk: Some(262144),
+            depth: None,
+        };
+        let up = Tuning {
+            streams: Some(8),
+            ..Tuning::default()
+        };
+        save(&p, "a.example:22", &down, &up).unwrap();
+        save(&p, "b.example:2222", &up, &down).unwrap();
+        assert_eq!(lookup(&p, "a.example", 22, false), Some(down.clone()));
+        assert_eq!(lookup(&p, "a.example", 22, true), Some(up.clone()));
+        assert_eq!(lookup(&p, "b.example", 2222, false), Some(up));
+        assert_eq!(lookup(&p, "a.example", 2222, false), None);
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(text.contains("[host.\"a.example:22\"]"), "{text}");
+        assert_eq!(down.describe(), "--streams 4 -P 16 --chunk 256k");
+    }
+}

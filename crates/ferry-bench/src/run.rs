@@ -1,0 +1,871 @@
+//! The local scorecard: data sets, servers, profiles, and every cell run
+//! `--runs` times, interleaved run by run so that a slow minute of the
+//! machine hurts every tool alike.
+use std::fs;
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+
+use crate::clients::{self, Client, Direction, Endpoint, Paths, Proto, ServerKind, CLIENTS};
+use crate::data::{self, DataSet};
+use crate::proc::{self, which};
+use crate::servers::{self, ClientKey, FerryServe, Nginx, Sshd, Vsftpd};
+use crate::BenchArgs;
+
+/// A network profile: the link emulator's settings in front of every
+/// server port (none for loopback).
+#[derive(Debug, Clone, Serialize)]
+pub struct Profile {
+    pub name: String,
+    pub rtt_ms: f64,
+    /// Bandwidth cap per direction, megabits per second.
+    pub rate_mbps: Option<u64>,
+}
+
+impl Profile {
+    pub fn parse(name: &str) -> Result<Profile> {
+        let (rtt_ms, rate_mbps) = match name {
+            "loopback" => (0.0, None),
+            "lan" => (1.0, Some(10_000)),
+            "wan" => (20.0, Some(1_000)),
+            "far" => (100.0, None),
+            other => bail!("unknown profile {other:?}: choose from loopback, lan, wan, far"),
+        };
+        Ok(Profile {
+            name: name.to_string(),
+            rtt_ms,
+            rate_mbps,
+        })
+    }
+
+    fn link(&self) -> Option<ferry_linkem::LinkConfig> {
+        if self.rtt_ms <= 0.0 && self.rate_mbps.is_none() {
+            return None;
+        }
+        let one_way = Duration::from_secs_f64(self.rtt_ms / 2000.0);
+        let rate = self.rate_mbps.map(|m| m * 1_000_000 / 8);
+        // With a cap, keep the queue in front of it near two
+        // bandwidth-delay products (at least 1 MiB), not a bloated 64 MiB.
+        let max_buffer = match rate {
+            Some(r) => ((r as f64 * self.rtt_ms / 1000.0 * 2.0) as usize).max(1 << 20),
+            None => ferry_linkem::DEFAULT_MAX_BUFFER,
+        };
+        Some(ferry_linkem::LinkConfig {
+            one_way_delay: one_way,
+            rate_bytes_per_sec: rate,
+            max_buffer,
+        })
+    }
+}
+
+/// One measured run of a cell.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunResult {
+    pub seconds: f64,
+    pub mb_per_s: Option<f64>,
+    pub cpu_s: f64,
+    pub rss_mb: f64,
+    pub server_cpu_s: Option<f64>,
+    pub ok: bool,
+    pub error: Option<String>,
+    /// 1-minute load average just before the run: other work on the
+    /// machine skews the numbers.
+    pub loadavg: Option<f64>,
+}
+
+/// One cell of the scorecard: a client against a server, for one set,
+/// direction and profile.
+#[derive(Debug, Clone, Serialize)]
+pub struct Cell {
+    pub profile: String,
+    pub set: String,
+    pub direction: Direction,
+    pub client: String,
+    pub client_label: String,
+    pub ferry: bool,
+    pub server: ServerKind,
+    pub protocol: Proto,
+    /// "ok", "failed", "n/a" (a side that is not there yet) or "skipped"
+    /// (a peer that is not installed).
+    pub status: String,
+    pub reason: Option<String>,
+    /// Every run's result was hashed and matched the source.
+    pub verified: bool,
+    pub files: usize,
+    pub bytes: u64,
+    /// Median over the runs.
+    pub mb_per_s: Option<f64>,
+    /// Median client CPU seconds (user + system, with its children).
+    pub cpu_s: Option<f64>,
+    /// Largest peak RSS of the client over the runs, MB.
+    pub rss_mb: Option<f64>,
+    /// Median CPU seconds of the server's processes.
+    pub server_cpu_s: Option<f64>,
+    /// ferry's MB/s over the best peer's for the same profile, set,
+    /// direction and protocol (ferry cells only).
+    pub ratio: Option<f64>,
+    pub runs: Vec<RunResult>,
+}
+
+/// Everything a run produced: what the report and JSON show.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub machine: serde_json::Value,
+    pub parameters: serde_json::Value,
+    pub sets: Vec<serde_json::Value>,
+    pub notes: Vec<String>,
+    pub cells: Vec<Cell>,
+    /// The issues' speed goals this run can answer.
+    pub goals: Vec<crate::report::GoalResult>,
+}
+
+struct Servers {
+    ferry: std::result::Result<FerryServe, String>,
+    sshd: std::result::Result<Sshd, String>,
+    nginx: std::result::Result<Nginx, String>,
+    vsftpd: std::result::Result<Vsftpd, String>,
+    /// Why ferry serve's HTTPS side cannot be benchmarked, if it cannot.
+    ferry_https_na: Option<String>,
+}
+
+impl Servers {
+    fn pid(&self, kind: ServerKind) -> Option<i32> {
+        match kind {
+            ServerKind::FerryServe => self.ferry.as_ref().ok().map(|s| s.guard.pid()),
+            ServerKind::Sshd => self.sshd.as_ref().ok().map(|s| s.guard.pid()),
+            ServerKind::Nginx => self.nginx.as_ref().ok().map(|s| s.guard.pid()),
+            ServerKind::Vsftpd => self.vsftpd.as_ref().ok().map(|s| s.guard.pid()),
+        }
+    }
+    fn cpu(&self, kind: ServerKind) -> Option<f64> {
+        if let (ServerKind::Sshd, Ok(s)) = (kind, &self.sshd) {
+            s.wait_idle();
+        }
+        if let (ServerKind::Vsftpd, Ok(s)) = (kind, &self.vsftpd) {
+            servers::wait_no_children(s.guard.pid());
+        }
+        proc::tree_cpu_seconds(self.pid(kind)?)
+    }
+}
+
+fn status_line(s: &str) {
+    if std::io::stderr().is_terminal() {
+        eprint!("\r\x1b[K{s}");
+    } else {
+        eprintln!("{s}");
+    }
+}
+
+fn empty_dir(d: &Path) -> Result<()> {
+    if d.exists() {
+        fs::remove_dir_all(d).with_context(|| format!("emptying {}", d.display()))?;
+    }
+    fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+    Ok(())
+}
+
+fn tail(path: &Path, n: usize) -> String {
+    let s = fs::read(path).unwrap_or_default();
+    let s = String::from_utf8_lossy(&s);
+    let s = s.trim();
+    let start = s.len().saturating_sub(n);
+    let mut i = start;
+    while !s.is_char_boundary(i) {
+        i += 1;
+    }
+    s.get(i..).unwrap_or("").replace('\n', " | ")
+}
+
+pub fn median(v: &mut [f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v.get(m).copied()
+    } else {
+        Some((v.get(m - 1)? + v.get(m)?) / 2.0)
+    }
+}
+
+/// The local scorecard.
+pub fn run_local(args: &BenchArgs) -> Result<Report> {
+    let quick = args.quick;
+    let runs = args.runs.unwrap_or(if quick { 1 } else { 3 }).max(1);
+    let timeout = Duration::from_secs(args.timeout.unwrap_or(if quick { 180 } else { 1800 }));
+    let scale = args.scale.unwrap_or(1.0);
+    let profiles: Vec<Profile> = args
+        .profiles
+        .iter()
+        .map(|p| Profile::parse(p))
+        .collect::<Result<_>>()?;
+    let directions: Vec<Direction> = args
+        .directions
+        .iter()
+        .map(|d| match d.as_str() {
+            "download" => Ok(Direction::Download),
+            "upload" => Ok(Direction::Upload),
+            o => bail!("unknown direction {o:?}: download or upload"),
+        })
+        .collect::<Result<_>>()?;
+    let specs: Vec<data::SetSpec> = args
+        .sets
+        .iter()
+        .map(|s| data::spec(s, quick, scale))
+        .collect::<Result<_>>()?;
+    for c in &args.clients {
+        if !CLIENTS.iter().any(|k| k.id == c) {
+            bail!(
+                "unknown client {c:?}: choose from {}",
+                CLIENTS.iter().map(|k| k.id).collect::<Vec<_>>().join(", ")
+            );
+        }
+    }
+    let ferry_bin = match &args.ferry {
+        Some(p) => p.clone(),
+        None => std::env::current_exe().context("cannot find the ferry binary")?,
+    };
+
+    // The work directory: given, or a temp dir removed at the end.
+    let _temp;
+    let work: PathBuf = match &args.dir {
+        Some(d) => {
+            fs::create_dir_all(d)?;
+            d.canonicalize()?
+        }
+        None => {
+            let base = if Path::new("/dev/shm").is_dir() {
+                PathBuf::from("/dev/shm")
+            } else {
+                std::env::temp_dir()
+            };
+            let t = tempfile::Builder::new()
+                .prefix("ferry-bench-")
+                .tempdir_in(base)?;
+            let p = t.path().to_path_buf();
+            proc::remove_on_interrupt(Some(p.clone()));
+            _temp = t;
+            p
+        }
+    };
+    let variant = if args.compressible {
+        "compressible"
+    } else {
+        "incompressible"
+    };
+    let variant_dir = format!("{variant}{}", if quick { "-quick" } else { "" });
+    let variant_dir = if scale != 1.0 {
+        format!("{variant_dir}-x{scale}")
+    } else {
+        variant_dir
+    };
+    let srv = work.join("srv");
+    let data_parent = srv.join("data").join(&variant_dir);
+    let up = srv.join("up");
+    let local = work.join("local");
+    let run_dir = work.join(format!("run-{}", std::process::id()));
+    for d in [&data_parent, &up, &local, &run_dir] {
+        fs::create_dir_all(d)?;
+    }
+    let scratch = run_dir.join("scratch");
+    let logs = run_dir.join("logs");
+    fs::create_dir_all(&scratch)?;
+    fs::create_dir_all(&logs)?;
+
+    if let Some(l) = fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+    {
+        if l > 0.5 {
+            eprintln!(
+                "ferry bench: warning: 1-minute load average is {l:.2}; other work on this machine skews the numbers"
+            );
+        }
+    }
+    // Data sets.
+    let mut sets: Vec<DataSet> = Vec::new();
+    for s in &specs {
+        status_line(&format!(
+            "ferry bench: data set {} ({} x {} bytes, {variant})",
+            s.name, s.count, s.size
+        ));
+        sets.push(data::prepare(&data_parent, s, args.compressible)?);
+    }
+
+    // Which clients run, which are skipped.
+    let mut notes = Vec::new();
+    let wanted: Vec<&Client> = CLIENTS
+        .iter()
+        .filter(|c| args.clients.is_empty() || args.clients.iter().any(|x| x == c.id))
+        .collect();
+    let installed = |c: &Client| c.ferry || which(c.program).is_some();
+    let mut missing: Vec<&str> = wanted
+        .iter()
+        .filter(|c| !installed(c))
+        .map(|c| c.program)
+        .collect();
+    missing.dedup();
+    if !missing.is_empty() {
+        notes.push(format!(
+            "not installed, cells skipped: {}",
+            missing.join(", ")
+        ));
+    }
+
+    // Servers.
+    status_line("ferry bench: starting servers");
+    let key = servers::client_key(&run_dir)?;
+    let need_https = wanted.iter().any(|c| c.proto == Proto::Https);
+    let need_sftp = wanted.iter().any(|c| c.proto == Proto::Sftp);
+    let serve_bin = args.serve_bin.clone().unwrap_or_else(|| ferry_bin.clone());
+    let ferry = FerryServe::start(&serve_bin, &srv, &run_dir.join("ferry-serve"), &key)
+        .map_err(|e| format!("ferry serve did not start: {e:#}"));
+    let sshd = if !need_sftp {
+        Err("not needed".to_string())
+    } else if proc::which_server("sshd").is_none() {
+        notes.push("sshd not installed: its cells are skipped".into());
+        Err("not installed".into())
+    } else {
+        Sshd::start(&run_dir.join("sshd"), &key).map_err(|e| format!("sshd did not start: {e:#}"))
+    };
+    let nginx = if !need_https {
+        Err("not needed".to_string())
+    } else if proc::which_server("nginx").is_none() {
+        notes.push("nginx not installed: its cells are skipped".into());
+        Err("not installed".into())
+    } else {
+        Nginx::start(&run_dir.join("nginx"), &srv)
+            .map_err(|e| format!("nginx did not start: {e:#}"))
+    };
+    let need_ftp = wanted.iter().any(|c| c.proto == Proto::Ftp);
+    let vsftpd = if !need_ftp {
+        Err("not needed".to_string())
+    } else if proc::which_server("vsftpd").is_none() {
+        notes.push("vsftpd not installed: FTP cells are skipped".into());
+        Err("not installed".into())
+    } else {
+        Vsftpd::start(&run_dir.join("vsftpd"), &srv)
+            .map_err(|e| format!("vsftpd did not start: {e:#}"))
+    };
+    let ferry_https_na = match &ferry {
+        Ok(f) if need_https => probe_https(f),
+        _ => None,
+    };
+    if let Some(r) = &ferry_https_na {
+        notes.push(r.clone());
+    }
+    let ferry_cp_https_na = if need_https {
+        ferry_cp_https_missing(&ferry_bin)
+    } else {
+        None
+    };
+    if let Some(r) = &ferry_cp_https_na {
+        notes.push(r.clone());
+    }
+    let ferry_cp_ftp_na = if need_ftp {
+        ferry_cp_scheme_missing(&ferry_bin, "ftp", &scratch)
+    } else {
+        None
+    };
+    if let Some(r) = &ferry_cp_ftp_na {
+        notes.push(r.clone());
+    }
+    let servers = Servers {
+        ferry,
+        sshd,
+        nginx,
+        vsftpd,
+        ferry_https_na,
+    };
+
+    let machine = crate::report::machine_info(&ferry_bin);
+    let parameters = serde_json::json!({
+        "quick": quick,
+        "scale": scale,
+        "runs": runs,
+        "variant": variant,
+        "profiles": profiles,
+        "directions": directions,
+        "clients": wanted.iter().map(|c| c.id).collect::<Vec<_>>(),
+        "timeout_s": timeout.as_secs(),
+        "work_dir": work,
+        "argv": std::env::args().collect::<Vec<_>>(),
+    });
+    let set_info: Vec<serde_json::Value> = sets
+        .iter()
+        .map(|s| {
+            serde_json::json!({"name": s.name, "files": s.files.len(), "file_bytes": s.file_size,
+                "total_bytes": s.total_bytes, "variant": s.variant})
+        })
+        .collect();
+
+    // The link emulator runs in this process, on its own runtime.
+    let link_rt = if profiles.iter().any(|p| p.link().is_some()) {
+        Some(
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("linkem")
+                .enable_all()
+                .build()?,
+        )
+    } else {
+        None
+    };
+
+    let paths = Paths {
+        local: local.clone(),
+        scratch: scratch.clone(),
+        ferry: ferry_bin.clone(),
+    };
+    let mut cells: Vec<Cell> = Vec::new();
+    // Count runs for the progress line.
+    let per_profile: usize = sets
+        .iter()
+        .flat_map(|ds| directions.iter().map(move |d| (ds, *d)))
+        .map(|(ds, d)| wanted.iter().filter(|c| c.takes(ds, d)).count() * 2)
+        .sum();
+    let total = per_profile * runs * profiles.len();
+    let mut done = 0usize;
+
+    for profile in &profiles {
+        let mut proxies: Vec<ferry_linkem::LinkEm> = Vec::new();
+        let endpoints = endpoints(
+            profile,
+            &servers,
+            &key,
+            &srv,
+            &run_dir,
+            link_rt.as_ref(),
+            &mut proxies,
+        )?;
+        for ds in &sets {
+            for &dir in &directions {
+                let mut group: Vec<(Cell, &Client, Option<&Endpoint>)> = Vec::new();
+                for client in wanted.iter().filter(|c| c.takes(ds, dir)) {
+                    for (kind, _, ep) in endpoints.iter().filter(|(_, p, _)| *p == client.proto) {
+                        let mut cell = Cell {
+                            profile: profile.name.clone(),
+                            set: ds.name.clone(),
+                            direction: dir,
+                            client: client.id.to_string(),
+                            client_label: client.label.to_string(),
+                            ferry: client.ferry,
+                            server: *kind,
+                            protocol: client.proto,
+                            status: "ok".into(),
+                            reason: None,
+                            verified: false,
+                            files: ds.files.len(),
+                            bytes: ds.total_bytes,
+                            mb_per_s: None,
+                            cpu_s: None,
+                            rss_mb: None,
+                            server_cpu_s: None,
+                            ratio: None,
+                            runs: Vec::new(),
+                        };
+                        let ep = match ep {
+                            Ok(e) => e,
+                            Err(why) => {
+                                cell.status = if why.contains("not installed") {
+                                    "skipped".into()
+                                } else {
+                                    "failed".into()
+                                };
+                                cell.reason = Some(format!("{}: {why}", kind.name()));
+                                group.push((cell, client, None));
+                                continue;
+                            }
+                        };
+                        if !installed(client) {
+                            cell.status = "skipped".into();
+                            cell.reason = Some(format!("{} not installed", client.program));
+                        } else if let Some(why) = &ep.unavailable {
+                            cell.status = "n/a".into();
+                            cell.reason = Some(why.clone());
+                        } else if let (true, Proto::Https, Some(why)) =
+                            (client.ferry, client.proto, &ferry_cp_https_na)
+                        {
+                            cell.status = "n/a".into();
+                            cell.reason = Some(why.clone());
+                        } else if let (true, Proto::Ftp, Some(why)) =
+                            (client.ferry, client.proto, &ferry_cp_ftp_na)
+                        {
+                            cell.status = "n/a".into();
+                            cell.reason = Some(why.clone());
+                        }
+                        group.push((cell, client, Some(ep)));
+                    }
+                }
+                for r in 0..runs {
+                    for (cell, client, ep) in group.iter_mut() {
+                        let Some(ep) = ep else { continue };
+                        if cell.status != "ok" {
+                            continue;
+                        }
+                        done += 1;
+                        status_line(&format!(
+                            "[{done}/{total}] {} {} {}: {} -> {} ({}) run {}/{runs}",
+                            profile.name,
+                            ds.name,
+                            dir.name(),
+                            client.label,
+                            ep.server.name(),
+                            ep.proto.name(),
+                            r + 1
+                        ));
+                        let res = one_run(
+                            client,
+                            ep,
+                            ds,
+                            dir,
+                            &variant_dir,
+                            &paths,
+                            &up,
+                            &logs,
+                            timeout,
+                            &servers,
+                        );
+                        match res {
+                            Ok(run) => {
+                                if !run.ok {
+                                    let why = run.error.clone().unwrap_or_default();
+                                    cell.status = if is_not_there_yet(&why) {
+                                        "n/a".into()
+                                    } else {
+                                        "failed".into()
+                                    };
+                                    cell.reason = Some(why);
+                                }
+                                cell.runs.push(run);
+                            }
+                            Err(e) => {
+                                cell.status = "failed".into();
+                                cell.reason = Some(format!("{e:#}"));
+                            }
+                        }
+                    }
+                }
+                for (mut cell, _, _) in group {
+                    summarize(&mut cell);
+                    cells.push(cell);
+                }
+                let _ = empty_dir(&up);
+                let _ = empty_dir(&local);
+            }
+        }
+        // Proxies close with their runtime's tasks when dropped.
+        drop(proxies);
+    }
+    if std::io::stderr().is_terminal() {
+        eprintln!();
+    }
+    crate::report::ratios(&mut cells);
+    // Stop the servers before reporting (Drop does it too on error paths).
+    drop(servers);
+    drop(link_rt);
+    if args.dir.is_none() {
+        // The temp dir goes with `_temp`.
+    } else {
+        let _ = fs::remove_dir_all(&run_dir);
+    }
+    Ok(Report {
+        machine,
+        parameters,
+        sets: set_info,
+        notes,
+        goals: crate::report::goals(&cells),
+        cells,
+    })
+}
+
+/// A failure that means "this side is not written yet", not "broken".
+fn is_not_there_yet(why: &str) -> bool {
+    why.contains("is not supported yet")
+        || why.contains("unexpected argument")
+        || why.contains("not implemented")
+}
+
+/// `Some(reason)` when this ferry's `cp` has no HTTPS client yet (no
+/// `--cacert` flag in its help).
+fn ferry_cp_https_missing(ferry: &Path) -> Option<String> {
+    let out = std::process::Command::new(ferry)
+        .args(["cp", "--help"])
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    let help = String::from_utf8_lossy(&out.stdout);
+    (!help.contains("--cacert")).then(|| {
+        "this ferry cp has no HTTPS client yet (no --cacert in `ferry cp --help`): its HTTPS cells are n/a".to_string()
+    })
+}
+
+/// `Some(reason)` when `ferry cp` refuses `scheme://` URLs as not
+/// supported yet (asked with a URL to a closed port, so a client that has
+/// the scheme fails fast for another reason).
+fn ferry_cp_scheme_missing(ferry: &Path, scheme: &str, scratch: &Path) -> Option<String> {
+    let out = std::process::Command::new(ferry)
+        .args(["cp", "-q"])
+        .arg(format!("{scheme}://127.0.0.1:9/probe"))
+        .arg(scratch.join("probe"))
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    err.contains("not supported yet").then(|| {
+        format!("this ferry cp has no {} client yet ({scheme}:// is not supported): its {} cells are n/a",
+            scheme.to_uppercase(), scheme.to_uppercase())
+    })
+}
+
+/// Ask ferry serve's HTTPS port for `/` with curl: `Some(reason)` when it
+/// does not answer (its HTTPS side not written yet, say).
+fn probe_https(f: &FerryServe) -> Option<String> {
+    let Some(port) = f.https_port else {
+        return Some("ferry serve printed no HTTPS address".into());
+    };
+    which("curl")?;
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "-o", "/dev/null", "-m", "10", "--cacert"])
+        .arg(&f.cert_pem)
+        .arg("-H")
+        .arg(format!("Authorization: Bearer {}", f.token))
+        .arg(format!("https://127.0.0.1:{port}/"))
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    if out.status.success() {
+        None
+    } else {
+        Some(format!(
+            "ferry serve's HTTPS does not answer yet (curl: {}): its HTTPS cells are n/a",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+type Endpoints = Vec<(ServerKind, Proto, std::result::Result<Endpoint, String>)>;
+
+/// The endpoints of one profile, with a link emulator in front of each
+/// server when the profile has one.
+fn endpoints(
+    profile: &Profile,
+    servers: &Servers,
+    key: &ClientKey,
+    srv: &Path,
+    run_dir: &Path,
+    rt: Option<&tokio::runtime::Runtime>,
+    proxies: &mut Vec<ferry_linkem::LinkEm>,
+) -> Result<Endpoints> {
+    let cfg_dir = run_dir.join("cfg");
+    fs::create_dir_all(&cfg_dir)?;
+    let mut via = |port: u16| -> Result<u16> {
+        match (profile.link(), rt) {
+            (Some(link), Some(rt)) => {
+                let upstream: SocketAddr = ([127, 0, 0, 1], port).into();
+                let listen: SocketAddr = ([127, 0, 0, 1], 0).into();
+                let lk = rt
+                    .block_on(ferry_linkem::LinkEm::start(listen, upstream, link))
+                    .context("starting the link emulator")?;
+                let p = lk.local_addr().port();
+                proxies.push(lk);
+                Ok(p)
+            }
+            _ => Ok(port),
+        }
+    };
+    let base = |server: ServerKind, proto: Proto, port: u16, prefix: String| Endpoint {
+        server,
+        proto,
+        port,
+        prefix,
+        user: key.user.clone(),
+        key: key.key.clone(),
+        ssh_config: PathBuf::new(),
+        known_hosts: PathBuf::new(),
+        cacert: PathBuf::new(),
+        token: None,
+        unavailable: None,
+    };
+    let mut out: Endpoints = Vec::new();
+    let srv_prefix = srv.display().to_string();
+    // SFTP: ferry serve, sshd.
+    match &servers.ferry {
+        Ok(f) => {
+            let port = via(f.sftp_port)?;
+            let mut e = base(ServerKind::FerryServe, Proto::Sftp, port, String::new());
+            let name = format!("{}-ferry", profile.name);
+            (e.ssh_config, e.known_hosts) = clients::write_ssh_files(
+                &cfg_dir,
+                &name,
+                port,
+                &key.user,
+                &key.key,
+                &f.hostkey_line,
+            )?;
+            out.push((ServerKind::FerryServe, Proto::Sftp, Ok(e)));
+        }
+        Err(why) => out.push((ServerKind::FerryServe, Proto::Sftp, Err(why.clone()))),
+    }
+    match &servers.sshd {
+        Ok(s) => {
+            let port = via(s.port)?;
+            let mut e = base(ServerKind::Sshd, Proto::Sftp, port, srv_prefix.clone());
+            let name = format!("{}-sshd", profile.name);
+            (e.ssh_config, e.known_hosts) = clients::write_ssh_files(
+                &cfg_dir,
+                &name,
+                port,
+                &key.user,
+                &key.key,
+                &s.hostkey_line,
+            )?;
+            out.push((ServerKind::Sshd, Proto::Sftp, Ok(e)));
+        }
+        Err(why) if why != "not needed" => {
+            out.push((ServerKind::Sshd, Proto::Sftp, Err(why.clone())))
+        }
+        Err(_) => {}
+    }
+    // HTTPS: ferry serve, nginx.
+    if let Ok(f) = &servers.ferry {
+        if let Some(hp) = f.https_port {
+            let port = via(hp)?;
+            let mut e = base(ServerKind::FerryServe, Proto::Https, port, String::new());
+            e.cacert = f.cert_pem.clone();
+            e.token = Some(f.token.clone());
+            e.unavailable = servers.ferry_https_na.clone();
+            out.push((ServerKind::FerryServe, Proto::Https, Ok(e)));
+        }
+    }
+    match &servers.nginx {
+        Ok(n) => {
+            let port = via(n.port)?;
+            let mut e = base(ServerKind::Nginx, Proto::Https, port, String::new());
+            e.cacert = n.cert.clone();
+            out.push((ServerKind::Nginx, Proto::Https, Ok(e)));
+        }
+        Err(why) if why != "not needed" => {
+            out.push((ServerKind::Nginx, Proto::Https, Err(why.clone())))
+        }
+        Err(_) => {}
+    }
+    // FTP: vsftpd. Its passive data connections go straight to the server,
+    // around the link emulator, so under a profile FTP is not measured.
+    match &servers.vsftpd {
+        Ok(v) => {
+            let mut e = base(ServerKind::Vsftpd, Proto::Ftp, v.port, srv_prefix.clone());
+            if profile.link().is_some() {
+                e.unavailable = Some(
+                    "FTP data connections would bypass the link emulator: FTP is measured on loopback only"
+                        .into(),
+                );
+            }
+            out.push((ServerKind::Vsftpd, Proto::Ftp, Ok(e)));
+        }
+        Err(why) if why != "not needed" => {
+            out.push((ServerKind::Vsftpd, Proto::Ftp, Err(why.clone())))
+        }
+        Err(_) => {}
+    }
+    Ok(out)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn one_run(
+    client: &Client,
+    ep: &Endpoint,
+    ds: &DataSet,
+    dir: Direction,
+    variant_dir: &str,
+    paths: &Paths,
+    up: &Path,
+    logs: &Path,
+    timeout: Duration,
+    servers: &Servers,
+) -> Result<RunResult> {
+    let dest_root = match dir {
+        Direction::Download => &paths.local,
+        Direction::Upload => up,
+    };
+    empty_dir(dest_root)?;
+    let plan = clients::command(client, ep, ds, dir, variant_dir, paths)?;
+    if plan.precreate {
+        fs::create_dir_all(dest_root.join(&ds.name))?;
+    }
+    let mut cmd = plan.cmd;
+    let out_log = logs.join(format!("{}.out", client.id));
+    let err_log = logs.join(format!("{}.err", client.id));
+    cmd.stdin(Stdio::null())
+        .stdout(fs::File::create(&out_log)?)
+        .stderr(fs::File::create(&err_log)?)
+        .env("HOME", paths.scratch.as_path())
+        .env_remove("SSH_AUTH_SOCK");
+    let loadavg = fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok());
+    let srv0 = servers.cpu(ep.server);
+    let o = proc::run_measured(cmd, timeout)?;
+    let srv1 = servers.cpu(ep.server);
+    let server_cpu_s = srv0
+        .zip(srv1)
+        .map(|(a, b)| ((b - a) * 1000.0).round() / 1000.0);
+    let seconds = o.wall.as_secs_f64();
+    let mut r = RunResult {
+        seconds: (seconds * 10_000.0).round() / 10_000.0,
+        mb_per_s: None,
+        cpu_s: (o.cpu * 1000.0).round() / 1000.0,
+        rss_mb: (o.maxrss_kb as f64 / 1024.0 * 10.0).round() / 10.0,
+        server_cpu_s,
+        ok: false,
+        error: None,
+        loadavg,
+    };
+    let why = || {
+        let mut t = tail(&err_log, 600);
+        if t.is_empty() {
+            t = tail(&out_log, 600);
+        }
+        t
+    };
+    if o.timed_out {
+        r.error = Some(format!("timeout after {} s: {}", timeout.as_secs(), why()));
+        return Ok(r);
+    }
+    if o.code != 0 {
+        r.error = Some(format!("exit {}: {}", o.code, why()));
+        return Ok(r);
+    }
+    if let Err(e) = data::verify(ds, &dest_root.join(&ds.name)) {
+        r.error = Some(format!("verify: {e}"));
+        return Ok(r);
+    }
+    r.ok = true;
+    r.mb_per_s = Some((ds.total_bytes as f64 / 1e6 / seconds * 100.0).round() / 100.0);
+    Ok(r)
+}
+
+fn summarize(cell: &mut Cell) {
+    if cell.status != "ok" {
+        return;
+    }
+    if cell.runs.is_empty() {
+        cell.status = "failed".into();
+        cell.reason = Some("no run finished".into());
+        return;
+    }
+    cell.verified = cell.runs.iter().all(|r| r.ok);
+    let mut mbps: Vec<f64> = cell.runs.iter().filter_map(|r| r.mb_per_s).collect();
+    let mut cpu: Vec<f64> = cell.runs.iter().map(|r| r.cpu_s).collect();
+    let mut srv: Vec<f64> = cell.runs.iter().filter_map(|r| r.server_cpu_s).collect();
+    cell.mb_per_s = median(&mut mbps);
+    cell.cpu_s = median(&mut cpu);
+    cell.server_cpu_s = median(&mut srv);
+    cell.rss_mb = cell.runs.iter().map(|r| r.rss_mb).reduce(f64::max);
+}

@@ -1,0 +1,416 @@
+//! The servers of the scorecard, each on 127.0.0.1 on a free port with its
+//! own configuration in the work directory, stopped by PID when dropped:
+//! `ferry serve` (SFTP + HTTPS), OpenSSH sshd, nginx (TLS 1.3, h2,
+//! sendfile, WebDAV PUT).
+//!
+//! The served tree is the work directory's `srv/`: data sets under
+//! `srv/data/<variant>/<set>/`, uploads into `srv/up/`. `ferry serve` and
+//! nginx serve `srv/` as `/`; sshd serves the real filesystem, so its paths
+//! carry the absolute prefix.
+use std::fs;
+use std::io::{BufRead, BufReader, Read};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use crate::proc::{which_server, Guard};
+
+/// The bench's SSH client identity.
+#[derive(Debug, Clone)]
+pub struct ClientKey {
+    pub key: PathBuf,
+    pub public: String,
+    /// The local user name sshd will log in.
+    pub user: String,
+}
+
+/// `ssh-keygen -t ed25519` into `path` (no passphrase); the public line.
+pub fn keygen(path: &Path, comment: &str) -> Result<String> {
+    let _ = fs::remove_file(path);
+    let st = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", comment, "-f"])
+        .arg(path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .context("cannot run ssh-keygen (install openssh-client)")?;
+    if !st.success() {
+        bail!("ssh-keygen failed for {}", path.display());
+    }
+    let public = fs::read_to_string(path.with_extension("pub"))
+        .with_context(|| format!("reading {}.pub", path.display()))?;
+    Ok(public.trim().to_string())
+}
+
+pub fn client_key(dir: &Path) -> Result<ClientKey> {
+    let key = dir.join("client_ed25519");
+    let public = keygen(&key, "ferry-bench")?;
+    let user = std::env::var("USER")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .or_else(|| {
+            Command::new("id")
+                .arg("-un")
+                .output()
+                .ok()
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        })
+        .unwrap_or_else(|| "root".into());
+    Ok(ClientKey { key, public, user })
+}
+
+fn wait_port(port: u16, guard: &Guard, timeout: Duration, ssh: bool) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if !guard.running() {
+            bail!("{} exited during start-up", guard.name());
+        }
+        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
+            if !ssh {
+                return Ok(());
+            }
+            let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+            let mut b = [0u8; 4];
+            if s.read_exact(&mut b).is_ok() && &b == b"SSH-" {
+                return Ok(());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    bail!("{} is not answering on 127.0.0.1:{port}", guard.name())
+}
+
+fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("binding a free port")?;
+    Ok(l.local_addr()?.port())
+}
+
+fn log_tail(path: &Path) -> String {
+    let s = fs::read_to_string(path).unwrap_or_default();
+    let start = s.len().saturating_sub(1500);
+    s.get(start..).unwrap_or("").trim().to_string()
+}
+
+/// `ferry serve srv/ --sftp 127.0.0.1:0 --https 127.0.0.1:0 --writable`.
+#[derive(Debug)]
+pub struct FerryServe {
+    pub guard: Guard,
+    pub sftp_port: u16,
+    pub https_port: Option<u16>,
+    pub hostkey_line: String,
+    pub cert_sha256: String,
+    pub cert_pem: PathBuf,
+    pub token: String,
+    pub log: PathBuf,
+}
+
+impl FerryServe {
+    pub fn start(ferry: &Path, root: &Path, dir: &Path, key: &ClientKey) -> Result<FerryServe> {
+        fs::create_dir_all(dir)?;
+        let state = dir.join("state");
+        let ak = dir.join("authorized_keys");
+        fs::write(&ak, format!("{}\n", key.public))?;
+        let log = dir.join("serve.log");
+        let mut cmd = Command::new(ferry);
+        cmd.arg("serve")
+            .arg(root)
+            .args([
+                "--sftp",
+                "127.0.0.1:0",
+                "--https",
+                "127.0.0.1:0",
+                "--writable",
+            ])
+            .args(["--max-connections", "512"])
+            .arg("--state-dir")
+            .arg(&state)
+            .arg("--authorized-keys")
+            .arg(&ak)
+            .env_remove("FERRY_SERVE_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(fs::File::create(&log)?);
+        let (guard, mut child) = Guard::spawn("ferry serve", cmd)?;
+        let out = child.stdout.take().context("ferry serve: no stdout")?;
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        // Reads the banner, then keeps draining stdout so it never blocks.
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                let _ = tx.send(line);
+            }
+        });
+        let mut s = FerryServe {
+            guard,
+            sftp_port: 0,
+            https_port: None,
+            hostkey_line: String::new(),
+            cert_sha256: String::new(),
+            cert_pem: state.join("tls-cert.pem"),
+            token: String::new(),
+            log: log.clone(),
+        };
+        loop {
+            let line = rx.recv_timeout(Duration::from_secs(30)).map_err(|_| {
+                anyhow::anyhow!(
+                    "ferry serve did not print `ready`; its log says:\n{}",
+                    log_tail(&log)
+                )
+            })?;
+            let (k, v) = line.split_once(' ').unwrap_or((line.as_str(), ""));
+            let port = || v.rsplit(':').next().and_then(|p| p.parse::<u16>().ok());
+            match k {
+                "sftp" => s.sftp_port = port().unwrap_or(0),
+                "https" => s.https_port = port(),
+                "hostkey-line" => s.hostkey_line = v.to_string(),
+                "cert" => s.cert_sha256 = v.trim_start_matches("sha256:").to_string(),
+                "token" => s.token = v.to_string(),
+                "ready" => break,
+                _ => {}
+            }
+        }
+        if s.sftp_port == 0 || s.hostkey_line.is_empty() {
+            bail!("ferry serve's banner has no sftp address or host key");
+        }
+        Ok(s)
+    }
+}
+
+/// A private OpenSSH sshd as the current user.
+#[derive(Debug)]
+pub struct Sshd {
+    pub guard: Guard,
+    pub port: u16,
+    pub hostkey_line: String,
+    pub log: PathBuf,
+}
+
+impl Sshd {
+    pub fn start(dir: &Path, key: &ClientKey) -> Result<Sshd> {
+        let Some(sshd) = which_server("sshd") else {
+            bail!("sshd not installed (apt-get install openssh-server)");
+        };
+        fs::create_dir_all(dir)?;
+        let host_key = dir.join("host_ed25519");
+        let hostkey_line = keygen(&host_key, "ferry-bench-host")?;
+        // The host key line is "type base64 comment": known_hosts wants
+        // the first two fields.
+        let hostkey_line = hostkey_line
+            .split_whitespace()
+            .take(2)
+            .collect::<Vec<_>>()
+            .join(" ");
+        let ak = dir.join("authorized_keys");
+        fs::write(&ak, format!("{}\n", key.public))?;
+        // Privilege separation directory, needed even for a private sshd.
+        let _ = fs::create_dir_all("/run/sshd");
+        let sftp_server = ["/usr/lib/openssh/sftp-server", "/usr/libexec/sftp-server"]
+            .iter()
+            .find(|p| Path::new(p).exists())
+            .map(|p| p.to_string())
+            .unwrap_or_else(|| "internal-sftp".into());
+        let port = free_port()?;
+        let cfg = dir.join("sshd_config");
+        fs::write(
+            &cfg,
+            format!(
+                "Port {port}\nListenAddress 127.0.0.1\nHostKey {hk}\nAuthorizedKeysFile {ak}\n\
+                 PubkeyAuthentication yes\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
+                 PermitRootLogin prohibit-password\nUsePAM no\nStrictModes no\nPidFile {pid}\n\
+                 Subsystem sftp {sftp_server}\nLogLevel ERROR\n\
+                 # sshd runs sessions through the user's shell; bash reads ~/.bashrc\n\
+                 # for sshd-started shells unless SHLVL >= 2 (a heavy .bashrc would\n\
+                 # add a constant to every connection of every tool).\n\
+                 SetEnv SHLVL=1\nMaxStartups 200\nMaxSessions 200\n",
+                hk = host_key.display(),
+                ak = ak.display(),
+                pid = dir.join("sshd.pid").display(),
+            ),
+        )?;
+        let log = dir.join("sshd.log");
+        let mut cmd = Command::new(&sshd);
+        cmd.args(["-D", "-e", "-f"])
+            .arg(&cfg)
+            .stdin(Stdio::null())
+            .stdout(fs::File::create(&log)?)
+            .stderr(fs::File::create(dir.join("sshd.err"))?);
+        let (guard, _child) = Guard::spawn("sshd", cmd)?;
+        if let Err(e) = wait_port(port, &guard, Duration::from_secs(10), true) {
+            bail!("{e}; sshd says:\n{}", log_tail(&dir.join("sshd.err")));
+        }
+        Ok(Sshd {
+            guard,
+            port,
+            hostkey_line,
+            log,
+        })
+    }
+
+    /// Wait until the sessions of the last client have ended.
+    pub fn wait_idle(&self) {
+        wait_no_children(self.guard.pid());
+    }
+}
+
+/// nginx with a fair configuration: TLS 1.3, HTTP/2, sendfile, WebDAV PUT.
+#[derive(Debug)]
+pub struct Nginx {
+    pub guard: Guard,
+    pub port: u16,
+    pub cert: PathBuf,
+}
+
+impl Nginx {
+    pub fn start(dir: &Path, root: &Path) -> Result<Nginx> {
+        let Some(nginx) = which_server("nginx") else {
+            bail!("nginx not installed (apt-get install nginx-light)");
+        };
+        if crate::proc::which("openssl").is_none() {
+            bail!("openssl not installed (needed for nginx's certificate)");
+        }
+        fs::create_dir_all(dir)?;
+        for sub in ["tmp", "logs"] {
+            fs::create_dir_all(dir.join(sub))?;
+        }
+        let cert = dir.join("cert.pem");
+        let key = dir.join("key.pem");
+        let st = Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=127.0.0.1",
+                "-addext",
+                "subjectAltName=IP:127.0.0.1,DNS:localhost",
+                "-keyout",
+            ])
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .context("running openssl")?;
+        if !st.success() {
+            bail!("openssl could not make nginx's certificate");
+        }
+        let port = free_port()?;
+        // The dav module ships as a dynamic module on Debian; PUT itself is
+        // in the core http_dav module.
+        let mut modules = String::new();
+        for m in [
+            "/usr/lib/nginx/modules/ngx_http_dav_ext_module.so",
+            "/usr/share/nginx/modules/ngx_http_dav_ext_module.so",
+        ] {
+            if Path::new(m).exists() {
+                modules = format!("load_module {m};\n");
+                break;
+            }
+        }
+        // Workers must be able to write uploads: as root, run them as root.
+        // SAFETY: geteuid only reads the process's credentials.
+        let user = if unsafe { libc::geteuid() } == 0 {
+            "user root;\n"
+        } else {
+            ""
+        };
+        let d = dir.display();
+        let conf = format!(
+            "{modules}{user}daemon off;\nmaster_process on;\nworker_processes auto;\npid {d}/nginx.pid;\n\
+             error_log {d}/logs/error.log warn;\nevents {{ worker_connections 1024; }}\n\
+             http {{\n  access_log off;\n  sendfile on;\n  tcp_nopush on;\n  keepalive_requests 100000;\n\
+             client_body_temp_path {d}/tmp/body;\n  proxy_temp_path {d}/tmp/proxy;\n\
+             fastcgi_temp_path {d}/tmp/fastcgi;\n  uwsgi_temp_path {d}/tmp/uwsgi;\n  scgi_temp_path {d}/tmp/scgi;\n\
+             types {{ application/octet-stream bin; text/plain txt; }}\n  default_type application/octet-stream;\n\
+             server {{\n    listen 127.0.0.1:{port} ssl http2;\n\
+             ssl_certificate {cert};\n    ssl_certificate_key {key};\n    ssl_protocols TLSv1.3;\n\
+             http2_chunk_size 256k;\n    root {root};\n    client_max_body_size 0;\n\
+             location / {{\n      autoindex on;\n      dav_methods PUT DELETE MKCOL;\n      create_full_put_path on;\n    }}\n  }}\n}}\n",
+            cert = cert.display(),
+            key = key.display(),
+            root = root.display(),
+        );
+        let conf_path = dir.join("nginx.conf");
+        fs::write(&conf_path, conf)?;
+        let mut cmd = Command::new(&nginx);
+        cmd.arg("-p")
+            .arg(dir)
+            .arg("-c")
+            .arg(&conf_path)
+            .args(["-e", "stderr"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(dir.join("nginx.err"))?);
+        let (guard, _child) = Guard::spawn("nginx", cmd)?;
+        if let Err(e) = wait_port(port, &guard, Duration::from_secs(10), false) {
+            let mut why = log_tail(&dir.join("nginx.err"));
+            why.push_str(&log_tail(&dir.join("logs/error.log")));
+            bail!("{e}; nginx says:\n{why}");
+        }
+        Ok(Nginx { guard, port, cert })
+    }
+}
+
+/// vsftpd as the current user (`run_as_launching_user`: no chroot, so its
+/// paths are absolute like sshd's), anonymous login with uploads allowed,
+/// passive mode on 127.0.0.1.
+#[derive(Debug)]
+pub struct Vsftpd {
+    pub guard: Guard,
+    pub port: u16,
+}
+
+impl Vsftpd {
+    pub fn start(dir: &Path, root: &Path) -> Result<Vsftpd> {
+        let Some(vsftpd) = which_server("vsftpd") else {
+            bail!("vsftpd not installed (apt-get install vsftpd)");
+        };
+        fs::create_dir_all(dir)?;
+        let port = free_port()?;
+        let conf = dir.join("vsftpd.conf");
+        fs::write(
+            &conf,
+            format!(
+                "listen=YES\nlisten_address=127.0.0.1\nlisten_port={port}\nbackground=NO\n\
+                 run_as_launching_user=YES\nanonymous_enable=YES\nno_anon_password=YES\n\
+                 anon_root={root}\nlocal_enable=NO\nwrite_enable=YES\nanon_upload_enable=YES\n\
+                 anon_mkdir_write_enable=YES\nanon_other_write_enable=YES\nanon_umask=022\n\
+                 pasv_enable=YES\npasv_address=127.0.0.1\nseccomp_sandbox=NO\nxferlog_enable=NO\n\
+                 max_clients=500\nmax_per_ip=500\ndirmessage_enable=NO\nconnect_from_port_20=NO\n\
+                 vsftpd_log_file={log}\n",
+                root = root.display(),
+                log = dir.join("vsftpd.log").display(),
+            ),
+        )?;
+        let mut cmd = Command::new(&vsftpd);
+        cmd.arg(&conf)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(dir.join("vsftpd.err"))?);
+        let (guard, _child) = Guard::spawn("vsftpd", cmd)?;
+        if let Err(e) = wait_port(port, &guard, Duration::from_secs(10), false) {
+            bail!("{e}; vsftpd says:\n{}", log_tail(&dir.join("vsftpd.err")));
+        }
+        Ok(Vsftpd { guard, port })
+    }
+}
+
+/// Wait (at most 3 s) until a forking server (sshd, vsftpd) has no session
+/// children left, so that its CPU count includes the last client's.
+pub fn wait_no_children(pid: i32) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !crate::proc::children(pid).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

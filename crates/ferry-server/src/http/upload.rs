@@ -1,0 +1,565 @@
+//! Changes, when the server is writable: PUT (atomic upload), DELETE and
+//! MKCOL. The caller has checked the token and `--writable`.
+//!
+//! PUT streams the body into `.NAME.ferry-upload-XXXXXXXX` beside the final
+//! name and renames it over the final name only once the whole body has
+//! arrived (and matched `Content-Length`). A body that ends early, a
+//! connection that drops, or a request future that hyper drops, all leave
+//! the final name untouched and remove the temporary file ([`TempGuard`]).
+//! Missing parent directories are created, like nginx's
+//! `create_full_put_path`, inside the root.
+//!
+//! A PUT with `Content-Range: bytes START-END/TOTAL` resumes an upload:
+//! its bytes are written at START into `.NAME.ferry-upload-part` (START
+//! may not be past what the part file holds: no holes), and the part file
+//! is renamed over NAME once it holds TOTAL bytes (`201`/`204`); until then
+//! the answer is `202 Accepted` with `Range: bytes=0-LAST` (what the server
+//! holds). `Content-Range: bytes */TOTAL` with no body asks for that state.
+//! What arrived before a cut stays in the part file for the next attempt.
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::net::SocketAddr;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use http::header::{CONTENT_LENGTH, CONTENT_RANGE, RANGE};
+use http::{Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use tokio::task::JoinHandle;
+
+use super::body::RespBody;
+use super::listing::UPLOAD_MARK;
+use super::{io_refusal, refuse, resolve, text};
+use crate::Shared;
+
+/// Received bytes gathered before one blocking write (1 MiB).
+pub const WRITE_BATCH: usize = 1024 * 1024;
+
+/// Removes the temporary file unless the upload was committed.
+struct TempGuard {
+    path: Option<PathBuf>,
+}
+
+impl Drop for TempGuard {
+    fn drop(&mut self) {
+        if let Some(p) = self.path.take() {
+            let _ = fs::remove_file(&p);
+        }
+    }
+}
+
+fn join<T>(r: Result<io::Result<T>, tokio::task::JoinError>) -> io::Result<T> {
+    r.map_err(io::Error::other)?
+}
+
+/// Where an upload lands, with its parents made.
+#[derive(Clone)]
+struct Place {
+    parent: PathBuf,
+    name: String,
+    dest: PathBuf,
+    shown: String,
+    /// Something (not a directory) already has the final name.
+    existed: bool,
+}
+
+impl Place {
+    /// The part file a ranged PUT (resume) writes into.
+    fn part(&self) -> PathBuf {
+        self.parent.join(format!(".{}{UPLOAD_MARK}part", self.name))
+    }
+}
+
+/// Make the parents, check they are still inside the root and say whether
+/// the final name exists. Blocking.
+fn place(root: &crate::Root, client: &[u8]) -> Result<Place, Refused> {
+    let resolved = root.resolve(client, true).map_err(Refused::Confine)?;
+    let Some(parent) = resolved.real.parent().map(Path::to_path_buf) else {
+        return Err(Refused::Status(
+            StatusCode::FORBIDDEN,
+            "cannot write the root",
+        ));
+    };
+    let Some(name) = resolved
+        .real
+        .file_name()
+        .and_then(|n| n.to_str())
+        .map(str::to_string)
+    else {
+        return Err(Refused::Status(StatusCode::BAD_REQUEST, "no file name"));
+    };
+    fs::create_dir_all(&parent).map_err(|e| Refused::Io(e, resolved.virtual_path.clone()))?;
+    // Checked again now that the parents exist: a symlink swapped in while
+    // they were made must not carry the file out of the root.
+    let again = root.resolve(client, true).map_err(Refused::Confine)?;
+    if again.real != resolved.real {
+        return Err(Refused::Status(
+            StatusCode::CONFLICT,
+            "the path changed during the upload",
+        ));
+    }
+    let existed = match fs::symlink_metadata(&resolved.real) {
+        Ok(m) if m.is_dir() => {
+            return Err(Refused::Status(
+                StatusCode::CONFLICT,
+                "a directory has this name",
+            ))
+        }
+        Ok(_) => true,
+        Err(_) => false,
+    };
+    Ok(Place {
+        parent,
+        name,
+        dest: resolved.real,
+        shown: resolved.virtual_path,
+        existed,
+    })
+}
+
+/// A fresh `.NAME.ferry-upload-XXXXXXXX` beside the final name. Blocking.
+fn temp_file(p: &Place) -> Result<(File, PathBuf), Refused> {
+    for _ in 0..8 {
+        let tmp = p.parent.join(format!(
+            ".{}{UPLOAD_MARK}{:08x}",
+            p.name,
+            rand::random::<u32>()
+        ));
+        match OpenOptions::new().write(true).create_new(true).open(&tmp) {
+            Ok(f) => return Ok((f, tmp)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(Refused::Io(e, p.shown.clone())),
+        }
+    }
+    Err(Refused::Status(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "cannot create a temporary file",
+    ))
+}
+
+enum Refused {
+    Confine(crate::ConfineError),
+    Status(StatusCode, &'static str),
+    Io(io::Error, String),
+}
+
+impl Refused {
+    fn response(&self) -> Response<RespBody> {
+        match self {
+            Refused::Confine(e) => super::refusal(e),
+            Refused::Status(s, m) => text(*s, &format!("{m}\n")),
+            Refused::Io(e, shown) if e.raw_os_error() == Some(20) => text(
+                StatusCode::CONFLICT,
+                &format!("{shown}: a parent is a file\n"),
+            ),
+            Refused::Io(e, shown) => io_refusal(e, shown),
+        }
+    }
+}
+
+/// `Content-Range` of a PUT: the bytes this request carries, or (with
+/// `*`) a question about how much of the upload the server has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PutRange {
+    /// `bytes */TOTAL`
+    Status { total: u64 },
+    /// `bytes START-END/TOTAL` (END inclusive)
+    Write { start: u64, end: u64, total: u64 },
+}
+
+pub fn parse_put_range(v: &str) -> Option<PutRange> {
+    let rest = v.trim().strip_prefix("bytes")?.trim_start();
+    let (span, total) = rest.split_once('/')?;
+    let total: u64 = total.trim().parse().ok()?;
+    let span = span.trim();
+    if span == "*" {
+        return Some(PutRange::Status { total });
+    }
+    let (a, b) = span.split_once('-')?;
+    let (start, end): (u64, u64) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+    (start <= end && end < total).then_some(PutRange::Write { start, end, total })
+}
+
+/// Write one batch at `at` on the blocking pool; the file comes back for
+/// the next.
+fn write_batch(f: File, at: u64, batch: Vec<Bytes>) -> JoinHandle<io::Result<File>> {
+    tokio::task::spawn_blocking(move || {
+        let mut at = at;
+        for b in &batch {
+            f.write_all_at(b, at)?;
+            at += b.len() as u64;
+        }
+        Ok(f)
+    })
+}
+
+/// Stream the request body into `file` from offset `at`, at most `limit`
+/// bytes. Returns the file and how many bytes arrived (all written).
+async fn receive(
+    mut body: Incoming,
+    file: File,
+    at: u64,
+    limit: Option<u64>,
+    shown: &str,
+    peer: SocketAddr,
+) -> Result<(File, u64), Response<RespBody>> {
+    let mut file = Some(file);
+    let mut pending: Option<JoinHandle<io::Result<File>>> = None;
+    let mut batch: Vec<Bytes> = Vec::new();
+    let mut batch_at = at;
+    let mut batched = 0u64;
+    let mut received = 0u64;
+    let mut ended = false;
+    loop {
+        if !ended {
+            match body.frame().await {
+                None => ended = true,
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        received += data.len() as u64;
+                        if limit.is_some_and(|l| received > l) {
+                            return Err(text(
+                                StatusCode::BAD_REQUEST,
+                                "more data than Content-Length or Content-Range said\n",
+                            ));
+                        }
+                        batched += data.len() as u64;
+                        batch.push(data);
+                    }
+                }
+                Some(Err(e)) => {
+                    tracing::info!(%peer, "upload of {shown} cut short after {received} bytes: {e}");
+                    return Err(text(StatusCode::BAD_REQUEST, "the upload was cut short\n"));
+                }
+            }
+        }
+        if batched >= WRITE_BATCH as u64 || (ended && !batch.is_empty()) {
+            // One write in flight while the next batch arrives.
+            if let Some(p) = pending.take() {
+                file = Some(join(p.await).map_err(|e| io_refusal(&e, shown))?);
+            }
+            if let Some(f) = file.take() {
+                pending = Some(write_batch(f, batch_at, std::mem::take(&mut batch)));
+            }
+            batch_at += batched;
+            batched = 0;
+        }
+        if ended && batch.is_empty() {
+            break;
+        }
+    }
+    if let Some(p) = pending.take() {
+        file = Some(join(p.await).map_err(|e| io_refusal(&e, shown))?);
+    }
+    match file {
+        Some(f) => Ok((f, received)),
+        None => Err(text(StatusCode::INTERNAL_SERVER_ERROR, "internal error\n")),
+    }
+}
+
+fn created_or_replaced(existed: bool) -> Response<RespBody> {
+    if existed {
+        let mut r = Response::new(super::body::empty());
+        *r.status_mut() = StatusCode::NO_CONTENT;
+        r
+    } else {
+        text(StatusCode::CREATED, "created\n")
+    }
+}
+
+/// `202 Accepted` with `Range: bytes=0-LAST` saying how much of a ranged
+/// upload the server holds (no `Range` when it holds nothing).
+fn incomplete(have: u64, total: u64) -> Response<RespBody> {
+    let mut r = text(
+        StatusCode::ACCEPTED,
+        &format!("have {have} of {total} bytes\n"),
+    );
+    if have > 0 {
+        r.headers_mut()
+            .insert(RANGE, super::hv(&format!("bytes=0-{}", have - 1)));
+    }
+    r
+}
+
+pub async fn put(shared: &Shared, req: Request<Incoming>, peer: SocketAddr) -> Response<RespBody> {
+    let range = match req.headers().get(CONTENT_RANGE) {
+        None => None,
+        Some(v) => match v.to_str().ok().and_then(parse_put_range) {
+            Some(r) => Some(r),
+            None => {
+                let r = text(
+                    StatusCode::BAD_REQUEST,
+                    "bad Content-Range: want bytes START-END/TOTAL or bytes */TOTAL\n",
+                );
+                return refuse(req, r).await;
+            }
+        },
+    };
+    let declared = match req.headers().get(CONTENT_LENGTH) {
+        None => None,
+        Some(v) => match v.to_str().ok().and_then(|s| s.trim().parse::<u64>().ok()) {
+            Some(n) => Some(n),
+            None => {
+                let r = text(StatusCode::BAD_REQUEST, "bad Content-Length\n");
+                return refuse(req, r).await;
+            }
+        },
+    };
+    // Confine first (lexically and against the existing prefix), then
+    // make the parents on the blocking pool.
+    let (resolved, trailing) = match resolve(shared, req.uri(), true).await {
+        Ok(r) => r,
+        Err(resp) => return refuse(req, resp).await,
+    };
+    if trailing || resolved.virtual_path == "/" {
+        let r = text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "PUT needs a file name, not a directory\n",
+        );
+        return refuse(req, r).await;
+    }
+    let decoded: Vec<u8> = resolved.virtual_path.as_bytes().to_vec();
+    let root = shared.root.clone();
+    let place = match tokio::task::spawn_blocking(move || place(&root, &decoded)).await {
+        Ok(Ok(p)) => p,
+        Ok(Err(r)) => return refuse(req, r.response()).await,
+        Err(e) => {
+            let r = io_refusal(&io::Error::other(e), &resolved.virtual_path);
+            return refuse(req, r).await;
+        }
+    };
+    match range {
+        None => put_whole(place, req, declared, peer).await,
+        Some(PutRange::Status { total }) => {
+            let part = place.part();
+            let have =
+                tokio::task::spawn_blocking(move || fs::metadata(part).map_or(0, |m| m.len()))
+                    .await
+                    .unwrap_or(0);
+            refuse(req, incomplete(have, total)).await
+        }
+        Some(PutRange::Write { start, end, total }) => {
+            put_part(place, req, declared, (start, end, total), peer).await
+        }
+    }
+}
+
+/// A whole-file PUT: temporary file, renamed when complete.
+async fn put_whole(
+    place: Place,
+    req: Request<Incoming>,
+    declared: Option<u64>,
+    peer: SocketAddr,
+) -> Response<RespBody> {
+    let (file, tmp) = {
+        let p = place.clone();
+        match tokio::task::spawn_blocking(move || temp_file(&p)).await {
+            Ok(Ok(x)) => x,
+            Ok(Err(r)) => return refuse(req, r.response()).await,
+            Err(e) => return refuse(req, io_refusal(&io::Error::other(e), &place.shown)).await,
+        }
+    };
+    let mut guard = TempGuard {
+        path: Some(tmp.clone()),
+    };
+    let shown = place.shown.clone();
+    let (file, received) = match receive(req.into_body(), file, 0, declared, &shown, peer).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    if declared.is_some_and(|d| received != d) {
+        tracing::info!(%peer, "upload of {shown}: {received} bytes, Content-Length said {declared:?}");
+        return text(StatusCode::BAD_REQUEST, "less data than Content-Length\n");
+    }
+    let dest = place.dest.clone();
+    let done = tokio::task::spawn_blocking(move || {
+        drop(file);
+        fs::rename(&tmp, &dest)
+    })
+    .await;
+    if let Err(e) = join(done) {
+        return io_refusal(&e, &shown);
+    }
+    guard.path = None; // renamed: nothing to remove
+    tracing::info!(%peer, "uploaded {shown} ({received} bytes)");
+    created_or_replaced(place.existed)
+}
+
+/// A ranged PUT: the bytes go into `.NAME.ferry-upload-part` at their
+/// offset; when the part file holds TOTAL bytes it is renamed over the
+/// final name. What arrived before a cut stays, for the next attempt.
+async fn put_part(
+    place: Place,
+    req: Request<Incoming>,
+    declared: Option<u64>,
+    (start, end, total): (u64, u64, u64),
+    peer: SocketAddr,
+) -> Response<RespBody> {
+    let len = end - start + 1;
+    if declared.is_some_and(|d| d != len) {
+        let r = text(
+            StatusCode::BAD_REQUEST,
+            "Content-Length does not match Content-Range\n",
+        );
+        return refuse(req, r).await;
+    }
+    let part = place.part();
+    let p2 = part.clone();
+    let opened = tokio::task::spawn_blocking(move || -> io::Result<(File, u64)> {
+        let f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&p2)?;
+        let have = f.metadata()?.len();
+        Ok((f, have))
+    })
+    .await;
+    let (file, have) = match join(opened) {
+        Ok(x) => x,
+        Err(e) => return refuse(req, io_refusal(&e, &place.shown)).await,
+    };
+    if start > have {
+        // A gap would leave a hole of zeros in the file: the client must
+        // go on from what the server has.
+        let mut r = incomplete(have, total);
+        *r.status_mut() = StatusCode::RANGE_NOT_SATISFIABLE;
+        return refuse(req, r).await;
+    }
+    let shown = place.shown.clone();
+    let (file, received) =
+        match receive(req.into_body(), file, start, Some(len), &shown, peer).await {
+            Ok(x) => x,
+            Err(r) => return r,
+        };
+    if received != len {
+        return text(
+            StatusCode::BAD_REQUEST,
+            "less data than Content-Range said\n",
+        );
+    }
+    let dest = place.dest.clone();
+    enum Done {
+        Complete,
+        Have(u64),
+        TooLong,
+    }
+    let done = tokio::task::spawn_blocking(move || -> io::Result<Done> {
+        let have = file.metadata()?.len();
+        drop(file);
+        if have == total {
+            fs::rename(&part, &dest)?;
+            return Ok(Done::Complete);
+        }
+        if have > total {
+            // Written under another TOTAL: unusable, start again.
+            let _ = fs::remove_file(&part);
+            return Ok(Done::TooLong);
+        }
+        Ok(Done::Have(have))
+    })
+    .await;
+    match join(done) {
+        Ok(Done::Complete) => {
+            tracing::info!(%peer, "uploaded {shown} ({total} bytes, in parts)");
+            created_or_replaced(place.existed)
+        }
+        Ok(Done::Have(have)) => incomplete(have, total),
+        Ok(Done::TooLong) => text(
+            StatusCode::CONFLICT,
+            "the partial upload is longer than TOTAL; it was removed, start again from 0\n",
+        ),
+        Err(e) => io_refusal(&e, &shown),
+    }
+}
+
+pub async fn delete(shared: &Shared, req: &Request<Incoming>) -> Response<RespBody> {
+    let (resolved, _) = match resolve(shared, req.uri(), true).await {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    if resolved.virtual_path == "/" {
+        return text(StatusCode::FORBIDDEN, "cannot delete the root\n");
+    }
+    let shown = resolved.virtual_path.clone();
+    let r = tokio::task::spawn_blocking(move || -> io::Result<()> {
+        let m = fs::symlink_metadata(&resolved.real)?;
+        if m.is_dir() {
+            fs::remove_dir(&resolved.real)
+        } else {
+            fs::remove_file(&resolved.real)
+        }
+    })
+    .await;
+    match join(r) {
+        Ok(()) => {
+            let mut r = Response::new(super::body::empty());
+            *r.status_mut() = StatusCode::NO_CONTENT;
+            r
+        }
+        Err(e) if e.kind() == io::ErrorKind::DirectoryNotEmpty || e.raw_os_error() == Some(39) => {
+            text(
+                StatusCode::CONFLICT,
+                &format!("{shown}: directory not empty\n"),
+            )
+        }
+        Err(e) => io_refusal(&e, &shown),
+    }
+}
+
+pub async fn mkcol(shared: &Shared, req: &Request<Incoming>) -> Response<RespBody> {
+    let (resolved, _) = match resolve(shared, req.uri(), true).await {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    let shown = resolved.virtual_path.clone();
+    let r = tokio::task::spawn_blocking(move || fs::create_dir(&resolved.real)).await;
+    match join(r) {
+        Ok(()) => text(StatusCode::CREATED, "created\n"),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            &format!("{shown}: already exists\n"),
+        ),
+        // RFC 4918 §9.3.1: a missing parent is a conflict.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => text(
+            StatusCode::CONFLICT,
+            &format!("{shown}: the parent directory does not exist\n"),
+        ),
+        Err(e) => io_refusal(&e, &shown),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn put_ranges() {
+        assert_eq!(
+            parse_put_range("bytes 0-9/100"),
+            Some(PutRange::Write {
+                start: 0,
+                end: 9,
+                total: 100
+            })
+        );
+        assert_eq!(
+            parse_put_range("bytes */100"),
+            Some(PutRange::Status { total: 100 })
+        );
+        for bad in [
+            "bytes 9-0/100",
+            "bytes 0-100/100",
+            "bytes 0-9/*",
+            "bytes=0-9/100",
+            "0-9/100",
+            "bytes 0-9",
+            "bytes a-b/100",
+            "",
+        ] {
+            assert_eq!(parse_put_range(bad), None, "{bad}");
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! `ferry bench` end to end, tiny: the small set scaled down, one run, a
+//! PATH from which rclone, lftp and aria2c are hidden. Checks that the JSON
+//! parses, that ferry's cells against `ferry serve` were verified in both
+//! directions, and that the hidden peers' cells are marked skipped. Timings
+//! are printed by the bench, never asserted.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::os::unix::fs::symlink;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// A directory of symlinks to the tools the bench may use, minus the ones
+/// this test pretends are not installed.
+fn restricted_path(dir: &Path) -> String {
+    let keep = [
+        "ssh",
+        "sftp",
+        "scp",
+        "ssh-keygen",
+        "curl",
+        "openssl",
+        "id",
+        "sh",
+        "bash",
+    ];
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for prog in keep {
+        if let Some(p) = std::env::split_paths(&path)
+            .map(|d| d.join(prog))
+            .find(|p| p.is_file())
+        {
+            let _ = symlink(p, dir.join(prog));
+        }
+    }
+    dir.display().to_string()
+}
+
+#[test]
+fn bench_quick_small_verifies_ferry_and_skips_missing_peers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let json = tmp.path().join("bench.json");
+    let svg = tmp.path().join("bench.svg");
+    let out = Command::new(env!("CARGO_BIN_EXE_ferry"))
+        .args([
+            "bench",
+            "--quick",
+            "--sets",
+            "small",
+            "--runs",
+            "1",
+            "--scale",
+            "0.05",
+            "--clients",
+            "ferry,sftp,rclone,lftp-mirror,aria2c",
+            "--timeout",
+            "120",
+        ])
+        .arg("--dir")
+        .arg(tmp.path().join("work"))
+        .arg("--json")
+        .arg(&json)
+        .arg("--plot")
+        .arg(&svg)
+        .env("PATH", restricted_path(&bin))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run ferry bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "ferry bench failed: {}\n{stdout}\n{stderr}",
+        out.status
+    );
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).expect("JSON parses");
+    let cells = doc["cells"].as_array().expect("cells");
+    for dir in ["download", "upload"] {
+        let ferry = cells
+            .iter()
+            .find(|c| {
+                c["client"] == "ferry" && c["server"] == "ferry serve" && c["direction"] == dir
+            })
+            .unwrap_or_else(|| panic!("no ferry -> ferry serve {dir} cell:\n{stdout}"));
+        assert_eq!(ferry["status"], "ok", "{ferry:#}");
+        assert_eq!(ferry["verified"], true, "{ferry:#}");
+        assert!(ferry["mb_per_s"].as_f64().unwrap() > 0.0);
+    }
+    for missing in ["rclone", "lftp-mirror", "aria2c"] {
+        let these: Vec<_> = cells.iter().filter(|c| c["client"] == missing).collect();
+        assert!(!these.is_empty(), "no {missing} cells");
+        for c in these {
+            assert_eq!(c["status"], "skipped", "{c:#}");
+        }
+    }
+    // A cell is never both failed and carrying a number.
+    for c in cells {
+        if c["status"] != "ok" {
+            assert!(c["mb_per_s"].is_null(), "{c:#}");
+            assert!(c["reason"].is_string(), "{c:#}");
+        }
+    }
+    assert!(doc["machine"]["cores"].as_u64().unwrap() >= 1);
+    let plot = std::fs::read_to_string(&svg).unwrap();
+    assert!(plot.starts_with("<svg") && plot.contains("ferry cp"));
+}

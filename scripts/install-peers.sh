@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Install what ferry's tests and its scorecard talk to, where missing
+# (Debian/Ubuntu, apt-get): OpenSSH server and clients, nginx with WebDAV,
+# curl, aria2, lftp, rclone, vsftpd, openssl, and the system tools the test
+# harness uses.
+#
+# Usage: scripts/install-peers.sh [--strict]
+#   --strict (scripts/test.sh): fail when something cannot be installed.
+#   default  (scripts/demo.sh): carry on; ferry bench skips missing peers.
+set -euo pipefail
+strict=0
+[ "${1-}" = --strict ] && strict=1
+missing=()
+want() { # want PACKAGE TEST...  (PACKAGE is needed unless every TEST passes)
+    local pkg=$1
+    shift
+    local t
+    for t in "$@"; do
+        if ! eval "$t" >/dev/null 2>&1; then
+            case " ${missing[*]-} " in
+            *" $pkg "*) ;;
+            *) missing+=("$pkg") ;;
+            esac
+            return
+        fi
+    done
+}
+want openssh-server 'test -x /usr/sbin/sshd'
+want openssh-sftp-server 'test -x /usr/lib/openssh/sftp-server'
+want openssh-client 'command -v ssh' 'command -v sftp' 'command -v scp' 'command -v ssh-keygen'
+want passwd 'command -v useradd' 'command -v chpasswd'
+want mount 'command -v mount' 'command -v umount'
+want procps 'test -x /usr/bin/kill || test -x /bin/kill'
+want util-linux 'command -v setsid'
+want libc-bin 'command -v getent'
+# HTTP(S) peers: nginx (with WebDAV for PUT), curl, aria2; openssl makes
+# test certificates. FTP and the bench's peer clients: vsftpd, lftp, rclone.
+want nginx-light 'test -x /usr/sbin/nginx'
+want libnginx-mod-http-dav-ext 'test -e /usr/lib/nginx/modules/ngx_http_dav_ext_module.so'
+want curl 'command -v curl'
+want aria2 'command -v aria2c'
+want openssl 'command -v openssl'
+want lftp 'command -v lftp'
+want vsftpd 'test -x /usr/sbin/vsftpd'
+want rclone 'command -v rclone'
+
+if ((${#missing[@]} == 0)); then
+    exit 0
+fi
+give_up() {
+    echo "install-peers: $1" >&2
+    if ((strict)); then exit 1; fi
+    echo "install-peers: carrying on; ferry bench skips what is missing" >&2
+    exit 0
+}
+echo "install-peers: installing: ${missing[*]}" >&2
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null 2>&1 || give_up "need root or sudo to install: ${missing[*]}"
+    sudo=(sudo)
+fi
+command -v apt-get >/dev/null 2>&1 || give_up "no apt-get; please install: ${missing[*]}"
+"${sudo[@]}" apt-get update -qq || give_up "apt-get update failed"
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" ||
+    give_up "apt-get install ${missing[*]} failed"
