@@ -16,8 +16,10 @@ Cases:
                      connection)
   h2-windows         1 x 1 GiB over h2: ferry with hyper's default flow
                      control vs the tuned 16 MiB / 64 MiB / 1 MiB frame
+  runtime            ferry with FERRY_HTTP_THREADS=0 (one thread), 1, 2
 
 Usage: bench/http-bench.py [--runs 3] [--ferry target/release/ferry] [--quick]
+                           [--only CASES] [--rtt-ms 20 [--linkem PATH]]
 Python 3.9+, standard library only.
 """
 
@@ -117,6 +119,20 @@ http {{
     raise SystemExit("nginx did not start:\n" + (d / "error.log").read_text())
 
 
+def start_linkem(linkem: str, port: int, rtt_ms: float) -> int:
+    """ferry-linkem in front of `port`; returns the port to connect to."""
+    if not Path(linkem).exists():
+        raise SystemExit(f"--rtt-ms needs ferry-linkem at {linkem}: cargo build --release -p ferry-linkem")
+    p = subprocess.Popen([linkem, "--listen", "127.0.0.1:0", "--upstream", f"127.0.0.1:{port}",
+                          "--delay-ms", f"{rtt_ms / 2:g}"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    CHILDREN.append(p)
+    line = p.stdout.readline().strip() if p.stdout else ""
+    if not line.startswith("listening "):
+        raise SystemExit(f"ferry-linkem did not start: {line!r}")
+    return int(line.rsplit(":", 1)[1])
+
+
 def make_data(www: Path, quick: bool) -> dict:
     huge = GiB // (16 if quick else 1)
     n_small = 1000 // (4 if quick else 1)
@@ -172,6 +188,8 @@ def main() -> None:
     ap.add_argument("--ferry", default=str(Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target")) / "release/ferry"))
     ap.add_argument("--quick", action="store_true", help="64 MiB instead of 1 GiB, 250 small files")
     ap.add_argument("--only", default="", help="comma-separated case names")
+    ap.add_argument("--rtt-ms", type=float, default=0, help="add this round-trip time with ferry-linkem")
+    ap.add_argument("--linkem", default=str(Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target")) / "release/ferry-linkem"))
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *a: (stop_all(), sys.exit(1)))
     base = Path(tempfile.mkdtemp(prefix="ferry-http-bench-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
@@ -188,6 +206,8 @@ def run(args, base: Path) -> None:
     log("making data...")
     sizes = make_data(www, args.quick)
     https, _http = start_nginx(base, www)
+    if args.rtt_ms > 0:
+        https = start_linkem(args.linkem, https, args.rtt_ms)
     cert = str(base / "cert.pem")
     url = lambda p: f"https://127.0.0.1:{https}{p}"  # noqa: E731
     ferry = args.ferry
@@ -221,6 +241,8 @@ def run(args, base: Path) -> None:
         ],
         "small": [
             ("ferry -P32", F + ["-P", "32", *small_urls, str(out)], "small"),
+            ("ferry (default -P 64)", F + [*small_urls, str(out)], "small"),
+            ("ferry -P128", F + ["-P", "128", *small_urls, str(out)], "small"),
             ("curl --parallel", ["curl", "-sS", "--fail", "--http2", "--cacert", cert, "--parallel",
                                  "--parallel-max", "32", "-K", str(curl_list)], "small"),
             ("curl seq", ["curl", "-sS", "--fail", "--http2", "--cacert", cert, "-K", str(curl_list)], "small"),
@@ -231,6 +253,15 @@ def run(args, base: Path) -> None:
                                           "--h2-frame", "16384", url("/huge.bin"), str(out / "huge.bin")], "huge"),
             ("ferry 4M/16M/1M", F + ["--http2", "--h2-window", str(4 << 20), "--h2-conn-window", str(16 << 20),
                                      url("/huge.bin"), str(out / "huge.bin")], "huge"),
+        ],
+        "runtime": [
+            (f"ferry h2 threads={t}", ["env", f"FERRY_HTTP_THREADS={t}"] + F + ["--http2", url("/huge.bin"), str(out / "huge.bin")], "huge")
+            for t in (0, 1, 2)
+        ] + [
+            (f"ferry h1 threads={t}", ["env", f"FERRY_HTTP_THREADS={t}"] + F + ["--http1.1", url("/huge.bin"), str(out / "huge.bin")], "huge")
+            for t in (0, 2)
+        ] + [
+            ("ferry -P32 threads=0", ["env", "FERRY_HTTP_THREADS=0"] + F + ["-P", "32", *small_urls, str(out)], "small"),
         ],
     }
     if args.only:
@@ -279,6 +310,7 @@ def run(args, base: Path) -> None:
             "nginx": version([NGINX, "-v"]),
         },
         "sizes": sizes,
+        "rtt_ms": args.rtt_ms,
         "runs": args.runs,
     }
     dest = REPO / "bench" / "runs" / time.strftime("%Y-%m-%d", time.gmtime())

@@ -99,14 +99,21 @@ fn describe(l: &Location) -> String {
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, TransferError> {
-    // Two workers: TLS decryption on one, writing files on the other.
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(2)
-        .clamp(1, 4);
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .enable_all()
+    // FERRY_HTTP_THREADS (tuning): 0 runs everything on this thread;
+    // N > 0 uses N worker threads (default 2: TLS and HTTP/2 framing on
+    // one, writing files on the other).
+    let threads = std::env::var("FERRY_HTTP_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(2);
+    let mut b = if threads == 0 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(threads.min(16));
+        b
+    };
+    b.enable_all()
         .build()
         .map_err(|e| TransferError::Local(format!("cannot start a runtime: {e}")))
 }
@@ -594,7 +601,9 @@ async fn single(
         );
     }
     let mut h = HeaderMap::new();
-    if ctx.compressed {
+    // Only plain (identity) downloads are resumed: byte offsets into a
+    // decoded file mean nothing in an encoded one.
+    if ctx.compressed && if_range.is_none() {
         h.insert("accept-encoding", HeaderValue::from_static("zstd, gzip"));
     }
     if let Some(v) = &if_range {
@@ -615,6 +624,14 @@ async fn single(
         resp = ctx.client.get(&job.url, &h).await?;
     }
     let mut resp = resp.error_for_status()?;
+    if resp.url.is_dir() && !job.url.is_dir() {
+        // nginx and Apache redirect a directory to DIR/: never save its
+        // index page as if it were the file.
+        return Err(TransferError::Usage(format!(
+            "{}: is a directory (the server redirected to {}); use -r to copy it",
+            job.url, resp.url
+        )));
+    }
     let total = match resp.status {
         StatusCode::PARTIAL_CONTENT if have > 0 => match content_range(&resp) {
             Some((a, _, total)) if a == have => total,
@@ -634,10 +651,17 @@ async fn single(
         }
         _ => {
             if have > 0 {
-                eprintln!(
-                    "ferry: {}: the file changed on the server since the partial download; starting over",
-                    job.url
-                );
+                if validator(&resp.headers) == if_range {
+                    eprintln!(
+                        "ferry: {}: the server does not continue downloads (no Range support); starting over",
+                        job.url
+                    );
+                } else {
+                    eprintln!(
+                        "ferry: {}: the file changed on the server since the partial download; starting over",
+                        job.url
+                    );
+                }
                 have = 0;
             }
             resp.content_length()
@@ -657,7 +681,8 @@ async fn single(
     // A small file is fetched again faster than a resume record is kept
     // (three more file operations per file, a third of the time for
     // 1000 x 20 kB on tmpfs).
-    let worth_resuming = !identity || total.is_none_or(|t| t - have >= NO_RESUME_BELOW);
+    let worth_resuming =
+        identity && total.is_none_or(|t| t.saturating_sub(have) >= NO_RESUME_BELOW);
     if worth_resuming {
         state
             .write(&p.journal)

@@ -27,7 +27,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(
     name = "ferry",
     version,
-    about = "Move files fast: SFTP today; HTTP(S) and FTP next",
+    about = "Move files fast over SFTP and HTTP(S); FTP next",
     propagate_version = true
 )]
 struct Cli {
@@ -54,7 +54,8 @@ enum Cmd {
 #[derive(Args)]
 struct CpArgs {
     /// Sources then the destination: local paths, sftp://[user@]host[:port]/path
-    /// (sftp://host/~/path is relative to home), or [user@]host:path as in scp.
+    /// (sftp://host/~/path is relative to home), [user@]host:path as in scp,
+    /// or http(s)://[user:pass@]host[:port]/path (a directory URL ends with /).
     #[arg(required = true, num_args = 2.., value_name = "SRC... DST")]
     paths: Vec<String>,
     /// Copy directories recursively.
@@ -70,7 +71,9 @@ struct CpArgs {
     #[arg(short = 'P', long = "parallel", value_name = "N", default_value_t = CopyOptions::default().parallel)]
     parallel: usize,
     /// SSH connections to use; a large file is split into ranges over them
-    /// [default: 1 for downloads, 4 for uploads, as measured].
+    /// [default: 1 for downloads, 4 for uploads, as measured]. Over HTTP(S):
+    /// byte ranges of each file fetched in parallel (h2 streams or HTTP/1.1
+    /// connections) [default: 1].
     #[arg(long, value_name = "N")]
     streams: Option<usize>,
     /// Bytes per SFTP request (e.g. 32k, 256k, 1M); capped by the server's limits.

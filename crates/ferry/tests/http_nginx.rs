@@ -410,6 +410,13 @@ fn recursive_download_of_an_autoindex() {
     }
     assert!(out.path().join("tree/empty").is_dir());
     assert!(part_files(out.path()).is_empty());
+    // Without -r a directory is refused, not saved as its index page.
+    let mut a = cacert(&ng);
+    a.extend([ng.https("/tree"), s(&out.path().join("page"))]);
+    let o = cp(&a);
+    assert_eq!(o.status.code(), Some(2), "{}", describe(&o));
+    assert!(stderr_text(&o).contains("use -r"), "{}", describe(&o));
+    assert!(!out.path().join("page").exists());
     // Without the trailing slash nginx redirects to the directory.
     let out2 = tempdir();
     let mut a = cacert(&ng);
@@ -784,4 +791,33 @@ fn recursive_download_of_a_json_listing_refuses_unsafe_names() {
         list_dir(&out.path().join("jsondir")),
         vec!["a.bin".to_string(), "sub".to_string()]
     );
+}
+
+#[test]
+fn resume_against_a_server_without_ranges_starts_over_correctly() {
+    let Some(ng) = nginx_or_skip("resume_against_a_server_without_ranges") else {
+        return;
+    };
+    let src = ng.www().join("slow/n.bin");
+    let h = make_file(&src, 5 * MIB, 21);
+    let out = tempdir();
+    let dst = out.path().join("n.bin");
+    let part = interrupted(&ng, "n.bin", &dst, &[]);
+    assert!(part.exists());
+    // The same file (same mtime and size, so the same ETag) where nginx
+    // ignores Range: a 200 with the same validator.
+    let copy = ng.www().join("noranges/n.bin");
+    fs::copy(&src, &copy).unwrap();
+    set_mtime(&copy, mtime_of(&src) as u64);
+    let mut a = cacert(&ng);
+    a.extend(["--resume".into(), ng.https("/noranges/n.bin"), s(&dst)]);
+    let o = cp(&a);
+    assert_ok(&o, "no ranges");
+    assert!(
+        stderr_text(&o).contains("does not continue downloads"),
+        "{}",
+        describe(&o)
+    );
+    assert_file_hash(&dst, &h, "restarted without ranges");
+    assert!(part_files(out.path()).is_empty());
 }
