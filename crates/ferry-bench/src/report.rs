@@ -270,7 +270,7 @@ pub fn svg(r: &Report) -> String {
     let label_w = 330.0;
     let bar_max = 520.0;
     let row_h = 20.0;
-    let width = label_w + bar_max + 120.0;
+    let width = label_w + bar_max + 240.0;
     let mut y = 60.0;
     let mut body = String::new();
     for ((profile, set, dir), cells) in &groups {

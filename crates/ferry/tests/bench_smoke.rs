@@ -1,9 +1,15 @@
 //! `ferry bench` end to end, tiny: the small set scaled down, one run, a
 //! PATH from which rclone, lftp and aria2c are hidden. Checks that the JSON
-//! parses, that ferry's cells against `ferry serve` were verified in both
-//! directions, and that the hidden peers' cells are marked skipped. Timings
-//! are printed by the bench, never asserted.
+//! parses, that ferry's cells against `ferry serve` (SFTP and HTTPS) were
+//! verified in both directions, and that the hidden peers' cells are marked
+//! skipped. And remote mode against a `ferry serve`: the sweep runs, `--save`
+//! writes hosts.toml, the scratch directory is gone afterwards. Timings are
+//! printed by the bench, never asserted.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[macro_use]
+#[allow(unused_macros)]
+mod common;
 
 use std::os::unix::fs::symlink;
 use std::path::Path;
@@ -53,7 +59,7 @@ fn bench_quick_small_verifies_ferry_and_skips_missing_peers() {
             "--scale",
             "0.05",
             "--clients",
-            "ferry,sftp,rclone,lftp-mirror,aria2c",
+            "ferry,ferry-https,sftp,rclone,lftp-mirror,aria2c",
             "--timeout",
             "120",
         ])
@@ -78,16 +84,18 @@ fn bench_quick_small_verifies_ferry_and_skips_missing_peers() {
     let doc: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&json).unwrap()).expect("JSON parses");
     let cells = doc["cells"].as_array().expect("cells");
-    for dir in ["download", "upload"] {
-        let ferry = cells
-            .iter()
-            .find(|c| {
-                c["client"] == "ferry" && c["server"] == "ferry serve" && c["direction"] == dir
-            })
-            .unwrap_or_else(|| panic!("no ferry -> ferry serve {dir} cell:\n{stdout}"));
-        assert_eq!(ferry["status"], "ok", "{ferry:#}");
-        assert_eq!(ferry["verified"], true, "{ferry:#}");
-        assert!(ferry["mb_per_s"].as_f64().unwrap() > 0.0);
+    for client in ["ferry", "ferry-https"] {
+        for dir in ["download", "upload"] {
+            let ferry = cells
+                .iter()
+                .find(|c| {
+                    c["client"] == client && c["server"] == "ferry serve" && c["direction"] == dir
+                })
+                .unwrap_or_else(|| panic!("no {client} -> ferry serve {dir} cell:\n{stdout}"));
+            assert_eq!(ferry["status"], "ok", "{ferry:#}");
+            assert_eq!(ferry["verified"], true, "{ferry:#}");
+            assert!(ferry["mb_per_s"].as_f64().unwrap() > 0.0);
+        }
     }
     for missing in ["rclone", "lftp-mirror", "aria2c"] {
         let these: Vec<_> = cells.iter().filter(|c| c["client"] == missing).collect();
@@ -106,4 +114,55 @@ fn bench_quick_small_verifies_ferry_and_skips_missing_peers() {
     assert!(doc["machine"]["cores"].as_u64().unwrap() >= 1);
     let plot = std::fs::read_to_string(&svg).unwrap();
     assert!(plot.starts_with("<svg") && plot.contains("ferry cp"));
+}
+
+#[test]
+fn bench_remote_mode_sweeps_saves_and_cleans_up() {
+    let serve = common::serve::FerryServe::start(&["--writable"]);
+    let port = serve.sftp_port.expect("sftp port");
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ferry"))
+        .args(["bench", "--quick", "--save", "--timeout", "120"])
+        .arg(format!("sftp://127.0.0.1:{port}/"))
+        .arg("-i")
+        .arg(serve.key())
+        .arg("-o")
+        .arg(format!(
+            "UserKnownHostsFile={}",
+            serve.known_hosts().display()
+        ))
+        .args([
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "IdentitiesOnly=yes",
+        ])
+        .env("HOME", home.path())
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("SSH_AUTH_SOCK")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run ferry bench URL");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}\n{stdout}\n{stderr}", out.status);
+    assert!(stdout.contains("best settings"), "{stdout}");
+    assert!(
+        stdout.contains("download") && stdout.contains("upload"),
+        "{stdout}"
+    );
+    let hosts = std::fs::read_to_string(home.path().join(".config/ferry/hosts.toml"))
+        .expect("hosts.toml written");
+    assert!(
+        hosts.contains(&format!("[host.\"127.0.0.1:{port}\"")),
+        "{hosts}"
+    );
+    let left: Vec<_> = std::fs::read_dir(serve.root())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "scratch left on the server: {left:?}\n{stderr}"
+    );
 }
