@@ -132,7 +132,18 @@ pub fn run(args: BenchArgs) -> i32 {
         }
     };
     print!("{}", report::table(&report));
+    // A ferry transfer that failed or delivered wrong bytes fails the run
+    // (CI runs --quick); a peer's failure is reported in its cell only.
+    let ferry_failed = report
+        .cells
+        .iter()
+        .filter(|c| c.ferry && c.status == "failed")
+        .count();
     let mut code = 0;
+    if ferry_failed > 0 {
+        eprintln!("ferry bench: {ferry_failed} of ferry's cells FAILED (see the table)");
+        code = 1;
+    }
     if let Some(path) = &args.json {
         match serde_json::to_vec_pretty(&report) {
             Ok(b) => {
