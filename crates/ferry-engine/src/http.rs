@@ -30,7 +30,9 @@ use tokio::sync::Semaphore;
 use crate::error::TransferError;
 use crate::journal;
 use crate::location::{HttpSpec, Location};
-use crate::sftp::{os, set_local_times, side_name, tmp_name, walk_local, with_more};
+use crate::sftp::{
+    check_local_sources, os, set_local_times, side_name, tmp_name, walk_local, with_more,
+};
 use crate::{CopyOptions, Stats, Summary};
 
 /// Smallest byte range worth its own request with `--streams`.
@@ -1124,15 +1126,7 @@ fn upload(
     stats: Arc<Stats>,
 ) -> Result<Summary, TransferError> {
     let started = Instant::now();
-    for s in sources {
-        let m = std::fs::metadata(s).map_err(|e| TransferError::local(s, "cannot read", e))?;
-        if m.is_dir() && !opts.recursive {
-            return Err(TransferError::Usage(format!(
-                "{}: is a directory; use -r to copy it",
-                s.display()
-            )));
-        }
-    }
+    check_local_sources(sources, opts)?;
     // Into the directory URL (trailing /, or several sources), else the
     // URL names the file (or, with -r, the directory) itself.
     let into = dest.url.is_dir() || sources.len() > 1;

@@ -1114,16 +1114,7 @@ pub(crate) fn upload(
     stats: Arc<Stats>,
 ) -> Result<Summary, TransferError> {
     let started = Instant::now();
-    // Check the sources before connecting: a typo should not cost a login.
-    for s in sources {
-        let m = std::fs::metadata(s).map_err(|e| TransferError::local(s, "cannot read", e))?;
-        if m.is_dir() && !opts.recursive {
-            return Err(TransferError::Usage(format!(
-                "{}: is a directory; use -r to copy it",
-                s.display()
-            )));
-        }
-    }
+    check_local_sources(sources, opts)?;
     runtime()?.block_on(async {
         let mut pool = Pool::start(remote, opts, Tuning::UPLOAD_STREAMS).await?;
         let mut handle = pool.handle();
@@ -1271,6 +1262,24 @@ pub(crate) fn upload(
 }
 
 pub(crate) type LocalFiles = Vec<(PathBuf, Vec<u8>, std::fs::Metadata)>;
+
+/// Check local sources before connecting (a typo should not cost a
+/// login): each must exist, and a directory needs `-r`.
+pub(crate) fn check_local_sources(
+    sources: &[PathBuf],
+    opts: &CopyOptions,
+) -> Result<(), TransferError> {
+    for s in sources {
+        let m = std::fs::metadata(s).map_err(|e| TransferError::local(s, "cannot read", e))?;
+        if m.is_dir() && !opts.recursive {
+            return Err(TransferError::Usage(format!(
+                "{}: is a directory; use -r to copy it",
+                s.display()
+            )));
+        }
+    }
+    Ok(())
+}
 
 pub(crate) fn walk_local(
     root: &Path,
