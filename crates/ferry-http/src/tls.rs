@@ -169,12 +169,32 @@ fn roots(opts: &TlsOptions) -> Result<(RootCertStore, Vec<Vec<u8>>), HttpError> 
     Ok((store, Vec::new()))
 }
 
+/// aws-lc-rs with AES-128-GCM preferred over AES-256-GCM (rustls's and
+/// OpenSSL's default first choice). With AES-NI it costs about 30% less
+/// CPU per byte (OpenSSL here: 3.1 against 2.4 GB/s per core) and both
+/// ends of a transfer pay for the cipher; the SSH side prefers aes128-gcm
+/// for the same reason. Both are TLS 1.3's standard suites.
+pub fn provider() -> CryptoProvider {
+    let mut p = rustls::crypto::aws_lc_rs::default_provider();
+    let rank = |s: &rustls::SupportedCipherSuite| match s.suite() {
+        rustls::CipherSuite::TLS13_AES_128_GCM_SHA256 => 0,
+        rustls::CipherSuite::TLS13_AES_256_GCM_SHA384 => 1,
+        _ if s.tls13().is_some() => 2,
+        rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256
+        | rustls::CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256 => 3,
+        _ => 4,
+    };
+    // A stable sort keeps the provider's order within a rank.
+    p.cipher_suites.sort_by_key(rank);
+    p
+}
+
 /// The client configuration: trust as asked, ALPN protocols as given.
 pub fn client_config(
     opts: &TlsOptions,
     alpn: &[&[u8]],
 ) -> Result<Arc<rustls::ClientConfig>, HttpError> {
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let provider = Arc::new(provider());
     let pins = opts
         .pins
         .iter()
