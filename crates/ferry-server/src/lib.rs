@@ -26,6 +26,7 @@
 pub mod confine;
 pub mod http;
 pub mod identity;
+mod readnow;
 pub mod sftp;
 pub mod ssh;
 
