@@ -174,6 +174,10 @@ fn download(
 ) -> Result<Summary, TransferError> {
     let started = Instant::now();
     let client = client(opts)?;
+    tracing::debug!(
+        "client ready in {:.1} ms",
+        started.elapsed().as_secs_f64() * 1e3
+    );
     for s in sources {
         client.trust(&s.url);
     }
@@ -227,6 +231,11 @@ fn download(
                 dst,
             });
         }
+        tracing::debug!(
+            "planned {} files in {:.1} ms",
+            jobs.len(),
+            started.elapsed().as_secs_f64() * 1e3
+        );
         for (d, _) in &dirs {
             std::fs::create_dir_all(d)
                 .map_err(|e| TransferError::local(d, "cannot create directory", e))?;
@@ -268,6 +277,10 @@ fn download(
         while let Some(r) = set.join_next().await {
             note(r);
         }
+        tracing::debug!(
+            "transfers done at {:.1} ms",
+            started.elapsed().as_secs_f64() * 1e3
+        );
         if let Some(e) = first_err {
             return Err(if errors > 1 {
                 with_more(e, errors - 1)
@@ -1208,6 +1221,10 @@ fn upload(
                 report(&mut first_err, e);
             }
         }
+        tracing::debug!(
+            "transfers done at {:.1} ms",
+            started.elapsed().as_secs_f64() * 1e3
+        );
         if let Some(e) = first_err {
             return Err(if errors > 1 {
                 with_more(e, errors - 1)
