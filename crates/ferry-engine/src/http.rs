@@ -1182,8 +1182,20 @@ fn upload(
         .fetch_add(files.iter().map(|f| f.2).sum::<u64>(), Ordering::Relaxed);
     let nfiles = files.len() as u64;
     let total: u64 = files.iter().map(|f| f.2).sum();
+    let big = files.iter().any(|f| f.2 >= NO_RESUME_BELOW);
+    let resume = opts.resume;
     runtime()?.block_on(async {
         mkcol_all(&client, &collections).await?;
+        // Ranged PUTs only to a server that says it takes them: one that
+        // ignored Content-Range would store the rest as the whole file.
+        let ranged = big && put_ranges(&client, &dest.url).await;
+        if resume && big && !ranged {
+            eprintln!(
+                "ferry: {}: the server does not take ranged PUTs (Content-Range), so uploads \
+                 cannot be resumed there; sending every file from the start",
+                dest.url
+            );
+        }
         let parallel = Arc::new(Semaphore::new(opts.parallel.max(1)));
         let mut set = tokio::task::JoinSet::new();
         for (src, url, size) in files {
@@ -1194,7 +1206,12 @@ fn upload(
                 .map_err(|_| TransferError::Local("internal: semaphore closed".into()))?;
             let (client, stats) = (client.clone(), stats.clone());
             set.spawn(async move {
-                let r = put(&client, &src, &url, size, &stats).await;
+                let how = if ranged && size >= NO_RESUME_BELOW {
+                    Put::Ranged { resume }
+                } else {
+                    Put::Whole
+                };
+                let r = put(&client, &src, &url, size, &stats, how).await;
                 drop(permit);
                 r
             });
@@ -1254,6 +1271,44 @@ async fn mkcol_all(client: &Client, dirs: &[Url]) -> Result<(), TransferError> {
     Ok(())
 }
 
+/// Response header of ferry serve's `OPTIONS`: `bytes` when PUT takes
+/// `Content-Range` (ferry-server's `upload::PUT_RANGES`).
+const PUT_RANGES: &str = "ferry-put-ranges";
+/// Response header of ferry serve's upload state query: the SHA-256 of the
+/// last bytes it holds (ferry-server's `upload::PART_TAIL`).
+const PART_TAIL: &str = "ferry-part-tail";
+/// Largest tail block we hash to check a partial upload.
+const MAX_TAIL_CHECK: u64 = 1024 * 1024;
+
+/// Whether the server at `url` takes ranged PUTs (ferry serve says so in
+/// its `OPTIONS` answer). Any failure means no: whole-file PUTs work
+/// everywhere.
+async fn put_ranges(client: &Client, url: &Url) -> bool {
+    let Ok(resp) = client
+        .send(Method::OPTIONS, url, &HeaderMap::new(), None)
+        .await
+    else {
+        return false;
+    };
+    let yes = resp.status.is_success()
+        && resp
+            .header(PUT_RANGES)
+            .is_some_and(|v| v.split(',').any(|u| u.trim().eq_ignore_ascii_case("bytes")));
+    let _ = resp.bytes(64 * 1024).await;
+    yes
+}
+
+/// How one file is PUT.
+#[derive(Debug, Clone, Copy)]
+enum Put {
+    /// One PUT of the whole body (nginx dav, small files).
+    Whole,
+    /// `Content-Range: bytes START-END/TOTAL` to ferry serve, which keeps
+    /// what arrived in a part file if the upload is cut; with `resume`,
+    /// first ask what it holds and go on from there.
+    Ranged { resume: bool },
+}
+
 /// PUT one file, its body streamed from disk with its Content-Length.
 async fn put(
     client: &Client,
@@ -1261,6 +1316,7 @@ async fn put(
     url: &Url,
     size: u64,
     stats: &Arc<Stats>,
+    how: Put,
 ) -> Result<(), TransferError> {
     let file = Arc::new(
         std::fs::File::open(src).map_err(|e| TransferError::local(src, "cannot open", e))?,
@@ -1269,22 +1325,46 @@ async fn put(
     let progress: Arc<dyn Fn(u64) + Send + Sync> = Arc::new(move |n| {
         s.bytes_done.fetch_add(n, Ordering::Relaxed);
     });
-    let make = move || ferry_http::file_body(file.clone(), 0, size, Some(progress.clone()));
     let mut h = HeaderMap::new();
     h.insert(
         "content-type",
         HeaderValue::from_static("application/octet-stream"),
     );
+    let mut start = 0;
+    if let Put::Ranged { resume } = how {
+        if resume {
+            start = resume_point(client, &file, src, url, size).await?;
+            progress(start);
+        }
+        h.insert(
+            "content-range",
+            header(&format!("bytes {start}-{}/{size}", size.saturating_sub(1)))?,
+        );
+    }
+    let f = file.clone();
+    let make =
+        move || ferry_http::file_body(f.clone(), start, size - start, Some(progress.clone()));
+    let again = match how {
+        Put::Whole => "run the copy again",
+        Put::Ranged { .. } => "rerun with --resume to send only the rest",
+    };
     let resp = client
         .send(Method::PUT, url, &h, Some(&make))
         .await
         .map_err(|e| match e {
-            HttpError::Network(m) => TransferError::Network(format!(
-                "{m} (uploading {}); run the copy again",
-                src.display()
-            )),
+            HttpError::Network(m) => {
+                TransferError::Network(format!("{m} (uploading {}); {again}", src.display()))
+            }
             e => e.into(),
         })?;
+    if resp.status == StatusCode::ACCEPTED && matches!(how, Put::Ranged { .. }) {
+        // The server holds a part, not the file: it did not get it all.
+        let have = resp.header("range").and_then(held).unwrap_or(0);
+        return Err(TransferError::Network(format!(
+            "{url}: the server holds {have} of {size} bytes of {} after the upload; {again}",
+            src.display()
+        )));
+    }
     let resp = resp.error_for_status()?;
     // Read the (small) answer so the connection can be reused.
     let _ = resp.bytes(1 << 20).await;
@@ -1292,10 +1372,105 @@ async fn put(
     Ok(())
 }
 
+/// `Range: bytes=0-LAST` of ferry serve's upload state: how many bytes it
+/// holds.
+fn held(v: &str) -> Option<u64> {
+    let (a, b) = v.trim().strip_prefix("bytes=")?.split_once('-')?;
+    (a.trim() == "0").then_some(())?;
+    b.trim().parse::<u64>().ok()?.checked_add(1)
+}
+
+/// `bytes=A-B sha-256=:BASE64:` of ferry serve's upload state.
+fn part_tail(v: &str) -> Option<(u64, u64, [u8; 32])> {
+    let (span, alg) = v.trim().split_once(' ')?;
+    let (a, b) = span.strip_prefix("bytes=")?.split_once('-')?;
+    let (a, b): (u64, u64) = (a.parse().ok()?, b.parse().ok()?);
+    let mut h = HeaderMap::new();
+    h.insert("repr-digest", HeaderValue::from_str(alg.trim()).ok()?);
+    let sum = ferry_http::digest::expected_sha256(&h)?;
+    (a <= b).then_some((a, b, sum))
+}
+
+/// Where a resumed ranged upload goes on: ask the server what it holds
+/// (`Content-Range: bytes */SIZE`), and trust it only if the SHA-256 of its
+/// last block equals the same bytes of `src` (the check SFTP resume makes,
+/// docs/internals/sftp.md). Otherwise say so and start from 0.
+async fn resume_point(
+    client: &Client,
+    file: &Arc<std::fs::File>,
+    src: &Path,
+    url: &Url,
+    size: u64,
+) -> Result<u64, TransferError> {
+    let mut h = HeaderMap::new();
+    h.insert("content-range", header(&format!("bytes */{size}"))?);
+    let make = ferry_http::empty;
+    let resp = client.send(Method::PUT, url, &h, Some(&make)).await?;
+    let status = resp.status;
+    let have = resp.header("range").and_then(held).unwrap_or(0);
+    let tail = resp.header(PART_TAIL).and_then(part_tail);
+    let _ = resp.bytes(64 * 1024).await;
+    if status != StatusCode::ACCEPTED {
+        if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
+            return Err(HttpError::status(&url.to_string(), status).into());
+        }
+        eprintln!(
+            "ferry: {url}: the server did not say how much of the upload it holds \
+             (HTTP {status}); sending {} from the start",
+            src.display()
+        );
+        return Ok(0);
+    }
+    if have == 0 {
+        return Ok(0);
+    }
+    let matches = match tail {
+        Some((a, b, want)) if b + 1 == have && have <= size && b - a < MAX_TAIL_CHECK => {
+            let f = file.clone();
+            let got = tokio::task::spawn_blocking(move || -> std::io::Result<[u8; 32]> {
+                let mut buf = vec![0u8; (b - a + 1) as usize];
+                f.read_exact_at(&mut buf, a)?;
+                Ok(Sha256::digest(&buf).into())
+            })
+            .await
+            .map_err(|e| TransferError::Local(format!("internal: {e}")))?
+            .map_err(|e| TransferError::local(src, "cannot read", e))?;
+            got == want
+        }
+        _ => false,
+    };
+    if !matches {
+        eprintln!(
+            "ferry: {url}: the partial upload on the server ({have} bytes) is not the start \
+             of {}; starting over",
+            src.display()
+        );
+        return Ok(0);
+    }
+    // All there but not renamed (cut between the two): send the last byte
+    // again so the server completes it.
+    Ok(have.min(size.saturating_sub(1)))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn upload_state_headers() {
+        assert_eq!(held("bytes=0-99"), Some(100));
+        assert_eq!(held("bytes=5-99"), None);
+        assert_eq!(held("bytes=0-x"), None);
+        let b = ferry_http::digest::to_base64(&[3u8; 32]);
+        assert_eq!(
+            part_tail(&format!("bytes=10-99 sha-256=:{b}:")),
+            Some((10, 99, [3u8; 32]))
+        );
+        assert_eq!(part_tail(&format!("bytes=99-10 sha-256=:{b}:")), None);
+        assert_eq!(part_tail("bytes=0-9 md5=:AAAA:"), None);
+        assert_eq!(part_tail("garbage"), None);
+    }
 
     #[test]
     fn partial_round_trip() {

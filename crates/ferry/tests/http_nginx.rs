@@ -484,6 +484,18 @@ fn put_uploads_to_dav_and_read_back() {
             assert_file_hash(&back.path().join("up").join(rel), h, rel);
         }
     }
+    // nginx's dav cannot take ranged PUTs: --resume says so and sends the
+    // whole file, which arrives intact.
+    let mut a = cacert(&ng);
+    a.extend(["--resume".into(), s(&one), ng.https("/upload/resumed/")]);
+    let o = cp(&a);
+    assert_ok(&o, "--resume to nginx");
+    assert!(
+        stderr_text(&o).contains("cannot be resumed"),
+        "{}",
+        describe(&o)
+    );
+    assert_file_hash(&ng.www().join("upload/resumed/one.bin"), &h1, "resumed");
     // Uploading where the server does not allow PUT: exit 4, clear message.
     let mut a = cacert(&ng);
     a.extend([s(&tree.join("x.bin")), ng.https("/elsewhere/")]);

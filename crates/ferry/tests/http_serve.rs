@@ -10,6 +10,9 @@
 mod common;
 
 use std::fs;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
 
 use common::serve::FerryServe;
 use common::*;
@@ -163,5 +166,137 @@ fn public_server_reads_without_a_token_and_compressed_transfer_is_exact() {
     assert_eq!(
         fs::read(local.path().join("log.txt")).unwrap(),
         text.as_bytes()
+    );
+}
+
+/// A TCP relay on 127.0.0.1 to `port` that passes what the client sends
+/// on at about 6 MB/s (32 KiB every 5 ms), so an upload is still running
+/// when the test kills the server. Returns the relay's port.
+fn slow_relay(port: u16) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let p = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { break };
+            std::thread::spawn(move || {
+                let Ok(mut up) = TcpStream::connect(("127.0.0.1", port)) else {
+                    return;
+                };
+                let (mut c2, mut up2) = (c.try_clone().unwrap(), up.try_clone().unwrap());
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 32 * 1024];
+                    while let Ok(n) = c2.read(&mut buf) {
+                        if n == 0 || up2.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    let _ = up2.shutdown(Shutdown::Write);
+                });
+                let _ = std::io::copy(&mut up, &mut c);
+                let _ = c.shutdown(Shutdown::Both);
+            });
+        }
+    });
+    p
+}
+
+/// Start `ferry cp SRC https://127.0.0.1:RELAY/up/NAME` through a slow
+/// relay, SIGKILL the server once its part file holds 2 MiB, and check the
+/// copy failed saying `--resume` and left the final name alone (`old`:
+/// what was there before, if anything).
+fn upload_cut_by_a_server_kill(
+    s: &mut FerryServe,
+    src: &std::path::Path,
+    name: &str,
+    old: Option<&blake3::Hash>,
+) {
+    let relay = slow_relay(s.https_port.unwrap());
+    let url = format!("https://127.0.0.1:{relay}/up/{name}");
+    let a = args![
+        "cp",
+        "-q",
+        "--pin",
+        format!("sha256:{}", s.cert_sha256),
+        "--token",
+        s.token.clone(),
+        src,
+        url
+    ];
+    let child = FerryChild::spawn(&s.home(), &a, &[]);
+    let part = s.root().join(format!("up/.{name}.ferry-upload-part"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while fs::metadata(&part).map_or(0, |m| m.len()) < 2 * MIB {
+        assert!(Instant::now() < deadline, "no upload progress in 60 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    s.restart(&["--writable"]); // SIGKILL, then the same root, state and port
+    let o = child.wait();
+    assert_eq!(o.status.code(), Some(1), "{}", describe(&o));
+    assert!(stderr_text(&o).contains("--resume"), "{}", describe(&o));
+    let dest = s.root().join("up").join(name);
+    match old {
+        None => assert!(!dest.exists(), "truncated file under the final name"),
+        Some(h) => assert_file_hash(&dest, h, "the previous file is untouched"),
+    }
+    assert!(part.exists(), "the server kept no part file");
+}
+
+/// Issue "uploads ... resumable where the server allows": an upload cut by
+/// a server crash leaves no file under the final name, and `--resume`
+/// sends only the rest after checking the server's last 64 KiB; a part
+/// that is not the start of the local file is said and started over.
+#[test]
+fn upload_interrupted_by_a_server_kill_resumes() {
+    let mut s = FerryServe::start(&["--writable"]);
+    let local = tempdir();
+    let src = local.path().join("big.bin");
+    let want = make_file(&src, 16 * MIB + 5, 21);
+    let other = local.path().join("other/big.bin");
+    fs::create_dir(local.path().join("other")).unwrap();
+    let want_other = make_file(&other, 16 * MIB + 5, 22);
+
+    // The server holds the start of big.bin; --resume of a different file
+    // under that name notices and sends all of it.
+    upload_cut_by_a_server_kill(&mut s, &src, "big.bin", None);
+    let o = s.https_cp(true, &args!["--resume", &other, s.https_url("up/")]);
+    assert!(
+        o.status.success(),
+        "resume of another file: {}",
+        describe(&o)
+    );
+    assert!(
+        stderr_text(&o).contains("starting over"),
+        "{}",
+        describe(&o)
+    );
+    assert_file_hash(&s.root().join("up/big.bin"), &want_other, "started over");
+
+    // Cut again; --resume of the same file completes it without starting
+    // over, over HTTP/1.1 this time.
+    upload_cut_by_a_server_kill(&mut s, &src, "big.bin", Some(&want_other));
+    let o = s.https_cp(
+        true,
+        &args!["--resume", "--http1.1", &src, s.https_url("up/")],
+    );
+    assert!(o.status.success(), "resume: {}", describe(&o));
+    assert!(!stderr_text(&o).contains("start"), "{}", describe(&o));
+    assert_file_hash(&s.root().join("up/big.bin"), &want, "resumed upload");
+    // Only the rest was sent: the server logs where the last part began.
+    let log = stderr_text(&s.stop_kill());
+    let from: u64 = log
+        .lines()
+        .filter_map(|l| l.split("the last part from byte ").nth(1))
+        .filter_map(|r| {
+            let digits: String = r.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok()
+        })
+        .next_back()
+        .unwrap_or_else(|| panic!("no completed upload in the server log:\n{log}"));
+    assert!(from >= 2 * MIB, "resumed from byte {from}:\n{log}");
+    assert!(
+        no_temp_files(&s.root()).is_empty(),
+        "{:?}",
+        no_temp_files(&s.root())
     );
 }

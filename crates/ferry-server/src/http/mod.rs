@@ -253,6 +253,10 @@ impl HttpService {
         let mut r = Response::new(body::empty());
         *r.status_mut() = StatusCode::NO_CONTENT;
         r.headers_mut().insert(ALLOW, self.allow());
+        if self.shared.writable {
+            r.headers_mut()
+                .insert(upload::PUT_RANGES, HeaderValue::from_static("bytes"));
+        }
         r
     }
 }
