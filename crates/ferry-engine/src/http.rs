@@ -22,6 +22,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
+use ferry_http::digest::{Algo, Expected, Hasher};
 use ferry_http::listing::{self, Kind};
 use ferry_http::{Client, HeaderMap, HeaderValue, HttpError, Method, Response, StatusCode, Url};
 use sha2::{Digest, Sha256};
@@ -692,9 +693,11 @@ async fn single(
     } else if prior.is_some() {
         journal::remove(&p.journal);
     }
-    let expect_digest = ferry_http::digest::expected_sha256(&resp.headers);
+    let expect_digest = ferry_http::digest::expected(&resp.headers);
     // Hash as the bytes arrive when they are the whole representation.
-    let mut hasher = (expect_digest.is_some() && have == 0).then(Sha256::new);
+    let mut hasher = expect_digest
+        .filter(|_| have == 0)
+        .map(|e| Hasher::new(e.algo));
     let stats = &ctx.stats;
     if identity {
         if let Some(t) = total {
@@ -764,9 +767,9 @@ async fn single(
     }
     if let Some(want) = expect_digest {
         let got: [u8; 32] = match hasher {
-            Some(h) => h.finalize().into(),
-            None if identity => hash_file(&p.tmp).await?,
-            None => want,
+            Some(h) => h.finalize(),
+            None if identity => hash_file(&p.tmp, want.algo).await?,
+            None => want.sum,
         };
         check_digest(&job.url, p, want, got)?;
     }
@@ -785,28 +788,40 @@ fn write_at(f: &std::fs::File, data: &[u8], at: u64, tmp: &Path) -> Result<(), T
         .map_err(|e| TransferError::local(tmp, "cannot write", e))
 }
 
-async fn hash_file(path: &Path) -> Result<[u8; 32], TransferError> {
+async fn hash_file(path: &Path, algo: Algo) -> Result<[u8; 32], TransferError> {
     let path = path.to_path_buf();
     tokio::task::spawn_blocking(move || {
-        let mut f = std::fs::File::open(&path)
+        let f = std::fs::File::open(&path)
             .map_err(|e| TransferError::local(&path, "cannot read", e))?;
-        let mut h = Sha256::new();
-        std::io::copy(&mut f, &mut h).map_err(|e| TransferError::local(&path, "cannot read", e))?;
-        Ok(h.finalize().into())
+        let mut h = Hasher::new(algo);
+        let mut buf = vec![0u8; WRITE_BUF];
+        let mut at = 0u64;
+        loop {
+            let n = f
+                .read_at(&mut buf, at)
+                .map_err(|e| TransferError::local(&path, "cannot read", e))?;
+            if n == 0 {
+                break;
+            }
+            h.update(&buf[..n]);
+            at += n as u64;
+        }
+        Ok(h.finalize())
     })
     .await
     .map_err(|e| TransferError::Local(format!("internal: {e}")))?
 }
 
-fn check_digest(url: &Url, p: &Paths, want: [u8; 32], got: [u8; 32]) -> Result<(), TransferError> {
-    if want == got {
+fn check_digest(url: &Url, p: &Paths, want: Expected, got: [u8; 32]) -> Result<(), TransferError> {
+    if want.sum == got {
         return Ok(());
     }
     let _ = std::fs::remove_file(&p.tmp);
     journal::remove(&p.journal);
     Err(TransferError::Remote(format!(
-        "{url}: the data does not match the server's digest (sha-256 announced {}, received {}); nothing was written, try again",
-        ferry_http::digest::to_base64(&want),
+        "{url}: the data does not match the server's digest ({} announced {}, received {}); nothing was written, try again",
+        want.algo.name(),
+        ferry_http::digest::to_base64(&want.sum),
         ferry_http::digest::to_base64(&got)
     )))
 }
@@ -877,7 +892,7 @@ async fn segmented(
     let url = head.url.clone();
     let val = validator(&head.headers);
     let mtime = last_modified(&head.headers);
-    let expect_digest = ferry_http::digest::expected_sha256(&head.headers);
+    let expect_digest = ferry_http::digest::expected(&head.headers);
     drop(head);
     let part_len = std::fs::metadata(&p.tmp).map(|m| m.len()).unwrap_or(0);
     let mut done = Vec::new();
@@ -992,7 +1007,7 @@ async fn segmented(
         )));
     }
     if let Some(want) = expect_digest {
-        let got = hash_file(&p.tmp).await?;
+        let got = hash_file(&p.tmp, want.algo).await?;
         check_digest(&job.url, p, want, got)?;
     }
     drop(file);

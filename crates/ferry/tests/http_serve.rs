@@ -300,3 +300,109 @@ fn upload_interrupted_by_a_server_kill_resumes() {
         no_temp_files(&s.root())
     );
 }
+
+/// `curl -sI` with the server's certificate and token: the response head.
+fn head_of(s: &FerryServe, path: &str) -> String {
+    let o = std::process::Command::new("curl")
+        .args(["-sS", "-I", "--max-time", "30", "--cacert"])
+        .arg(s.dir().join("state/tls-cert.pem"))
+        .args(["-H", &format!("Authorization: Bearer {}", s.token)])
+        .arg(s.https_url(path))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "curl -I: {}", describe(&o));
+    stdout_text(&o).to_ascii_lowercase()
+}
+
+/// Overwrite some bytes of `path` in place and set its mtime back, so
+/// size, inode and mtime (what ferry serve keys digests and ETags by) are
+/// those of the original.
+fn tamper_keeping_size_and_mtime(path: &std::path::Path, at: u64) {
+    use std::os::unix::fs::FileExt;
+    let mtime = fs::metadata(path).unwrap().modified().unwrap();
+    let f = fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.write_all_at(b"tampered!", at).unwrap();
+    f.set_modified(mtime).unwrap();
+    drop(f);
+    assert_eq!(fs::metadata(path).unwrap().modified().unwrap(), mtime);
+}
+
+/// Issue "when the server sends a digest (... or the ETag of ferry serve),
+/// ferry checks it": ferry serve sends `Repr-Digest: blake3=...` once it
+/// knows a file's hash (at once for small files, after a background pass
+/// for large ones); downloads pass with it, and bytes changed behind the
+/// server's back (same size and mtime) are refused: exit 4, no file.
+#[test]
+fn ferry_serve_digest_is_checked_and_tampering_is_caught() {
+    let s = FerryServe::start(&[]);
+    let small_h = make_file(&s.root().join("small.bin"), 100_000, 31);
+    let large_h = make_file(&s.root().join("large.bin"), 5 * MIB + 3, 32);
+    let local = tempdir();
+
+    // A small file carries its digest on the first answer.
+    assert!(head_of(&s, "small.bin").contains("repr-digest: blake3=:"));
+    // A large one not at first (never delays the answer), then once the
+    // background pass has hashed it.
+    let first = head_of(&s, "large.bin");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !head_of(&s, "large.bin").contains("repr-digest: blake3=:") {
+        assert!(
+            Instant::now() < deadline,
+            "no digest after 60 s; first head:\n{first}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // The normal path: single stream, --streams, HTTP/1.1; all verified.
+    for (i, extra) in [&[][..], &["--streams", "4"][..], &["--http1.1"][..]]
+        .iter()
+        .enumerate()
+    {
+        let dst = local.path().join(format!("ok{i}"));
+        fs::create_dir(&dst).unwrap();
+        let mut a = args![];
+        a.extend(extra.iter().map(std::ffi::OsString::from));
+        a.extend(args![
+            s.https_url("small.bin"),
+            s.https_url("large.bin"),
+            &dst
+        ]);
+        let o = s.https_cp(true, &a);
+        assert!(o.status.success(), "{extra:?}: {}", describe(&o));
+        assert_file_hash(&dst.join("small.bin"), &small_h, "small");
+        assert_file_hash(&dst.join("large.bin"), &large_h, "large");
+    }
+
+    // Bytes changed on the server's disk with size and mtime kept: the
+    // digest it remembers no longer matches what it sends.
+    tamper_keeping_size_and_mtime(&s.root().join("small.bin"), 5000);
+    tamper_keeping_size_and_mtime(&s.root().join("large.bin"), 3 * MIB);
+    for (name, extra) in [
+        ("small.bin", &[][..]),
+        ("large.bin", &[][..]),
+        ("large.bin", &["--streams", "4"][..]),
+    ] {
+        let dst = local.path().join("bad");
+        fs::create_dir_all(&dst).unwrap();
+        let mut a = args![];
+        a.extend(extra.iter().map(std::ffi::OsString::from));
+        a.extend(args![s.https_url(name), &dst]);
+        let o = s.https_cp(true, &a);
+        assert_eq!(
+            o.status.code(),
+            Some(4),
+            "{name} {extra:?}: {}",
+            describe(&o)
+        );
+        assert!(
+            stderr_text(&o).contains("does not match the server's digest"),
+            "{}",
+            describe(&o)
+        );
+        assert!(
+            list_dir(&dst).is_empty(),
+            "{name}: left {:?}",
+            list_dir(&dst)
+        );
+    }
+}

@@ -11,6 +11,7 @@
 pub mod auth;
 pub mod body;
 pub mod cond;
+pub mod digest;
 pub mod files;
 pub mod idle;
 pub mod listing;
