@@ -195,51 +195,24 @@ fn download(
         )));
     }
     let https = sources.first().is_some_and(|s| s.url.https);
+    let into = dest_is_dir || dest_wants_dir;
     runtime()?.block_on(async {
-        let mut jobs = Vec::new();
-        let mut dirs: Vec<(PathBuf, Option<i64>)> = Vec::new();
-        for src in sources {
-            let url = &src.url;
-            if opts.recursive {
-                if let Some(found) = walk(&client, url, dest, dest_is_dir || dest_wants_dir).await?
-                {
-                    jobs.extend(found.0);
-                    dirs.extend(found.1);
-                    continue;
-                }
-            } else if url.is_dir() {
-                return Err(TransferError::Usage(format!(
-                    "{url}: is a directory URL; use -r to copy the directory"
-                )));
-            }
-            let name = url.file_name();
-            let dst = if dest_is_dir || dest_wants_dir {
-                if !listing::safe_name(&name) {
-                    return Err(TransferError::Usage(format!(
-                        "{url}: no file name in the URL; give the destination file name"
-                    )));
-                }
-                dest.join(os(&name))
-            } else {
-                dest.to_path_buf()
-            };
-            jobs.push(FileJob {
-                url: url.clone(),
-                dst,
-            });
-        }
-        for (d, _) in &dirs {
-            std::fs::create_dir_all(d)
-                .map_err(|e| TransferError::local(d, "cannot create directory", e))?;
-        }
-        stats
-            .files_total
-            .fetch_add(jobs.len() as u64, Ordering::Relaxed);
-        let nfiles = jobs.len() as u64;
+        // The plan (listings with -r) is made by one task that hands each
+        // file over as soon as its directory is listed, so downloads start
+        // while the rest of the tree is still being walked.
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<FileJob>(PLAN_QUEUE);
+        let plan = {
+            let (client, sources, dest) = (client.clone(), sources.to_vec(), dest.to_path_buf());
+            let (stats, recursive) = (stats.clone(), opts.recursive);
+            tokio::spawn(async move {
+                plan(&client, &sources, &dest, into, recursive, &stats, &tx).await
+            })
+        };
         let parallel = Arc::new(Semaphore::new(opts.parallel.max(1)));
         let mut set = tokio::task::JoinSet::new();
         let mut first_err = None;
         let mut errors = 0usize;
+        let mut nfiles = 0u64;
         let mut note = |r: Result<Result<u64, TransferError>, tokio::task::JoinError>| {
             let e = match r {
                 Ok(Ok(_)) => return,
@@ -249,7 +222,8 @@ fn download(
             errors += 1;
             report(&mut first_err, e);
         };
-        for job in jobs {
+        while let Some(job) = rx.recv().await {
+            nfiles += 1;
             let permit = parallel
                 .clone()
                 .acquire_owned()
@@ -269,6 +243,27 @@ fn download(
         while let Some(r) = set.join_next().await {
             note(r);
         }
+        let dirs = match plan.await {
+            Ok(Ok(d)) => d,
+            Ok(Err(e)) => {
+                // The plan failed part way: what was planned has run; the
+                // plan's error comes first.
+                if let Some(other) = first_err.take() {
+                    eprintln!("ferry: {other}");
+                }
+                errors += 1;
+                first_err = Some(e);
+                Vec::new()
+            }
+            Err(e) => {
+                errors += 1;
+                report(
+                    &mut first_err,
+                    TransferError::Local(format!("internal: the plan failed: {e}")),
+                );
+                Vec::new()
+            }
+        };
         if let Some(e) = first_err {
             return Err(if errors > 1 {
                 with_more(e, errors - 1)
@@ -295,17 +290,89 @@ fn download(
     })
 }
 
+/// Files planned ahead of the downloads (a bound on memory for huge trees;
+/// the walk waits when the downloads are this far behind).
+const PLAN_QUEUE: usize = 4096;
+
 /// Directories to create: path and mtime (for -p).
 type Dirs = Vec<(PathBuf, Option<i64>)>;
 
-/// With -r: list `url` as a directory and walk it. `None` when the URL
-/// turned out to be a file.
+/// Turn the sources into file jobs, sent to `tx` as they are found: each
+/// URL, or with -r each file of a directory URL's tree. Local directories
+/// are made before any file in them is sent. Returns the directories (for
+/// -p's mtimes).
+async fn plan(
+    client: &Client,
+    sources: &[HttpSpec],
+    dest: &Path,
+    into: bool,
+    recursive: bool,
+    stats: &Stats,
+    tx: &tokio::sync::mpsc::Sender<FileJob>,
+) -> Result<Dirs, TransferError> {
+    let mut dirs = Vec::new();
+    for src in sources {
+        let url = &src.url;
+        if recursive {
+            if let Some(found) = walk(client, url, dest, into, stats, tx).await? {
+                dirs.extend(found);
+                continue;
+            }
+        } else if url.is_dir() {
+            return Err(TransferError::Usage(format!(
+                "{url}: is a directory URL; use -r to copy the directory"
+            )));
+        }
+        let name = url.file_name();
+        let dst = if into {
+            if !listing::safe_name(&name) {
+                return Err(TransferError::Usage(format!(
+                    "{url}: no file name in the URL; give the destination file name"
+                )));
+            }
+            dest.join(os(&name))
+        } else {
+            dest.to_path_buf()
+        };
+        send(
+            tx,
+            stats,
+            FileJob {
+                url: url.clone(),
+                dst,
+            },
+        )
+        .await?;
+    }
+    Ok(dirs)
+}
+
+async fn send(
+    tx: &tokio::sync::mpsc::Sender<FileJob>,
+    stats: &Stats,
+    job: FileJob,
+) -> Result<(), TransferError> {
+    stats.files_total.fetch_add(1, Ordering::Relaxed);
+    tx.send(job)
+        .await
+        .map_err(|_| TransferError::Local("internal: the downloads stopped".into()))
+}
+
+fn mkdir(d: &Path) -> Result<(), TransferError> {
+    std::fs::create_dir_all(d).map_err(|e| TransferError::local(d, "cannot create directory", e))
+}
+
+/// With -r: list `url` as a directory and walk it, sending each file to
+/// `tx` once its local directory exists. `None` when the URL turned out to
+/// be a file (nothing was sent).
 async fn walk(
     client: &Client,
     url: &Url,
     dest: &Path,
     into: bool,
-) -> Result<Option<(Vec<FileJob>, Dirs)>, TransferError> {
+    stats: &Stats,
+    tx: &tokio::sync::mpsc::Sender<FileJob>,
+) -> Result<Option<Dirs>, TransferError> {
     let Some((base, entries)) = list(client, url).await? else {
         return Ok(None);
     };
@@ -315,13 +382,13 @@ async fn walk(
     } else {
         dest.to_path_buf()
     };
-    let mut jobs = Vec::new();
     let mut dirs = vec![(root.clone(), None)];
     let mut pending = vec![(base, root, entries)];
     let mut running = futures_util::stream::FuturesUnordered::new();
     use futures_util::StreamExt;
     loop {
         while let Some((base, local, entries)) = pending.pop() {
+            mkdir(&local)?;
             for e in entries {
                 // listing.rs only returns single, safe path segments.
                 let lpath = local.join(os(&e.name));
@@ -334,7 +401,7 @@ async fn walk(
                                 let (u, l, res): (Url, PathBuf, _) = r;
                                 match res? {
                                     Some((b, es)) => pending.push((b, l, es)),
-                                    None => jobs.push(FileJob { url: u, dst: l }),
+                                    None => send(tx, stats, FileJob { url: u, dst: l }).await?,
                                 }
                             }
                         }
@@ -345,10 +412,17 @@ async fn walk(
                             (u, lpath, r)
                         });
                     }
-                    Kind::File | Kind::Symlink => jobs.push(FileJob {
-                        url: base.child(&e.name),
-                        dst: lpath,
-                    }),
+                    Kind::File | Kind::Symlink => {
+                        send(
+                            tx,
+                            stats,
+                            FileJob {
+                                url: base.child(&e.name),
+                                dst: lpath,
+                            },
+                        )
+                        .await?
+                    }
                 }
             }
         }
@@ -357,10 +431,10 @@ async fn walk(
         };
         match res? {
             Some((b, es)) => pending.push((b, l, es)),
-            None => jobs.push(FileJob { url: u, dst: l }),
+            None => send(tx, stats, FileJob { url: u, dst: l }).await?,
         }
     }
-    Ok(Some((jobs, dirs)))
+    Ok(Some(dirs))
 }
 
 /// GET a directory listing: ferry serve's JSON when the server has it,
