@@ -10,8 +10,6 @@
 mod common;
 
 use std::fs;
-use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use common::serve::FerryServe;
@@ -167,38 +165,6 @@ fn public_server_reads_without_a_token_and_compressed_transfer_is_exact() {
         fs::read(local.path().join("log.txt")).unwrap(),
         text.as_bytes()
     );
-}
-
-/// A TCP relay on 127.0.0.1 to `port` that passes what the client sends
-/// on at about 6 MB/s (32 KiB every 5 ms), so an upload is still running
-/// when the test kills the server. Returns the relay's port.
-fn slow_relay(port: u16) -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let p = l.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for c in l.incoming() {
-            let Ok(mut c) = c else { break };
-            std::thread::spawn(move || {
-                let Ok(mut up) = TcpStream::connect(("127.0.0.1", port)) else {
-                    return;
-                };
-                let (mut c2, mut up2) = (c.try_clone().unwrap(), up.try_clone().unwrap());
-                std::thread::spawn(move || {
-                    let mut buf = vec![0u8; 32 * 1024];
-                    while let Ok(n) = c2.read(&mut buf) {
-                        if n == 0 || up2.write_all(&buf[..n]).is_err() {
-                            break;
-                        }
-                        std::thread::sleep(Duration::from_millis(5));
-                    }
-                    let _ = up2.shutdown(Shutdown::Write);
-                });
-                let _ = std::io::copy(&mut up, &mut c);
-                let _ = c.shutdown(Shutdown::Both);
-            });
-        }
-    });
-    p
 }
 
 /// Start `ferry cp SRC https://127.0.0.1:RELAY/up/NAME` through a slow
