@@ -216,6 +216,18 @@ struct Ctx<'a> {
     uploads: usize,
 }
 
+/// The first line of a failed trial's error, with how many more there
+/// were (ferry prints one line per failed file; 128 of them would bury the
+/// sweep).
+fn first_line(e: &str) -> String {
+    let mut lines = e.lines();
+    let first = lines.next().unwrap_or("").to_string();
+    match lines.count() {
+        0 => first,
+        n => format!("{first} (and {n} more lines)"),
+    }
+}
+
 /// TLS trust flags for `ferry cp` over HTTPS (the token goes in the
 /// environment, not on a command line other users can read).
 fn http_flags(args: &BenchArgs) -> Vec<String> {
@@ -353,7 +365,7 @@ impl Ctx<'_> {
             t.describe(),
             match (&tr.mb_per_s, &tr.error) {
                 (Some(v), _) => format!("{v:.1} MB/s"),
-                (None, Some(e)) => format!("FAILED: {e}"),
+                (None, Some(e)) => format!("FAILED: {}", first_line(e)),
                 _ => "FAILED".into(),
             }
         );
@@ -699,6 +711,12 @@ mod tests {
             set(&mut t, values[0]);
         }
         assert_eq!((t.streams, t.compressed), (None, None));
+    }
+
+    #[test]
+    fn failed_trials_print_one_line() {
+        assert_eq!(first_line("a"), "a");
+        assert_eq!(first_line("a\nb\nc"), "a (and 2 more lines)");
     }
 
     #[test]
