@@ -1339,6 +1339,29 @@ fn upload(
 async fn mkcol_all(client: &Client, dirs: &[Url]) -> Result<(), TransferError> {
     let mkcol = Method::from_bytes(b"MKCOL")
         .map_err(|e| TransferError::Local(format!("internal: MKCOL: {e}")))?;
+    // MKCOL needs the parent to exist (409 otherwise, RFC 4918 §9.3.1): the
+    // destination directory and its parents may not exist yet, so they are
+    // made first, from the top, whatever the answers (405: it exists).
+    let mut above = Vec::new();
+    if let Some(first) = dirs.first() {
+        let mut d = first.join("../");
+        while let Some(u) = d {
+            if u.path == "/" || above.len() >= 64 {
+                break;
+            }
+            d = u.join("../");
+            above.push(u);
+        }
+    }
+    for url in above.iter().rev() {
+        let resp = client
+            .send(mkcol.clone(), url, &HeaderMap::new(), None)
+            .await?;
+        if resp.status == StatusCode::UNAUTHORIZED {
+            return Err(HttpError::status(&url.to_string(), resp.status).into());
+        }
+        let _ = resp.bytes(64 * 1024).await;
+    }
     for url in dirs {
         let resp = client
             .send(mkcol.clone(), url, &HeaderMap::new(), None)

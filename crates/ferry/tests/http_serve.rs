@@ -372,3 +372,36 @@ fn ferry_serve_digest_is_checked_and_tampering_is_caught() {
         );
     }
 }
+
+/// `-P 16 --http1.1` against a server that takes 4 connections (found by
+/// `ferry bench https://`, where `-P 128 --http1.1` failed against ferry
+/// serve's default 64): the connections it closes during the handshake
+/// shrink ferry's pool instead of failing files; every byte arrives.
+#[test]
+fn http1_pool_shrinks_to_the_servers_connection_limit() {
+    let s = FerryServe::start(&["--writable", "--max-connections", "4"]);
+    let tree = s.root().join("tree");
+    make_odd_tree(&tree, 5);
+    let local = tempdir();
+    let dst = local.path().join("tree");
+    let o = s.https_cp(
+        true,
+        &args!["-r", "--http1.1", "-P", "16", s.https_url("tree/"), &dst],
+    );
+    assert!(o.status.success(), "download: {}", describe(&o));
+    assert_same_tree(&tree, &dst, Cmp::default(), "-P 16 over 4 connections");
+
+    // Into a directory that does not exist yet, two levels deep: its
+    // parents are made first, so empty directories arrive too.
+    let o = s.https_cp(
+        true,
+        &args!["-r", "--http1.1", "-P", "16", &dst, s.https_url("up/more/")],
+    );
+    assert!(o.status.success(), "upload: {}", describe(&o));
+    assert_same_tree(
+        &tree,
+        &s.root().join("up/more/tree"),
+        Cmp::default(),
+        "uploaded",
+    );
+}
