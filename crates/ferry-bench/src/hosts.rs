@@ -15,6 +15,20 @@
 //! The top-level values are the best for downloads; `upload` holds the best
 //! for uploads. `ferry cp` applies them for the remote host of a copy when
 //! the corresponding flag is not on its command line.
+//!
+//! SFTP hosts are keyed `"host:port"`; HTTP(S) servers
+//! `"https://host:port"` (or `http://`), with their own knobs:
+//!
+//! ```toml
+//! [host."https://example.org:443"]
+//! streams = 4
+//! parallel = 32
+//! http = "1.1"          # or "2": --http1.1 / --http2
+//! compressed = true     # --compressed
+//!
+//! [host."https://example.org:443".upload]
+//! parallel = 8
+//! ```
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -26,6 +40,49 @@ pub struct Tuning {
     pub parallel: Option<usize>,
     pub chunk: Option<u64>,
     pub depth: Option<usize>,
+    /// HTTP(S) only: `--http1.1` or `--http2`.
+    pub http: Option<HttpVersion>,
+    /// HTTP(S) only: `--compressed` (downloads).
+    pub compressed: Option<bool>,
+}
+
+/// An HTTP version forced with `--http1.1` / `--http2`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpVersion {
+    Http1,
+    Http2,
+}
+
+impl HttpVersion {
+    pub fn flag(self) -> &'static str {
+        match self {
+            HttpVersion::Http1 => "--http1.1",
+            HttpVersion::Http2 => "--http2",
+        }
+    }
+    fn toml(self) -> &'static str {
+        match self {
+            HttpVersion::Http1 => "1.1",
+            HttpVersion::Http2 => "2",
+        }
+    }
+    fn from_toml(s: &str) -> Option<HttpVersion> {
+        match s {
+            "1.1" => Some(HttpVersion::Http1),
+            "2" => Some(HttpVersion::Http2),
+            _ => None,
+        }
+    }
+}
+
+/// The hosts.toml key of an HTTP(S) server.
+pub fn http_key(https: bool, host: &str, port: u16) -> String {
+    let scheme = if https { "https" } else { "http" };
+    if host.contains(':') {
+        format!("{scheme}://[{host}]:{port}")
+    } else {
+        format!("{scheme}://{host}:{port}")
+    }
 }
 
 impl Tuning {
@@ -43,6 +100,12 @@ impl Tuning {
         }
         if let Some(d) = self.depth {
             v.extend(["--depth".to_string(), d.to_string()]);
+        }
+        if let Some(h) = self.http {
+            v.push(h.flag().to_string());
+        }
+        if self.compressed == Some(true) {
+            v.push("--compressed".to_string());
         }
         v
     }
@@ -66,6 +129,12 @@ impl Tuning {
         if let Some(d) = self.depth {
             v.push(format!("--depth {d}"));
         }
+        if let Some(h) = self.http {
+            v.push(h.flag().to_string());
+        }
+        if self.compressed == Some(true) {
+            v.push("--compressed".to_string());
+        }
         if v.is_empty() {
             "defaults".into()
         } else {
@@ -87,6 +156,12 @@ impl Tuning {
         put("parallel", self.parallel.map(|v| v as u64));
         put("chunk", self.chunk);
         put("depth", self.depth.map(|v| v as u64));
+        if let Some(h) = self.http {
+            t.insert("http".into(), toml::Value::String(h.toml().into()));
+        }
+        if let Some(c) = self.compressed {
+            t.insert("compressed".into(), toml::Value::Boolean(c));
+        }
         t
     }
 
@@ -102,6 +177,11 @@ impl Tuning {
             parallel: get("parallel").map(|v| v as usize),
             chunk: get("chunk"),
             depth: get("depth").map(|v| v as usize),
+            http: t
+                .get("http")
+                .and_then(|v| v.as_str())
+                .and_then(HttpVersion::from_toml),
+            compressed: t.get("compressed").and_then(|v| v.as_bool()),
         }
     }
 }
@@ -142,12 +222,14 @@ pub fn save(path: &Path, host_port: &str, download: &Tuning, upload: &Tuning) ->
 /// The saved settings for `host:port` and direction, if any. Errors
 /// (no file, bad TOML) mean "nothing saved": a copy never fails for it.
 pub fn lookup(path: &Path, host: &str, port: u16, upload: bool) -> Option<Tuning> {
+    lookup_key(path, &format!("{host}:{port}"), upload)
+}
+
+/// The saved settings under `key` (`host:port` for SFTP, [`http_key`] for
+/// HTTP(S)) and direction, if any.
+pub fn lookup_key(path: &Path, key: &str, upload: bool) -> Option<Tuning> {
     let doc: toml::Table = std::fs::read_to_string(path).ok()?.parse().ok()?;
-    let entry = doc
-        .get("host")?
-        .as_table()?
-        .get(&format!("{host}:{port}"))?
-        .as_table()?;
+    let entry = doc.get("host")?.as_table()?.get(key)?.as_table()?;
     if upload {
         if let Some(u) = entry.get("upload").and_then(|u| u.as_table()) {
             return Some(Tuning::from_table(u));
@@ -170,6 +252,7 @@ mod tests {
             parallel: Some(16),
             chunk: Some(262144),
             depth: None,
+            ..Tuning::default()
         };
         let up = Tuning {
             streams: Some(8),
@@ -184,5 +267,38 @@ mod tests {
         let text = std::fs::read_to_string(&p).unwrap();
         assert!(text.contains("[host.\"a.example:22\"]"), "{text}");
         assert_eq!(down.describe(), "--streams 4 -P 16 --chunk 256k");
+    }
+
+    #[test]
+    fn http_knobs_round_trip() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("hosts.toml");
+        let down = Tuning {
+            streams: Some(4),
+            http: Some(HttpVersion::Http1),
+            compressed: Some(true),
+            ..Tuning::default()
+        };
+        let up = Tuning {
+            parallel: Some(8),
+            http: Some(HttpVersion::Http2),
+            ..Tuning::default()
+        };
+        let key = http_key(true, "127.0.0.1", 8443);
+        assert_eq!(key, "https://127.0.0.1:8443");
+        save(&p, &key, &down, &up).unwrap();
+        assert_eq!(lookup_key(&p, &key, false), Some(down.clone()));
+        assert_eq!(lookup_key(&p, &key, true), Some(up));
+        assert_eq!(
+            lookup(&p, "127.0.0.1", 8443, false),
+            None,
+            "not an SFTP host"
+        );
+        assert_eq!(down.describe(), "--streams 4 --http1.1 --compressed");
+        assert_eq!(
+            down.flags(),
+            ["--streams", "4", "--http1.1", "--compressed"]
+        );
+        assert_eq!(http_key(false, "::1", 80), "http://[::1]:80");
     }
 }

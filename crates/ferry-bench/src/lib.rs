@@ -9,7 +9,7 @@
 //! - [`clients`]: the clients and the command line of each cell.
 //! - [`run`]: profiles, cells, runs, medians.
 //! - [`report`]: the table, machine description, ratios and the plot.
-//! - [`remote`]: `ferry bench sftp://host/dir`, the settings sweep, and
+//! - [`remote`]: `ferry bench sftp://host/dir` (or `https://`), the settings sweep, and
 //!   [`hosts`], where `--save` keeps the result for `ferry cp`.
 //! - [`proc`]: process groups, `wait4` measurements, Ctrl-C clean-up.
 //!
@@ -30,8 +30,8 @@ pub mod servers;
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
     /// Remote mode: sweep ferry cp's settings against this server
-    /// (sftp://[user@]host[:port]/dir; a scratch dir is made in dir and
-    /// removed after) and print the best.
+    /// (sftp://[user@]host[:port]/dir or https://host[:port]/dir; a scratch
+    /// dir is made in dir and removed after) and print the best.
     #[arg(value_name = "URL")]
     pub url: Option<String>,
     /// Remote mode: store the best settings for the host in
@@ -47,6 +47,24 @@ pub struct BenchArgs {
     /// Remote mode: ssh option (KEY=VALUE); may be repeated.
     #[arg(short = 'o', value_name = "KEY=VALUE", requires = "url")]
     pub ssh_option: Vec<String>,
+    /// Remote mode over HTTPS: trust the certificates in this PEM file, as for ferry cp.
+    #[arg(long, value_name = "FILE", requires = "url")]
+    pub cacert: Option<PathBuf>,
+    /// Remote mode over HTTPS: accept only this server certificate (sha256:HEX); may be repeated.
+    #[arg(long, value_name = "sha256:HEX", requires = "url")]
+    pub pin: Vec<String>,
+    /// Remote mode over HTTPS: do not check the certificate (dangerous).
+    #[arg(long, requires = "url")]
+    pub insecure: bool,
+    /// Remote mode over HTTP(S): bearer token (ferry serve's), also FERRY_TOKEN.
+    #[arg(
+        long,
+        env = "FERRY_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN",
+        requires = "url"
+    )]
+    pub token: Option<String>,
     /// Data sets, comma-separated: huge (1 x 1 GiB), large (10 x 12 MB),
     /// medium (100 x 1 MB), small (1000 x 20 kB); also wide (50 x 100 MB).
     #[arg(

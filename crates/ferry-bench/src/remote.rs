@@ -1,17 +1,23 @@
-//! Remote mode, `ferry bench sftp://[user@]host[:port]/dir`: find the
-//! `ferry cp` settings that move data fastest to and from one real server.
+//! Remote mode, `ferry bench sftp://[user@]host[:port]/dir` or
+//! `https://host[:port]/dir`: find the `ferry cp` settings that move data
+//! fastest to and from one real server.
 //!
 //! A modest generated set (one 32 MiB file and 100 files of 64 kB; a
 //! quarter of that with `--quick`) is uploaded into a scratch directory
-//! under `dir` (`ferry-bench-<pid>-<random>`, removed afterwards with
-//! OpenSSH's `sftp`), then the knobs are swept one at a time (coordinate
-//! descent, starting from ferry's defaults): `--streams` 1/2/4/8, `-P`
-//! 1/4/16, `--chunk` 32k/256k, `--depth` 16/64. Each trial is a real
-//! `ferry cp` run: downloads are verified by blake3, and each upload is
-//! downloaded back with the defaults and verified. The best settings per
-//! direction and their gain over the defaults are printed; `--save`
-//! writes them to `~/.config/ferry/hosts.toml`, which `ferry cp` reads for
-//! that host when the flags are not given.
+//! under `dir` (`ferry-bench-<pid>-<random>`, removed afterwards), then the
+//! knobs are swept one at a time (coordinate descent, starting from ferry's
+//! defaults). Each trial is a real `ferry cp` run: downloads are verified
+//! by blake3, and each upload is downloaded back with the defaults and
+//! verified. The best settings per direction and their gain over the
+//! defaults are printed; `--save` writes them to
+//! `~/.config/ferry/hosts.toml`, which `ferry cp` reads for that host when
+//! the flags are not given.
+//!
+//! What differs per protocol is in [`Scheme`]: the knobs
+//! ([`Scheme::knobs`]), the flags every `ferry cp` needs (SSH options, or
+//! TLS trust and the token), how the scratch directory is removed
+//! (OpenSSH's `sftp`, or HTTP DELETEs) and the hosts.toml key. A new
+//! protocol (ftp://) is one more variant in each `match`.
 use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -21,28 +27,105 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 
 use crate::data::{self, DataSet, SetSpec};
-use crate::hosts::{self, Tuning};
+use crate::hosts::{self, HttpVersion, Tuning};
 use crate::proc;
 use crate::BenchArgs;
 
-/// `sftp://[user@]host[:port]/path` split up.
+/// The protocols remote mode can tune.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheme {
+    Sftp,
+    Https,
+    Http,
+}
+
+/// Sets one knob of a [`Tuning`] to a swept value.
+type Knob = fn(&mut Tuning, u64);
+
+impl Scheme {
+    fn prefix(self) -> &'static str {
+        match self {
+            Scheme::Sftp => "sftp://",
+            Scheme::Https => "https://",
+            Scheme::Http => "http://",
+        }
+    }
+
+    fn default_port(self) -> u16 {
+        match self {
+            Scheme::Sftp => 22,
+            Scheme::Https => 443,
+            Scheme::Http => 80,
+        }
+    }
+
+    /// The path when the URL has none.
+    fn default_path(self) -> &'static str {
+        match self {
+            Scheme::Sftp => "/~",
+            Scheme::Https | Scheme::Http => "/",
+        }
+    }
+
+    /// The knobs worth sweeping and the values tried (the default,
+    /// `None`, is the starting point), in the order they are swept.
+    pub fn knobs(self, upload: bool) -> Vec<(&'static [u64], Knob)> {
+        let streams: Knob = |t, v| t.streams = Some(v as usize);
+        let parallel: Knob = |t, v| t.parallel = Some(v as usize);
+        match self {
+            Scheme::Sftp => vec![
+                (&[1, 2, 4, 8], streams),
+                (&[1, 4, 16], parallel),
+                (&[32 << 10, 256 << 10], |t, v| t.chunk = Some(v)),
+                (&[16, 64], |t, v| t.depth = Some(v as usize)),
+            ],
+            Scheme::Https | Scheme::Http => {
+                let version: Knob = |t, v| {
+                    t.http = Some(if v == 1 {
+                        HttpVersion::Http1
+                    } else {
+                        HttpVersion::Http2
+                    })
+                };
+                if upload {
+                    // One PUT per file: --streams and --compressed do not
+                    // apply to uploads.
+                    vec![(&[1, 8, 32, 128], parallel), (&[1, 2], version)]
+                } else {
+                    vec![
+                        (&[2, 4, 8], streams),
+                        (&[1, 8, 32, 128], parallel),
+                        (&[1, 2], version),
+                        (&[1], |t, _| t.compressed = Some(true)),
+                    ]
+                }
+            }
+        }
+    }
+}
+
+/// `sftp://[user@]host[:port]/path` (or https://, http://) split up.
 #[derive(Debug, Clone)]
 pub struct Target {
+    pub scheme: Scheme,
     pub user: Option<String>,
     pub host: String,
     pub port: u16,
-    /// As in the URL ("/~/x" is home-relative).
+    /// As in the URL ("/~/x" is home-relative over SFTP).
     pub path: String,
 }
 
 impl Target {
     pub fn parse(url: &str) -> Result<Target> {
-        let Some(rest) = url.strip_prefix("sftp://") else {
-            bail!("{url}: remote mode supports sftp:// URLs (https:// and ftp:// are not written yet)");
+        let Some((scheme, rest)) = [Scheme::Sftp, Scheme::Https, Scheme::Http]
+            .into_iter()
+            .find_map(|s| url.strip_prefix(s.prefix()).map(|r| (s, r)))
+        else {
+            bail!("{url}: remote mode supports sftp://, https:// and http:// URLs (ftp:// is not written yet)");
         };
         let (auth, path) = match rest.find('/') {
             Some(i) => (rest.get(..i).unwrap_or(""), rest.get(i..).unwrap_or("/")),
-            None => (rest, "/~"),
+            None => (rest, scheme.default_path()),
         };
         let (user, hostport) = match auth.rsplit_once('@') {
             Some((u, h)) => (Some(u.to_string()), h),
@@ -54,7 +137,7 @@ impl Target {
                 p.parse::<u16>()
                     .with_context(|| format!("{url}: bad port {p:?}"))?,
             ),
-            _ => (hostport.to_string(), 22),
+            _ => (hostport.to_string(), scheme.default_port()),
         };
         if host.is_empty() {
             bail!("{url}: no host");
@@ -62,6 +145,7 @@ impl Target {
         let path = path.trim_end_matches('/').to_string();
         let path = if path.is_empty() { "/".into() } else { path };
         Ok(Target {
+            scheme,
             user,
             host,
             port,
@@ -81,10 +165,19 @@ impl Target {
         }
     }
 
-    /// `sftp://authority/path/rel`
+    /// `scheme://authority/path/rel`
     fn url(&self, rel: &str) -> String {
         let base = self.path.trim_end_matches('/');
-        format!("sftp://{}{base}/{rel}", self.authority())
+        format!("{}{}{base}/{rel}", self.scheme.prefix(), self.authority())
+    }
+
+    /// Where `--save` keeps the settings (hosts.rs).
+    fn host_key(&self) -> String {
+        match self.scheme {
+            Scheme::Sftp => format!("{}:{}", self.host, self.port),
+            Scheme::Https => hosts::http_key(true, &self.host, self.port),
+            Scheme::Http => hosts::http_key(false, &self.host, self.port),
+        }
     }
 
     /// The same path as OpenSSH's sftp wants it ("/~/x" -> "x").
@@ -123,6 +216,36 @@ struct Ctx<'a> {
     uploads: usize,
 }
 
+/// The first line of a failed trial's error, with how many more there
+/// were (ferry prints one line per failed file; 128 of them would bury the
+/// sweep).
+fn first_line(e: &str) -> String {
+    let mut lines = e.lines();
+    let first = lines.next().unwrap_or("").to_string();
+    match lines.count() {
+        0 => first,
+        n => format!("{first} (and {n} more lines)"),
+    }
+}
+
+/// TLS trust flags for `ferry cp` over HTTPS (the token goes in the
+/// environment, not on a command line other users can read).
+fn http_flags(args: &BenchArgs) -> Vec<String> {
+    let mut v = Vec::new();
+    if let Some(f) = &args.cacert {
+        v.push("--cacert".into());
+        v.push(f.display().to_string());
+    }
+    for p in &args.pin {
+        v.push("--pin".into());
+        v.push(p.clone());
+    }
+    if args.insecure {
+        v.push("-k".into());
+    }
+    v
+}
+
 fn ssh_flags(args: &BenchArgs) -> Vec<String> {
     let mut v = Vec::new();
     if let Some(f) = &args.ssh_config {
@@ -143,7 +266,18 @@ fn ssh_flags(args: &BenchArgs) -> Vec<String> {
 impl Ctx<'_> {
     fn ferry_cp(&self, t: &Tuning, from: &str, to: &str) -> Command {
         let mut c = Command::new(&self.ferry);
-        c.args(["cp", "-q", "-r"]).args(ssh_flags(self.args));
+        c.args(["cp", "-q", "-r"]);
+        match self.target.scheme {
+            Scheme::Sftp => {
+                c.args(ssh_flags(self.args));
+            }
+            Scheme::Https | Scheme::Http => {
+                c.args(http_flags(self.args));
+                if let Some(tok) = &self.args.token {
+                    c.env("FERRY_TOKEN", tok);
+                }
+            }
+        }
         c.args(t.flags());
         c.arg(from).arg(to);
         c.stdin(Stdio::null())
@@ -231,7 +365,7 @@ impl Ctx<'_> {
             t.describe(),
             match (&tr.mb_per_s, &tr.error) {
                 (Some(v), _) => format!("{v:.1} MB/s"),
-                (None, Some(e)) => format!("FAILED: {e}"),
+                (None, Some(e)) => format!("FAILED: {}", first_line(e)),
                 _ => "FAILED".into(),
             }
         );
@@ -242,14 +376,7 @@ impl Ctx<'_> {
     fn sweep(&mut self, upload: bool) -> (Trial, Trial) {
         let base = self.trial(&Tuning::default(), upload);
         let mut best = base.clone();
-        type Knob = fn(&mut Tuning, u64);
-        let knobs: [(&[u64], Knob); 4] = [
-            (&[1, 2, 4, 8], |t, v| t.streams = Some(v as usize)),
-            (&[1, 4, 16], |t, v| t.parallel = Some(v as usize)),
-            (&[32 << 10, 256 << 10], |t, v| t.chunk = Some(v)),
-            (&[16, 64], |t, v| t.depth = Some(v as usize)),
-        ];
-        for (values, set) in knobs {
+        for (values, set) in self.target.scheme.knobs(upload) {
             let start = best.tuning.clone();
             for &v in values {
                 let mut t = start.clone();
@@ -272,7 +399,7 @@ impl Ctx<'_> {
 /// `ferry bench URL`.
 pub fn run_remote(args: &BenchArgs, url: &str) -> Result<i32> {
     let target = Target::parse(url)?;
-    if proc::which("sftp").is_none() {
+    if target.scheme == Scheme::Sftp && proc::which("sftp").is_none() {
         bail!(
             "remote mode removes its scratch directory with OpenSSH's sftp, which is not installed"
         );
@@ -360,7 +487,7 @@ pub fn run_remote(args: &BenchArgs, url: &str) -> Result<i32> {
     let cleaned = cleanup(args, &target, &scratch, ctx.uploads, &ctx.sets, &work);
     let ((up_base, up_best), (down_base, down_best)) = result?;
     let mut out = String::new();
-    let host_key = format!("{}:{}", target.host, target.port);
+    let host_key = target.host_key();
     let _ = writeln!(out, "\nferry bench {}: best settings", target.url(""));
     for (name, base, best) in [
         ("download", &down_base, &down_best),
@@ -407,8 +534,101 @@ pub fn run_remote(args: &BenchArgs, url: &str) -> Result<i32> {
     Ok(0)
 }
 
-/// Remove the scratch dir with OpenSSH sftp (ferry has no rm yet).
+/// Remove the scratch dir: every file the uploads made, then the
+/// directories, deepest first (ferry has no rm command yet).
 fn cleanup(
+    args: &BenchArgs,
+    t: &Target,
+    scratch: &str,
+    uploads: usize,
+    sets: &[DataSet],
+    work: &Path,
+) -> Result<()> {
+    match t.scheme {
+        Scheme::Sftp => cleanup_sftp(args, t, scratch, uploads, sets, work),
+        Scheme::Https | Scheme::Http => cleanup_http(args, t, scratch, uploads, sets),
+    }
+}
+
+/// The scratch dir's files, then its directories deepest first, relative
+/// to the target's path.
+fn scratch_paths(scratch: &str, uploads: usize, sets: &[DataSet]) -> (Vec<String>, Vec<String>) {
+    let (mut files, mut dirs) = (Vec::new(), Vec::new());
+    for i in 0..uploads {
+        for ds in sets {
+            let d = format!("{scratch}/u{i}/{}", ds.name);
+            files.extend(ds.files.iter().map(|f| format!("{d}/{}", f.name)));
+            dirs.push(d);
+        }
+        dirs.push(format!("{scratch}/u{i}"));
+    }
+    dirs.push(scratch.to_string());
+    (files, dirs)
+}
+
+/// DELETE each file, then each directory (ferry serve removes only empty
+/// directories; nginx's dav removes them whole). A missing one (404) is
+/// fine: an upload trial that failed early made fewer.
+fn cleanup_http(
+    args: &BenchArgs,
+    t: &Target,
+    scratch: &str,
+    uploads: usize,
+    sets: &[DataSet],
+) -> Result<()> {
+    let mut opts = ferry_http::Options::default();
+    opts.tls.cacert = args.cacert.clone();
+    opts.tls.pins = args.pin.clone();
+    opts.tls.insecure = args.insecure;
+    opts.token = args.token.clone().filter(|t| !t.is_empty());
+    let client = ferry_http::Client::new(opts).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (files, dirs) = scratch_paths(scratch, uploads, sets);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let mut failed = Vec::new();
+        for (rel, dir) in files
+            .iter()
+            .map(|f| (f, false))
+            .chain(dirs.iter().map(|d| (d, true)))
+        {
+            let text = if dir { t.url(rel) + "/" } else { t.url(rel) };
+            let url = ferry_http::Url::parse(&text).map_err(|e| anyhow::anyhow!("{text}: {e}"))?;
+            client.trust(&url);
+            let r = client
+                .send(
+                    ferry_http::Method::DELETE,
+                    &url,
+                    &ferry_http::HeaderMap::new(),
+                    None,
+                )
+                .await;
+            match r {
+                Ok(resp) if resp.status.is_success() || resp.status.as_u16() == 404 => {
+                    let _ = resp.bytes(64 * 1024).await;
+                }
+                Ok(resp) => failed.push(format!("{text}: HTTP {}", resp.status)),
+                Err(e) => failed.push(format!("{text}: {e}")),
+            }
+        }
+        if let Some(first) = failed.first() {
+            bail!(
+                "could not remove the scratch dir {} (remove it by hand): {first}{}",
+                t.url(scratch),
+                if failed.len() > 1 {
+                    format!(" and {} more", failed.len() - 1)
+                } else {
+                    String::new()
+                }
+            );
+        }
+        Ok(())
+    })
+}
+
+/// Remove the scratch dir with OpenSSH sftp.
+fn cleanup_sftp(
     args: &BenchArgs,
     t: &Target,
     scratch: &str,
@@ -457,4 +677,52 @@ fn cleanup(
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn targets_per_scheme() {
+        let t = Target::parse("https://example.org/scratch/").unwrap();
+        assert_eq!(
+            (t.scheme, t.port, t.path.as_str()),
+            (Scheme::Https, 443, "/scratch")
+        );
+        assert_eq!(t.url("x"), "https://example.org:443/scratch/x");
+        assert_eq!(t.host_key(), "https://example.org:443");
+        let t = Target::parse("http://[::1]:8080").unwrap();
+        assert_eq!(
+            (t.scheme, t.host.as_str(), t.port),
+            (Scheme::Http, "::1", 8080)
+        );
+        assert_eq!(t.url("x"), "http://[::1]:8080/x");
+        let t = Target::parse("sftp://me@h:2222/~/d").unwrap();
+        assert_eq!(
+            (t.scheme, t.port, t.host_key()),
+            (Scheme::Sftp, 2222, "h:2222".into())
+        );
+        assert!(Target::parse("ftp://h/").is_err());
+        // Uploads over HTTP sweep neither ranges nor encoding.
+        let mut t = Tuning::default();
+        for (values, set) in Scheme::Https.knobs(true) {
+            set(&mut t, values[0]);
+        }
+        assert_eq!((t.streams, t.compressed), (None, None));
+    }
+
+    #[test]
+    fn failed_trials_print_one_line() {
+        assert_eq!(first_line("a"), "a");
+        assert_eq!(first_line("a\nb\nc"), "a (and 2 more lines)");
+    }
+
+    #[test]
+    fn scratch_paths_list_files_before_their_dirs() {
+        let (files, dirs) = scratch_paths("s", 1, &[]);
+        assert!(files.is_empty());
+        assert_eq!(dirs, ["s/u0", "s"]);
+    }
 }

@@ -22,6 +22,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
+use ferry_http::digest::{Algo, Expected, Hasher};
 use ferry_http::listing::{self, Kind};
 use ferry_http::{Client, HeaderMap, HeaderValue, HttpError, Method, Response, StatusCode, Url};
 use sha2::{Digest, Sha256};
@@ -198,56 +199,24 @@ fn download(
         )));
     }
     let https = sources.first().is_some_and(|s| s.url.https);
+    let into = dest_is_dir || dest_wants_dir;
     runtime()?.block_on(async {
-        let mut jobs = Vec::new();
-        let mut dirs: Vec<(PathBuf, Option<i64>)> = Vec::new();
-        for src in sources {
-            let url = &src.url;
-            if opts.recursive {
-                if let Some(found) = walk(&client, url, dest, dest_is_dir || dest_wants_dir).await?
-                {
-                    jobs.extend(found.0);
-                    dirs.extend(found.1);
-                    continue;
-                }
-            } else if url.is_dir() {
-                return Err(TransferError::Usage(format!(
-                    "{url}: is a directory URL; use -r to copy the directory"
-                )));
-            }
-            let name = url.file_name();
-            let dst = if dest_is_dir || dest_wants_dir {
-                if !listing::safe_name(&name) {
-                    return Err(TransferError::Usage(format!(
-                        "{url}: no file name in the URL; give the destination file name"
-                    )));
-                }
-                dest.join(os(&name))
-            } else {
-                dest.to_path_buf()
-            };
-            jobs.push(FileJob {
-                url: url.clone(),
-                dst,
-            });
-        }
-        tracing::debug!(
-            "planned {} files in {:.1} ms",
-            jobs.len(),
-            started.elapsed().as_secs_f64() * 1e3
-        );
-        for (d, _) in &dirs {
-            std::fs::create_dir_all(d)
-                .map_err(|e| TransferError::local(d, "cannot create directory", e))?;
-        }
-        stats
-            .files_total
-            .fetch_add(jobs.len() as u64, Ordering::Relaxed);
-        let nfiles = jobs.len() as u64;
+        // The plan (listings with -r) is made by one task that hands each
+        // file over as soon as its directory is listed, so downloads start
+        // while the rest of the tree is still being walked.
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<FileJob>(PLAN_QUEUE);
+        let plan = {
+            let (client, sources, dest) = (client.clone(), sources.to_vec(), dest.to_path_buf());
+            let (stats, recursive) = (stats.clone(), opts.recursive);
+            tokio::spawn(async move {
+                plan(&client, &sources, &dest, into, recursive, &stats, &tx).await
+            })
+        };
         let parallel = Arc::new(Semaphore::new(opts.parallel.max(1)));
         let mut set = tokio::task::JoinSet::new();
         let mut first_err = None;
         let mut errors = 0usize;
+        let mut nfiles = 0u64;
         let mut note = |r: Result<Result<u64, TransferError>, tokio::task::JoinError>| {
             let e = match r {
                 Ok(Ok(_)) => return,
@@ -257,7 +226,8 @@ fn download(
             errors += 1;
             report(&mut first_err, e);
         };
-        for job in jobs {
+        while let Some(job) = rx.recv().await {
+            nfiles += 1;
             let permit = parallel
                 .clone()
                 .acquire_owned()
@@ -281,6 +251,27 @@ fn download(
             "transfers done at {:.1} ms",
             started.elapsed().as_secs_f64() * 1e3
         );
+        let dirs = match plan.await {
+            Ok(Ok(d)) => d,
+            Ok(Err(e)) => {
+                // The plan failed part way: what was planned has run; the
+                // plan's error comes first.
+                if let Some(other) = first_err.take() {
+                    eprintln!("ferry: {other}");
+                }
+                errors += 1;
+                first_err = Some(e);
+                Vec::new()
+            }
+            Err(e) => {
+                errors += 1;
+                report(
+                    &mut first_err,
+                    TransferError::Local(format!("internal: the plan failed: {e}")),
+                );
+                Vec::new()
+            }
+        };
         if let Some(e) = first_err {
             return Err(if errors > 1 {
                 with_more(e, errors - 1)
@@ -307,17 +298,89 @@ fn download(
     })
 }
 
+/// Files planned ahead of the downloads (a bound on memory for huge trees;
+/// the walk waits when the downloads are this far behind).
+const PLAN_QUEUE: usize = 4096;
+
 /// Directories to create: path and mtime (for -p).
 type Dirs = Vec<(PathBuf, Option<i64>)>;
 
-/// With -r: list `url` as a directory and walk it. `None` when the URL
-/// turned out to be a file.
+/// Turn the sources into file jobs, sent to `tx` as they are found: each
+/// URL, or with -r each file of a directory URL's tree. Local directories
+/// are made before any file in them is sent. Returns the directories (for
+/// -p's mtimes).
+async fn plan(
+    client: &Client,
+    sources: &[HttpSpec],
+    dest: &Path,
+    into: bool,
+    recursive: bool,
+    stats: &Stats,
+    tx: &tokio::sync::mpsc::Sender<FileJob>,
+) -> Result<Dirs, TransferError> {
+    let mut dirs = Vec::new();
+    for src in sources {
+        let url = &src.url;
+        if recursive {
+            if let Some(found) = walk(client, url, dest, into, stats, tx).await? {
+                dirs.extend(found);
+                continue;
+            }
+        } else if url.is_dir() {
+            return Err(TransferError::Usage(format!(
+                "{url}: is a directory URL; use -r to copy the directory"
+            )));
+        }
+        let name = url.file_name();
+        let dst = if into {
+            if !listing::safe_name(&name) {
+                return Err(TransferError::Usage(format!(
+                    "{url}: no file name in the URL; give the destination file name"
+                )));
+            }
+            dest.join(os(&name))
+        } else {
+            dest.to_path_buf()
+        };
+        send(
+            tx,
+            stats,
+            FileJob {
+                url: url.clone(),
+                dst,
+            },
+        )
+        .await?;
+    }
+    Ok(dirs)
+}
+
+async fn send(
+    tx: &tokio::sync::mpsc::Sender<FileJob>,
+    stats: &Stats,
+    job: FileJob,
+) -> Result<(), TransferError> {
+    stats.files_total.fetch_add(1, Ordering::Relaxed);
+    tx.send(job)
+        .await
+        .map_err(|_| TransferError::Local("internal: the downloads stopped".into()))
+}
+
+fn mkdir(d: &Path) -> Result<(), TransferError> {
+    std::fs::create_dir_all(d).map_err(|e| TransferError::local(d, "cannot create directory", e))
+}
+
+/// With -r: list `url` as a directory and walk it, sending each file to
+/// `tx` once its local directory exists. `None` when the URL turned out to
+/// be a file (nothing was sent).
 async fn walk(
     client: &Client,
     url: &Url,
     dest: &Path,
     into: bool,
-) -> Result<Option<(Vec<FileJob>, Dirs)>, TransferError> {
+    stats: &Stats,
+    tx: &tokio::sync::mpsc::Sender<FileJob>,
+) -> Result<Option<Dirs>, TransferError> {
     let Some((base, entries)) = list(client, url).await? else {
         return Ok(None);
     };
@@ -327,13 +390,13 @@ async fn walk(
     } else {
         dest.to_path_buf()
     };
-    let mut jobs = Vec::new();
     let mut dirs = vec![(root.clone(), None)];
     let mut pending = vec![(base, root, entries)];
     let mut running = futures_util::stream::FuturesUnordered::new();
     use futures_util::StreamExt;
     loop {
         while let Some((base, local, entries)) = pending.pop() {
+            mkdir(&local)?;
             for e in entries {
                 // listing.rs only returns single, safe path segments.
                 let lpath = local.join(os(&e.name));
@@ -346,7 +409,7 @@ async fn walk(
                                 let (u, l, res): (Url, PathBuf, _) = r;
                                 match res? {
                                     Some((b, es)) => pending.push((b, l, es)),
-                                    None => jobs.push(FileJob { url: u, dst: l }),
+                                    None => send(tx, stats, FileJob { url: u, dst: l }).await?,
                                 }
                             }
                         }
@@ -357,10 +420,17 @@ async fn walk(
                             (u, lpath, r)
                         });
                     }
-                    Kind::File | Kind::Symlink => jobs.push(FileJob {
-                        url: base.child(&e.name),
-                        dst: lpath,
-                    }),
+                    Kind::File | Kind::Symlink => {
+                        send(
+                            tx,
+                            stats,
+                            FileJob {
+                                url: base.child(&e.name),
+                                dst: lpath,
+                            },
+                        )
+                        .await?
+                    }
                 }
             }
         }
@@ -369,10 +439,10 @@ async fn walk(
         };
         match res? {
             Some((b, es)) => pending.push((b, l, es)),
-            None => jobs.push(FileJob { url: u, dst: l }),
+            None => send(tx, stats, FileJob { url: u, dst: l }).await?,
         }
     }
-    Ok(Some((jobs, dirs)))
+    Ok(Some(dirs))
 }
 
 /// GET a directory listing: ferry serve's JSON when the server has it,
@@ -705,9 +775,11 @@ async fn single(
     } else if prior.is_some() {
         journal::remove(&p.journal);
     }
-    let expect_digest = ferry_http::digest::expected_sha256(&resp.headers);
+    let expect_digest = ferry_http::digest::expected(&resp.headers);
     // Hash as the bytes arrive when they are the whole representation.
-    let mut hasher = (expect_digest.is_some() && have == 0).then(Sha256::new);
+    let mut hasher = expect_digest
+        .filter(|_| have == 0)
+        .map(|e| Hasher::new(e.algo));
     let stats = &ctx.stats;
     if identity {
         if let Some(t) = total {
@@ -777,9 +849,9 @@ async fn single(
     }
     if let Some(want) = expect_digest {
         let got: [u8; 32] = match hasher {
-            Some(h) => h.finalize().into(),
-            None if identity => hash_file(&p.tmp).await?,
-            None => want,
+            Some(h) => h.finalize(),
+            None if identity => hash_file(&p.tmp, want.algo).await?,
+            None => want.sum,
         };
         check_digest(&job.url, p, want, got)?;
     }
@@ -798,28 +870,40 @@ fn write_at(f: &std::fs::File, data: &[u8], at: u64, tmp: &Path) -> Result<(), T
         .map_err(|e| TransferError::local(tmp, "cannot write", e))
 }
 
-async fn hash_file(path: &Path) -> Result<[u8; 32], TransferError> {
+async fn hash_file(path: &Path, algo: Algo) -> Result<[u8; 32], TransferError> {
     let path = path.to_path_buf();
     tokio::task::spawn_blocking(move || {
-        let mut f = std::fs::File::open(&path)
+        let f = std::fs::File::open(&path)
             .map_err(|e| TransferError::local(&path, "cannot read", e))?;
-        let mut h = Sha256::new();
-        std::io::copy(&mut f, &mut h).map_err(|e| TransferError::local(&path, "cannot read", e))?;
-        Ok(h.finalize().into())
+        let mut h = Hasher::new(algo);
+        let mut buf = vec![0u8; WRITE_BUF];
+        let mut at = 0u64;
+        loop {
+            let n = f
+                .read_at(&mut buf, at)
+                .map_err(|e| TransferError::local(&path, "cannot read", e))?;
+            if n == 0 {
+                break;
+            }
+            h.update(&buf[..n]);
+            at += n as u64;
+        }
+        Ok(h.finalize())
     })
     .await
     .map_err(|e| TransferError::Local(format!("internal: {e}")))?
 }
 
-fn check_digest(url: &Url, p: &Paths, want: [u8; 32], got: [u8; 32]) -> Result<(), TransferError> {
-    if want == got {
+fn check_digest(url: &Url, p: &Paths, want: Expected, got: [u8; 32]) -> Result<(), TransferError> {
+    if want.sum == got {
         return Ok(());
     }
     let _ = std::fs::remove_file(&p.tmp);
     journal::remove(&p.journal);
     Err(TransferError::Remote(format!(
-        "{url}: the data does not match the server's digest (sha-256 announced {}, received {}); nothing was written, try again",
-        ferry_http::digest::to_base64(&want),
+        "{url}: the data does not match the server's digest ({} announced {}, received {}); nothing was written, try again",
+        want.algo.name(),
+        ferry_http::digest::to_base64(&want.sum),
         ferry_http::digest::to_base64(&got)
     )))
 }
@@ -890,7 +974,7 @@ async fn segmented(
     let url = head.url.clone();
     let val = validator(&head.headers);
     let mtime = last_modified(&head.headers);
-    let expect_digest = ferry_http::digest::expected_sha256(&head.headers);
+    let expect_digest = ferry_http::digest::expected(&head.headers);
     drop(head);
     let part_len = std::fs::metadata(&p.tmp).map(|m| m.len()).unwrap_or(0);
     let mut done = Vec::new();
@@ -1005,7 +1089,7 @@ async fn segmented(
         )));
     }
     if let Some(want) = expect_digest {
-        let got = hash_file(&p.tmp).await?;
+        let got = hash_file(&p.tmp, want.algo).await?;
         check_digest(&job.url, p, want, got)?;
     }
     drop(file);
@@ -1195,8 +1279,20 @@ fn upload(
         .fetch_add(files.iter().map(|f| f.2).sum::<u64>(), Ordering::Relaxed);
     let nfiles = files.len() as u64;
     let total: u64 = files.iter().map(|f| f.2).sum();
+    let big = files.iter().any(|f| f.2 >= NO_RESUME_BELOW);
+    let resume = opts.resume;
     runtime()?.block_on(async {
         mkcol_all(&client, &collections).await?;
+        // Ranged PUTs only to a server that says it takes them: one that
+        // ignored Content-Range would store the rest as the whole file.
+        let ranged = big && put_ranges(&client, &dest.url).await;
+        if resume && big && !ranged {
+            eprintln!(
+                "ferry: {}: the server does not take ranged PUTs (Content-Range), so uploads \
+                 cannot be resumed there; sending every file from the start",
+                dest.url
+            );
+        }
         let parallel = Arc::new(Semaphore::new(opts.parallel.max(1)));
         let mut set = tokio::task::JoinSet::new();
         for (src, url, size) in files {
@@ -1207,7 +1303,12 @@ fn upload(
                 .map_err(|_| TransferError::Local("internal: semaphore closed".into()))?;
             let (client, stats) = (client.clone(), stats.clone());
             set.spawn(async move {
-                let r = put(&client, &src, &url, size, &stats).await;
+                let how = if ranged && size >= NO_RESUME_BELOW {
+                    Put::Ranged { resume }
+                } else {
+                    Put::Whole
+                };
+                let r = put(&client, &src, &url, size, &stats, how).await;
                 drop(permit);
                 r
             });
@@ -1250,6 +1351,29 @@ fn upload(
 async fn mkcol_all(client: &Client, dirs: &[Url]) -> Result<(), TransferError> {
     let mkcol = Method::from_bytes(b"MKCOL")
         .map_err(|e| TransferError::Local(format!("internal: MKCOL: {e}")))?;
+    // MKCOL needs the parent to exist (409 otherwise, RFC 4918 §9.3.1): the
+    // destination directory and its parents may not exist yet, so they are
+    // made first, from the top, whatever the answers (405: it exists).
+    let mut above = Vec::new();
+    if let Some(first) = dirs.first() {
+        let mut d = first.join("../");
+        while let Some(u) = d {
+            if u.path == "/" || above.len() >= 64 {
+                break;
+            }
+            d = u.join("../");
+            above.push(u);
+        }
+    }
+    for url in above.iter().rev() {
+        let resp = client
+            .send(mkcol.clone(), url, &HeaderMap::new(), None)
+            .await?;
+        if resp.status == StatusCode::UNAUTHORIZED {
+            return Err(HttpError::status(&url.to_string(), resp.status).into());
+        }
+        let _ = resp.bytes(64 * 1024).await;
+    }
     for url in dirs {
         let resp = client
             .send(mkcol.clone(), url, &HeaderMap::new(), None)
@@ -1271,6 +1395,44 @@ async fn mkcol_all(client: &Client, dirs: &[Url]) -> Result<(), TransferError> {
     Ok(())
 }
 
+/// Response header of ferry serve's `OPTIONS`: `bytes` when PUT takes
+/// `Content-Range` (ferry-server's `upload::PUT_RANGES`).
+const PUT_RANGES: &str = "ferry-put-ranges";
+/// Response header of ferry serve's upload state query: the SHA-256 of the
+/// last bytes it holds (ferry-server's `upload::PART_TAIL`).
+const PART_TAIL: &str = "ferry-part-tail";
+/// Largest tail block we hash to check a partial upload.
+const MAX_TAIL_CHECK: u64 = 1024 * 1024;
+
+/// Whether the server at `url` takes ranged PUTs (ferry serve says so in
+/// its `OPTIONS` answer). Any failure means no: whole-file PUTs work
+/// everywhere.
+async fn put_ranges(client: &Client, url: &Url) -> bool {
+    let Ok(resp) = client
+        .send(Method::OPTIONS, url, &HeaderMap::new(), None)
+        .await
+    else {
+        return false;
+    };
+    let yes = resp.status.is_success()
+        && resp
+            .header(PUT_RANGES)
+            .is_some_and(|v| v.split(',').any(|u| u.trim().eq_ignore_ascii_case("bytes")));
+    let _ = resp.bytes(64 * 1024).await;
+    yes
+}
+
+/// How one file is PUT.
+#[derive(Debug, Clone, Copy)]
+enum Put {
+    /// One PUT of the whole body (nginx dav, small files).
+    Whole,
+    /// `Content-Range: bytes START-END/TOTAL` to ferry serve, which keeps
+    /// what arrived in a part file if the upload is cut; with `resume`,
+    /// first ask what it holds and go on from there.
+    Ranged { resume: bool },
+}
+
 /// PUT one file, its body streamed from disk with its Content-Length.
 async fn put(
     client: &Client,
@@ -1278,6 +1440,7 @@ async fn put(
     url: &Url,
     size: u64,
     stats: &Arc<Stats>,
+    how: Put,
 ) -> Result<(), TransferError> {
     let file = Arc::new(
         std::fs::File::open(src).map_err(|e| TransferError::local(src, "cannot open", e))?,
@@ -1286,22 +1449,46 @@ async fn put(
     let progress: Arc<dyn Fn(u64) + Send + Sync> = Arc::new(move |n| {
         s.bytes_done.fetch_add(n, Ordering::Relaxed);
     });
-    let make = move || ferry_http::file_body(file.clone(), 0, size, Some(progress.clone()));
     let mut h = HeaderMap::new();
     h.insert(
         "content-type",
         HeaderValue::from_static("application/octet-stream"),
     );
+    let mut start = 0;
+    if let Put::Ranged { resume } = how {
+        if resume {
+            start = resume_point(client, &file, src, url, size).await?;
+            progress(start);
+        }
+        h.insert(
+            "content-range",
+            header(&format!("bytes {start}-{}/{size}", size.saturating_sub(1)))?,
+        );
+    }
+    let f = file.clone();
+    let make =
+        move || ferry_http::file_body(f.clone(), start, size - start, Some(progress.clone()));
+    let again = match how {
+        Put::Whole => "run the copy again",
+        Put::Ranged { .. } => "rerun with --resume to send only the rest",
+    };
     let resp = client
         .send(Method::PUT, url, &h, Some(&make))
         .await
         .map_err(|e| match e {
-            HttpError::Network(m) => TransferError::Network(format!(
-                "{m} (uploading {}); run the copy again",
-                src.display()
-            )),
+            HttpError::Network(m) => {
+                TransferError::Network(format!("{m} (uploading {}); {again}", src.display()))
+            }
             e => e.into(),
         })?;
+    if resp.status == StatusCode::ACCEPTED && matches!(how, Put::Ranged { .. }) {
+        // The server holds a part, not the file: it did not get it all.
+        let have = resp.header("range").and_then(held).unwrap_or(0);
+        return Err(TransferError::Network(format!(
+            "{url}: the server holds {have} of {size} bytes of {} after the upload; {again}",
+            src.display()
+        )));
+    }
     let resp = resp.error_for_status()?;
     // Read the (small) answer so the connection can be reused.
     let _ = resp.bytes(1 << 20).await;
@@ -1309,10 +1496,105 @@ async fn put(
     Ok(())
 }
 
+/// `Range: bytes=0-LAST` of ferry serve's upload state: how many bytes it
+/// holds.
+fn held(v: &str) -> Option<u64> {
+    let (a, b) = v.trim().strip_prefix("bytes=")?.split_once('-')?;
+    (a.trim() == "0").then_some(())?;
+    b.trim().parse::<u64>().ok()?.checked_add(1)
+}
+
+/// `bytes=A-B sha-256=:BASE64:` of ferry serve's upload state.
+fn part_tail(v: &str) -> Option<(u64, u64, [u8; 32])> {
+    let (span, alg) = v.trim().split_once(' ')?;
+    let (a, b) = span.strip_prefix("bytes=")?.split_once('-')?;
+    let (a, b): (u64, u64) = (a.parse().ok()?, b.parse().ok()?);
+    let mut h = HeaderMap::new();
+    h.insert("repr-digest", HeaderValue::from_str(alg.trim()).ok()?);
+    let sum = ferry_http::digest::expected_sha256(&h)?;
+    (a <= b).then_some((a, b, sum))
+}
+
+/// Where a resumed ranged upload goes on: ask the server what it holds
+/// (`Content-Range: bytes */SIZE`), and trust it only if the SHA-256 of its
+/// last block equals the same bytes of `src` (the check SFTP resume makes,
+/// docs/internals/sftp.md). Otherwise say so and start from 0.
+async fn resume_point(
+    client: &Client,
+    file: &Arc<std::fs::File>,
+    src: &Path,
+    url: &Url,
+    size: u64,
+) -> Result<u64, TransferError> {
+    let mut h = HeaderMap::new();
+    h.insert("content-range", header(&format!("bytes */{size}"))?);
+    let make = ferry_http::empty;
+    let resp = client.send(Method::PUT, url, &h, Some(&make)).await?;
+    let status = resp.status;
+    let have = resp.header("range").and_then(held).unwrap_or(0);
+    let tail = resp.header(PART_TAIL).and_then(part_tail);
+    let _ = resp.bytes(64 * 1024).await;
+    if status != StatusCode::ACCEPTED {
+        if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
+            return Err(HttpError::status(&url.to_string(), status).into());
+        }
+        eprintln!(
+            "ferry: {url}: the server did not say how much of the upload it holds \
+             (HTTP {status}); sending {} from the start",
+            src.display()
+        );
+        return Ok(0);
+    }
+    if have == 0 {
+        return Ok(0);
+    }
+    let matches = match tail {
+        Some((a, b, want)) if b + 1 == have && have <= size && b - a < MAX_TAIL_CHECK => {
+            let f = file.clone();
+            let got = tokio::task::spawn_blocking(move || -> std::io::Result<[u8; 32]> {
+                let mut buf = vec![0u8; (b - a + 1) as usize];
+                f.read_exact_at(&mut buf, a)?;
+                Ok(Sha256::digest(&buf).into())
+            })
+            .await
+            .map_err(|e| TransferError::Local(format!("internal: {e}")))?
+            .map_err(|e| TransferError::local(src, "cannot read", e))?;
+            got == want
+        }
+        _ => false,
+    };
+    if !matches {
+        eprintln!(
+            "ferry: {url}: the partial upload on the server ({have} bytes) is not the start \
+             of {}; starting over",
+            src.display()
+        );
+        return Ok(0);
+    }
+    // All there but not renamed (cut between the two): send the last byte
+    // again so the server completes it.
+    Ok(have.min(size.saturating_sub(1)))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn upload_state_headers() {
+        assert_eq!(held("bytes=0-99"), Some(100));
+        assert_eq!(held("bytes=5-99"), None);
+        assert_eq!(held("bytes=0-x"), None);
+        let b = ferry_http::digest::to_base64(&[3u8; 32]);
+        assert_eq!(
+            part_tail(&format!("bytes=10-99 sha-256=:{b}:")),
+            Some((10, 99, [3u8; 32]))
+        );
+        assert_eq!(part_tail(&format!("bytes=99-10 sha-256=:{b}:")), None);
+        assert_eq!(part_tail("bytes=0-9 md5=:AAAA:"), None);
+        assert_eq!(part_tail("garbage"), None);
+    }
 
     #[test]
     fn partial_round_trip() {

@@ -114,6 +114,10 @@ struct Host {
     idle: Mutex<Vec<http1::SendRequest<Body>>>,
     /// HTTP/1.1 connections in use (one permit each).
     slots: Arc<Semaphore>,
+    /// Permits given up because the server refused more connections.
+    shrunk: std::sync::atomic::AtomicUsize,
+    /// The pool's bound when made (`h1_connections`).
+    bound: usize,
 }
 
 impl Host {
@@ -125,6 +129,13 @@ impl Host {
     }
     fn pop_idle(&self) -> Option<http1::SendRequest<Body>> {
         self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop()
+    }
+    /// HTTP/1.1 permits held now (leased connections and connects in
+    /// progress, the caller's included).
+    fn in_use(&self) -> usize {
+        self.bound
+            .saturating_sub(self.shrunk.load(Ordering::Relaxed))
+            .saturating_sub(self.slots.available_permits())
     }
 }
 
@@ -252,6 +263,8 @@ impl Client {
                     h2: tokio::sync::Mutex::new(None),
                     idle: Mutex::new(Vec::new()),
                     slots: Arc::new(Semaphore::new(self.inner.opts.h1_connections.max(1))),
+                    shrunk: std::sync::atomic::AtomicUsize::new(0),
+                    bound: self.inner.opts.h1_connections.max(1),
                 })
             })
             .clone()
@@ -488,13 +501,29 @@ impl Client {
                             return Ok((Conn::H1(s, permit), true));
                         }
                     }
-                    match self.connect(&host.origin).await? {
-                        NewConn::H1(s) => return Ok((Conn::H1(s, permit), false)),
-                        NewConn::H2(s) => {
+                    match self.connect(&host.origin).await {
+                        Ok(NewConn::H1(s)) => return Ok((Conn::H1(s, permit), false)),
+                        Ok(NewConn::H2(s)) => {
                             host.set_proto(Proto::H2);
                             *host.h2.lock().await = Some(s.clone());
                             return Ok((Conn::H2(s), false));
                         }
+                        Err(HttpError::Network(m)) if host.in_use() > 1 => {
+                            // Servers with a connection limit (ferry serve's
+                            // --max-connections, nginx's limit_conn) close
+                            // the ones past it during the handshake. Others
+                            // of ours are open: give this slot up for good
+                            // and wait for one of theirs. A server that is
+                            // down fails them too, so this ends with the
+                            // last one's error.
+                            let open = host.in_use() - 1;
+                            permit.forget();
+                            host.shrunk.fetch_add(1, Ordering::Relaxed);
+                            tracing::info!(
+                                "{m}: the server took no more connections; at most {open} from now on"
+                            );
+                        }
+                        Err(e) => return Err(e),
                     }
                 }
                 None => {

@@ -101,6 +101,8 @@ pub struct Shared {
     /// Turns true when the server stops: HTTP connections then finish the
     /// requests in progress and close (idle keep-alive ones at once).
     pub stopping: tokio::sync::watch::Receiver<bool>,
+    /// Content digests of served files (`Repr-Digest`), when known.
+    pub digests: Arc<http::digest::Digests>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -186,6 +188,7 @@ impl Server {
             token: identity.token.clone(),
             public: opts.public,
             stopping,
+            digests: Arc::new(http::digest::Digests::new()),
         });
         let sftp_cfg = Arc::new(sftp::SessionConfig {
             root,

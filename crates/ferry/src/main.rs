@@ -262,16 +262,21 @@ fn apply_saved_settings(
     dest: &Location,
     matches: Option<&clap::ArgMatches>,
 ) {
-    let (remote, upload) = match (dest, sources.first()) {
-        (Location::Sftp(r), _) => (r, true),
-        (_, Some(Location::Sftp(r))) => (r, false),
+    let sftp_key = |r: &ferry_engine::RemoteSpec| format!("{}:{}", r.host, r.port.unwrap_or(22));
+    let http_key = |h: &ferry_engine::HttpSpec| {
+        ferry_bench::hosts::http_key(h.url.https, &h.url.host, h.url.port)
+    };
+    let (key, upload) = match (dest, sources.first()) {
+        (Location::Sftp(r), _) => (sftp_key(r), true),
+        (Location::Http(h), _) => (http_key(h), true),
+        (_, Some(Location::Sftp(r))) => (sftp_key(r), false),
+        (_, Some(Location::Http(h))) => (http_key(h), false),
         _ => return,
     };
     let Some(path) = ferry_bench::hosts::default_path() else {
         return;
     };
-    let port = remote.port.unwrap_or(22);
-    let Some(t) = ferry_bench::hosts::lookup(&path, &remote.host, port, upload) else {
+    let Some(t) = ferry_bench::hosts::lookup_key(&path, &key, upload) else {
         return;
     };
     let given = |id: &str| {
@@ -289,9 +294,17 @@ fn apply_saved_settings(
     if let (false, Some(v)) = (given("depth"), t.depth) {
         opts.max_depth = v;
     }
+    if let (false, false, Some(v)) = (given("http1"), given("http2"), t.http) {
+        opts.http.version = match v {
+            ferry_bench::hosts::HttpVersion::Http1 => ferry_engine::HttpVersion::Http1,
+            ferry_bench::hosts::HttpVersion::Http2 => ferry_engine::HttpVersion::Http2,
+        };
+    }
+    if let (false, Some(v)) = (given("compressed"), t.compressed) {
+        opts.compressed = v;
+    }
     tracing::info!(
-        "saved settings for {}:{port} from {}: {} (flags given on the command line win)",
-        remote.host,
+        "saved settings for {key} from {}: {} (flags given on the command line win)",
         path.display(),
         t.describe()
     );

@@ -166,3 +166,76 @@ fn bench_remote_mode_sweeps_saves_and_cleans_up() {
         "scratch left on the server: {left:?}\n{stderr}"
     );
 }
+
+/// Issue 5 over HTTPS: `ferry bench https://...` against `ferry serve
+/// --writable` sweeps -P, --streams, the HTTP version and --compressed,
+/// saves them under `https://127.0.0.1:PORT`, leaves no scratch dir, and a
+/// later `ferry cp` to that server says it uses them.
+#[test]
+fn bench_remote_mode_over_https_sweeps_saves_and_cleans_up() {
+    let serve = common::serve::FerryServe::start(&["--writable"]);
+    let port = serve.https_port.expect("https port");
+    let home = tempfile::tempdir().unwrap();
+    let pin = format!("sha256:{}", serve.cert_sha256);
+    let out = Command::new(env!("CARGO_BIN_EXE_ferry"))
+        .args(["bench", "--quick", "--save", "--timeout", "120"])
+        .arg(format!("https://127.0.0.1:{port}/"))
+        .args(["--pin", &pin])
+        .env("FERRY_TOKEN", &serve.token)
+        .env("HOME", home.path())
+        .env_remove("XDG_CONFIG_HOME")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run ferry bench URL");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}\n{stdout}\n{stderr}", out.status);
+    assert!(stdout.contains("best settings"), "{stdout}");
+    // Every knob was tried, each trial verified.
+    for knob in [
+        "--streams 2",
+        "-P 8",
+        "--http1.1",
+        "--http2",
+        "--compressed",
+    ] {
+        assert!(stderr.contains(knob), "{knob} not swept:\n{stderr}");
+    }
+    assert!(!stderr.contains("FAILED"), "{stderr}");
+    let hosts = std::fs::read_to_string(home.path().join(".config/ferry/hosts.toml"))
+        .expect("hosts.toml written");
+    let key = format!("[host.\"https://127.0.0.1:{port}\"");
+    assert!(hosts.contains(&key), "{hosts}");
+    let left: Vec<_> = std::fs::read_dir(serve.root())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "scratch left on the server: {left:?}\n{stderr}"
+    );
+
+    // ferry cp to that server picks the saved settings up.
+    let src = home.path().join("f.txt");
+    std::fs::write(&src, "saved settings\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ferry"))
+        .args(["cp", "-v", "--pin", &pin])
+        .arg(&src)
+        .arg(format!("https://127.0.0.1:{port}/f.txt"))
+        .env("FERRY_TOKEN", &serve.token)
+        .env("HOME", home.path())
+        .env_remove("XDG_CONFIG_HOME")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run ferry cp");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("saved settings for https://127.0.0.1:{port}")),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read(serve.root().join("f.txt")).unwrap(),
+        b"saved settings\n"
+    );
+}

@@ -484,6 +484,18 @@ fn put_uploads_to_dav_and_read_back() {
             assert_file_hash(&back.path().join("up").join(rel), h, rel);
         }
     }
+    // nginx's dav cannot take ranged PUTs: --resume says so and sends the
+    // whole file, which arrives intact.
+    let mut a = cacert(&ng);
+    a.extend(["--resume".into(), s(&one), ng.https("/upload/resumed/")]);
+    let o = cp(&a);
+    assert_ok(&o, "--resume to nginx");
+    assert!(
+        stderr_text(&o).contains("cannot be resumed"),
+        "{}",
+        describe(&o)
+    );
+    assert_file_hash(&ng.www().join("upload/resumed/one.bin"), &h1, "resumed");
     // Uploading where the server does not allow PUT: exit 4, clear message.
     let mut a = cacert(&ng);
     a.extend([s(&tree.join("x.bin")), ng.https("/elsewhere/")]);
@@ -820,4 +832,69 @@ fn resume_against_a_server_without_ranges_starts_over_correctly() {
     );
     assert_file_hash(&dst, &h, "restarted without ranges");
     assert!(part_files(out.path()).is_empty());
+}
+
+/// Issue "uploads ... resumable where the server allows", nginx's side: an
+/// upload cut by killing nginx mid-PUT leaves no file under the final name
+/// (nginx writes the body to a temporary file first), and `--resume` says
+/// nginx cannot resume and sends the whole file, which arrives intact.
+#[test]
+fn upload_cut_by_an_nginx_kill_leaves_nothing_and_resume_starts_over() {
+    let Some(mut ng) =
+        nginx_or_skip("upload_cut_by_an_nginx_kill_leaves_nothing_and_resume_starts_over")
+    else {
+        return;
+    };
+    let src = tempdir();
+    let file = src.path().join("cut.bin");
+    let h = make_file(&file, 16 * MIB + 9, 41);
+    let relay = slow_relay(ng.https_port);
+    let home = tempdir();
+    let mut a: Vec<String> = vec!["cp".into(), "-q".into()];
+    a.extend(cacert(&ng));
+    a.extend([s(&file), format!("https://127.0.0.1:{relay}/upload/cut/")]);
+    let child = FerryChild::spawn(home.path(), &a, &[]);
+    // nginx gathers the body in client_body_temp_path before the rename.
+    let body_tmp = ng.dir().join("tmp/body");
+    let received = || {
+        let mut stack = vec![body_tmp.clone()];
+        let mut most = 0;
+        while let Some(d) = stack.pop() {
+            for e in fs::read_dir(&d).into_iter().flatten().flatten() {
+                let m = e.metadata().unwrap();
+                if m.is_dir() {
+                    stack.push(e.path());
+                } else {
+                    most = most.max(m.len());
+                }
+            }
+        }
+        most
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while received() < 2 * MIB {
+        assert!(Instant::now() < deadline, "no upload progress in 60 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    ng.restart(); // kills the one nginx process by PID, starts a new one
+    let o = child.wait();
+    assert_eq!(o.status.code(), Some(1), "{}", describe(&o));
+    assert!(
+        stderr_text(&o).contains("run the copy again"),
+        "{}",
+        describe(&o)
+    );
+    let dest = ng.www().join("upload/cut/cut.bin");
+    assert!(!dest.exists(), "a truncated file under the final name");
+
+    let mut a = cacert(&ng);
+    a.extend(["--resume".into(), s(&file), ng.https("/upload/cut/")]);
+    let o = cp(&a);
+    assert_ok(&o, "--resume after the kill");
+    assert!(
+        stderr_text(&o).contains("cannot be resumed"),
+        "{}",
+        describe(&o)
+    );
+    assert_file_hash(&dest, &h, "sent again in full");
 }

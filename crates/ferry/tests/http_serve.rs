@@ -10,6 +10,7 @@
 mod common;
 
 use std::fs;
+use std::time::{Duration, Instant};
 
 use common::serve::FerryServe;
 use common::*;
@@ -163,5 +164,244 @@ fn public_server_reads_without_a_token_and_compressed_transfer_is_exact() {
     assert_eq!(
         fs::read(local.path().join("log.txt")).unwrap(),
         text.as_bytes()
+    );
+}
+
+/// Start `ferry cp SRC https://127.0.0.1:RELAY/up/NAME` through a slow
+/// relay, SIGKILL the server once its part file holds 2 MiB, and check the
+/// copy failed saying `--resume` and left the final name alone (`old`:
+/// what was there before, if anything).
+fn upload_cut_by_a_server_kill(
+    s: &mut FerryServe,
+    src: &std::path::Path,
+    name: &str,
+    old: Option<&blake3::Hash>,
+) {
+    let relay = slow_relay(s.https_port.unwrap());
+    let url = format!("https://127.0.0.1:{relay}/up/{name}");
+    let a = args![
+        "cp",
+        "-q",
+        "--pin",
+        format!("sha256:{}", s.cert_sha256),
+        "--token",
+        s.token.clone(),
+        src,
+        url
+    ];
+    let child = FerryChild::spawn(&s.home(), &a, &[]);
+    let part = s.root().join(format!("up/.{name}.ferry-upload-part"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while fs::metadata(&part).map_or(0, |m| m.len()) < 2 * MIB {
+        assert!(Instant::now() < deadline, "no upload progress in 60 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    s.restart(&["--writable"]); // SIGKILL, then the same root, state and port
+    let o = child.wait();
+    assert_eq!(o.status.code(), Some(1), "{}", describe(&o));
+    assert!(stderr_text(&o).contains("--resume"), "{}", describe(&o));
+    let dest = s.root().join("up").join(name);
+    match old {
+        None => assert!(!dest.exists(), "truncated file under the final name"),
+        Some(h) => assert_file_hash(&dest, h, "the previous file is untouched"),
+    }
+    assert!(part.exists(), "the server kept no part file");
+}
+
+/// Issue "uploads ... resumable where the server allows": an upload cut by
+/// a server crash leaves no file under the final name, and `--resume`
+/// sends only the rest after checking the server's last 64 KiB; a part
+/// that is not the start of the local file is said and started over.
+#[test]
+fn upload_interrupted_by_a_server_kill_resumes() {
+    let mut s = FerryServe::start(&["--writable"]);
+    let local = tempdir();
+    let src = local.path().join("big.bin");
+    let want = make_file(&src, 16 * MIB + 5, 21);
+    let other = local.path().join("other/big.bin");
+    fs::create_dir(local.path().join("other")).unwrap();
+    let want_other = make_file(&other, 16 * MIB + 5, 22);
+
+    // The server holds the start of big.bin; --resume of a different file
+    // under that name notices and sends all of it.
+    upload_cut_by_a_server_kill(&mut s, &src, "big.bin", None);
+    let o = s.https_cp(true, &args!["--resume", &other, s.https_url("up/")]);
+    assert!(
+        o.status.success(),
+        "resume of another file: {}",
+        describe(&o)
+    );
+    assert!(
+        stderr_text(&o).contains("starting over"),
+        "{}",
+        describe(&o)
+    );
+    assert_file_hash(&s.root().join("up/big.bin"), &want_other, "started over");
+
+    // Cut again; --resume of the same file completes it without starting
+    // over, over HTTP/1.1 this time.
+    upload_cut_by_a_server_kill(&mut s, &src, "big.bin", Some(&want_other));
+    let o = s.https_cp(
+        true,
+        &args!["--resume", "--http1.1", &src, s.https_url("up/")],
+    );
+    assert!(o.status.success(), "resume: {}", describe(&o));
+    assert!(!stderr_text(&o).contains("start"), "{}", describe(&o));
+    assert_file_hash(&s.root().join("up/big.bin"), &want, "resumed upload");
+    // Only the rest was sent: the server logs where the last part began.
+    let log = stderr_text(&s.stop_kill());
+    let from: u64 = log
+        .lines()
+        .filter_map(|l| l.split("the last part from byte ").nth(1))
+        .filter_map(|r| {
+            let digits: String = r.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok()
+        })
+        .next_back()
+        .unwrap_or_else(|| panic!("no completed upload in the server log:\n{log}"));
+    assert!(from >= 2 * MIB, "resumed from byte {from}:\n{log}");
+    assert!(
+        no_temp_files(&s.root()).is_empty(),
+        "{:?}",
+        no_temp_files(&s.root())
+    );
+}
+
+/// `curl -sI` with the server's certificate and token: the response head.
+fn head_of(s: &FerryServe, path: &str) -> String {
+    let o = std::process::Command::new("curl")
+        .args(["-sS", "-I", "--max-time", "30", "--cacert"])
+        .arg(s.dir().join("state/tls-cert.pem"))
+        .args(["-H", &format!("Authorization: Bearer {}", s.token)])
+        .arg(s.https_url(path))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "curl -I: {}", describe(&o));
+    stdout_text(&o).to_ascii_lowercase()
+}
+
+/// Overwrite some bytes of `path` in place and set its mtime back, so
+/// size, inode and mtime (what ferry serve keys digests and ETags by) are
+/// those of the original.
+fn tamper_keeping_size_and_mtime(path: &std::path::Path, at: u64) {
+    use std::os::unix::fs::FileExt;
+    let mtime = fs::metadata(path).unwrap().modified().unwrap();
+    let f = fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.write_all_at(b"tampered!", at).unwrap();
+    f.set_modified(mtime).unwrap();
+    drop(f);
+    assert_eq!(fs::metadata(path).unwrap().modified().unwrap(), mtime);
+}
+
+/// Issue "when the server sends a digest (... or the ETag of ferry serve),
+/// ferry checks it": ferry serve sends `Repr-Digest: blake3=...` once it
+/// knows a file's hash (at once for small files, after a background pass
+/// for large ones); downloads pass with it, and bytes changed behind the
+/// server's back (same size and mtime) are refused: exit 4, no file.
+#[test]
+fn ferry_serve_digest_is_checked_and_tampering_is_caught() {
+    let s = FerryServe::start(&[]);
+    let small_h = make_file(&s.root().join("small.bin"), 100_000, 31);
+    let large_h = make_file(&s.root().join("large.bin"), 5 * MIB + 3, 32);
+    let local = tempdir();
+
+    // A small file carries its digest on the first answer.
+    assert!(head_of(&s, "small.bin").contains("repr-digest: blake3=:"));
+    // A large one not at first (never delays the answer), then once the
+    // background pass has hashed it.
+    let first = head_of(&s, "large.bin");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !head_of(&s, "large.bin").contains("repr-digest: blake3=:") {
+        assert!(
+            Instant::now() < deadline,
+            "no digest after 60 s; first head:\n{first}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // The normal path: single stream, --streams, HTTP/1.1; all verified.
+    for (i, extra) in [&[][..], &["--streams", "4"][..], &["--http1.1"][..]]
+        .iter()
+        .enumerate()
+    {
+        let dst = local.path().join(format!("ok{i}"));
+        fs::create_dir(&dst).unwrap();
+        let mut a = args![];
+        a.extend(extra.iter().map(std::ffi::OsString::from));
+        a.extend(args![
+            s.https_url("small.bin"),
+            s.https_url("large.bin"),
+            &dst
+        ]);
+        let o = s.https_cp(true, &a);
+        assert!(o.status.success(), "{extra:?}: {}", describe(&o));
+        assert_file_hash(&dst.join("small.bin"), &small_h, "small");
+        assert_file_hash(&dst.join("large.bin"), &large_h, "large");
+    }
+
+    // Bytes changed on the server's disk with size and mtime kept: the
+    // digest it remembers no longer matches what it sends.
+    tamper_keeping_size_and_mtime(&s.root().join("small.bin"), 5000);
+    tamper_keeping_size_and_mtime(&s.root().join("large.bin"), 3 * MIB);
+    for (name, extra) in [
+        ("small.bin", &[][..]),
+        ("large.bin", &[][..]),
+        ("large.bin", &["--streams", "4"][..]),
+    ] {
+        let dst = local.path().join("bad");
+        fs::create_dir_all(&dst).unwrap();
+        let mut a = args![];
+        a.extend(extra.iter().map(std::ffi::OsString::from));
+        a.extend(args![s.https_url(name), &dst]);
+        let o = s.https_cp(true, &a);
+        assert_eq!(
+            o.status.code(),
+            Some(4),
+            "{name} {extra:?}: {}",
+            describe(&o)
+        );
+        assert!(
+            stderr_text(&o).contains("does not match the server's digest"),
+            "{}",
+            describe(&o)
+        );
+        assert!(
+            list_dir(&dst).is_empty(),
+            "{name}: left {:?}",
+            list_dir(&dst)
+        );
+    }
+}
+
+/// `-P 16 --http1.1` against a server that takes 4 connections (found by
+/// `ferry bench https://`, where `-P 128 --http1.1` failed against ferry
+/// serve's default 64): the connections it closes during the handshake
+/// shrink ferry's pool instead of failing files; every byte arrives.
+#[test]
+fn http1_pool_shrinks_to_the_servers_connection_limit() {
+    let s = FerryServe::start(&["--writable", "--max-connections", "4"]);
+    let tree = s.root().join("tree");
+    make_odd_tree(&tree, 5);
+    let local = tempdir();
+    let dst = local.path().join("tree");
+    let o = s.https_cp(
+        true,
+        &args!["-r", "--http1.1", "-P", "16", s.https_url("tree/"), &dst],
+    );
+    assert!(o.status.success(), "download: {}", describe(&o));
+    assert_same_tree(&tree, &dst, Cmp::default(), "-P 16 over 4 connections");
+
+    // Into a directory that does not exist yet, two levels deep: its
+    // parents are made first, so empty directories arrive too.
+    let o = s.https_cp(
+        true,
+        &args!["-r", "--http1.1", "-P", "16", &dst, s.https_url("up/more/")],
+    );
+    assert!(o.status.success(), "upload: {}", describe(&o));
+    assert_same_tree(
+        &tree,
+        &s.root().join("up/more/tree"),
+        Cmp::default(),
+        "uploaded",
     );
 }

@@ -550,6 +550,19 @@ fn ranged_put_resumes_an_upload() {
     );
     let r = put(format!("Content-Range: bytes */{n}"), None);
     assert_eq!(r.header("range"), Some(format!("bytes=0-{}", half - 1)));
+    // The state answer carries the SHA-256 of the part's last 64 KiB, so a
+    // client can check that the server holds the start of its file.
+    let from = half - 64 * 1024;
+    let tail = {
+        use base64::Engine;
+        use sha2::Digest;
+        let sum = sha2::Sha256::digest(&data[from..half]);
+        base64::engine::general_purpose::STANDARD.encode(sum)
+    };
+    assert_eq!(
+        r.header("ferry-part-tail"),
+        Some(format!("bytes={from}-{} sha-256=:{tail}:", half - 1))
+    );
     // A gap is refused with what the server has.
     let r = put(
         format!("Content-Range: bytes {}-{}/{n}", half + 1, n - 1),
@@ -568,6 +581,24 @@ fn ranged_put_resumes_an_upload() {
         "{:?}",
         list_dir(&s.root())
     );
+
+    // A ranged PUT from byte 0 starts afresh: a longer part file left by
+    // another upload is not kept underneath.
+    let r = put(
+        format!("Content-Range: bytes 0-{}/{n}", half - 1),
+        Some("a"),
+    );
+    assert_eq!(r.code, 202, "{}", r.text());
+    let r = put(
+        format!("Content-Range: bytes 0-{}/{}", n - half - 1, n - half),
+        Some("b"),
+    );
+    assert_eq!(r.code, 204, "{}", r.text());
+    assert_eq!(hash_file(&s.root().join("f")), hash_bytes(&data[half..]));
+
+    // OPTIONS tells clients that PUT takes Content-Range.
+    let r = curl(&s, Tok::Good, &["-X", "OPTIONS", &u]);
+    assert_eq!(r.header("ferry-put-ranges").as_deref(), Some("bytes"));
 }
 
 /// A client that sends part of the body and hangs up: no final file, no

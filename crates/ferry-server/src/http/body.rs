@@ -158,9 +158,7 @@ impl FileBody {
             return;
         };
         let file = self.file.clone();
-        self.inflight = Some(tokio::task::spawn_blocking(move || {
-            read_at(&file, at, n)
-        }));
+        self.inflight = Some(tokio::task::spawn_blocking(move || read_at(&file, at, n)));
     }
 }
 

@@ -17,6 +17,7 @@ use percent_encoding::utf8_percent_encode;
 
 use super::body::{self, FileBody, RespBody, Seg, ZstdBody};
 use super::cond::{self, Outcome, Validators};
+use super::digest::{self, Digests};
 use super::listing::{self, SEGMENT};
 use super::range::{self, RangeRequest, Span};
 use super::{hv, io_refusal, resolve, text};
@@ -33,13 +34,14 @@ pub const ZSTD_SAMPLE: usize = 64 * 1024;
 pub const ZSTD_ETAG_SUFFIX: &str = "-zstd";
 
 enum Opened {
-    File(Arc<File>, Metadata),
+    /// With its digest when known (or small enough to hash now).
+    File(Arc<File>, Box<Metadata>, Option<[u8; 32]>),
     Dir,
     /// A FIFO, socket or device: never served (opening a FIFO could block).
     Other,
 }
 
-fn open(real: &PathBuf) -> io::Result<Opened> {
+fn open(real: &PathBuf, digests: &Digests) -> io::Result<Opened> {
     let meta = std::fs::metadata(real)?;
     if meta.is_dir() {
         return Ok(Opened::Dir);
@@ -57,7 +59,11 @@ fn open(real: &PathBuf) -> io::Result<Opened> {
     if !meta.is_file() {
         return Ok(Opened::Other);
     }
-    Ok(Opened::File(Arc::new(f), meta))
+    let f = Arc::new(f);
+    // Known, or a small file hashed now; a large one is queued and its
+    // later answers carry it (digest.rs).
+    let digest = digests.get_or_start(&f, &meta);
+    Ok(Opened::File(f, Box::new(meta), digest))
 }
 
 /// GET or HEAD of any path.
@@ -68,7 +74,8 @@ pub async fn get(shared: &Shared, req: Request<Incoming>) -> Response<RespBody> 
     };
     let shown = resolved.virtual_path.clone();
     let real = resolved.real.clone();
-    let opened = match tokio::task::spawn_blocking(move || open(&real)).await {
+    let digests = shared.digests.clone();
+    let opened = match tokio::task::spawn_blocking(move || open(&real, &digests)).await {
         Ok(Ok(o)) => o,
         Ok(Err(e)) => return io_refusal(&e, &shown),
         Err(e) => return io_refusal(&io::Error::other(e), &shown),
@@ -99,7 +106,7 @@ pub async fn get(shared: &Shared, req: Request<Incoming>) -> Response<RespBody> 
             r
         }
         Opened::Dir => dir_listing(shared, &req, resolved.real, &shown, head).await,
-        Opened::File(file, meta) => file_response(&req, file, &meta, head).await,
+        Opened::File(file, meta, digest) => file_response(&req, file, &meta, head, digest).await,
     }
 }
 
@@ -206,6 +213,16 @@ pub fn content_type(name: &str) -> &'static str {
     }
 }
 
+/// `Repr-Digest: blake3=:...:` when the file's digest is known.
+fn repr_digest(h: &mut HeaderMap, digest: Option<&[u8; 32]>) {
+    if let Some(d) = digest {
+        h.insert(REPR_DIGEST, hv(&digest::header_value(d)));
+    }
+}
+
+/// RFC 9530 §2.
+const REPR_DIGEST: &str = "repr-digest";
+
 fn validator_headers(h: &mut HeaderMap, etag: &str, meta: &Metadata) {
     h.insert(ETAG, hv(etag));
     if let Ok(t) = meta.modified() {
@@ -219,6 +236,7 @@ async fn file_response(
     file: Arc<File>,
     meta: &Metadata,
     head: bool,
+    digest: Option<[u8; 32]>,
 ) -> Response<RespBody> {
     let size = meta.size();
     let opaque = listing::etag_opaque(meta);
@@ -272,6 +290,7 @@ async fn file_response(
                 *r.status_mut() = StatusCode::PARTIAL_CONTENT;
                 let h = r.headers_mut();
                 validator_headers(h, &etag, meta);
+                repr_digest(h, digest.as_ref());
                 h.insert(CONTENT_TYPE, HeaderValue::from_static(ctype));
                 h.insert(CONTENT_LENGTH, HeaderValue::from(one.len));
                 h.insert(
@@ -309,6 +328,9 @@ async fn file_response(
                 h.insert(CONTENT_ENCODING, HeaderValue::from_static("zstd"));
             } else {
                 validator_headers(h, &etag, meta);
+                // Of the identity representation only: a zstd body is
+                // another representation, with another digest.
+                repr_digest(h, digest.as_ref());
                 h.insert(CONTENT_LENGTH, HeaderValue::from(size));
             }
             r

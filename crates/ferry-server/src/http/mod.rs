@@ -11,6 +11,7 @@
 pub mod auth;
 pub mod body;
 pub mod cond;
+pub mod digest;
 pub mod files;
 pub mod idle;
 pub mod listing;
@@ -253,6 +254,10 @@ impl HttpService {
         let mut r = Response::new(body::empty());
         *r.status_mut() = StatusCode::NO_CONTENT;
         r.headers_mut().insert(ALLOW, self.allow());
+        if self.shared.writable {
+            r.headers_mut()
+                .insert(upload::PUT_RANGES, HeaderValue::from_static("bytes"));
+        }
         r
     }
 }

@@ -14,8 +14,15 @@
 //! may not be past what the part file holds: no holes), and the part file
 //! is renamed over NAME once it holds TOTAL bytes (`201`/`204`); until then
 //! the answer is `202 Accepted` with `Range: bytes=0-LAST` (what the server
-//! holds). `Content-Range: bytes */TOTAL` with no body asks for that state.
-//! What arrived before a cut stays in the part file for the next attempt.
+//! holds). `Content-Range: bytes */TOTAL` with no body asks for that state;
+//! its answer also carries [`PART_TAIL`], the SHA-256 of the part file's
+//! last [`TAIL_CHECK`] bytes, so a client can check cheaply that what the
+//! server holds is the start of *its* file before it sends the rest. A
+//! ranged PUT from byte 0 starts the part file afresh. What arrived before
+//! a cut stays in the part file for the next attempt. `OPTIONS` answers
+//! [`PUT_RANGES`] so a client knows it may send `Content-Range` at all
+//! (RFC 9110 §14.5: servers that do not support it must refuse it, but some
+//! write the body as the whole file).
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::net::SocketAddr;
@@ -27,6 +34,7 @@ use http::header::{CONTENT_LENGTH, CONTENT_RANGE, RANGE};
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
+use sha2::{Digest, Sha256};
 use tokio::task::JoinHandle;
 
 use super::body::RespBody;
@@ -36,6 +44,19 @@ use crate::Shared;
 
 /// Received bytes gathered before one blocking write (1 MiB).
 pub const WRITE_BATCH: usize = 1024 * 1024;
+
+/// Response header of `OPTIONS` on a writable server: `bytes` means PUT
+/// takes `Content-Range` (resumable uploads, this file).
+pub const PUT_RANGES: &str = "ferry-put-ranges";
+
+/// Response header of the state query (`Content-Range: bytes */TOTAL`):
+/// `bytes=A-B sha-256=:BASE64:`, the SHA-256 of the part file's bytes A to
+/// B inclusive, its last [`TAIL_CHECK`] bytes (fewer if it holds fewer).
+pub const PART_TAIL: &str = "ferry-part-tail";
+
+/// How much of the end of a part file [`PART_TAIL`] covers: as much as the
+/// SFTP resume checks (docs/internals/sftp.md), one read on the server.
+pub const TAIL_CHECK: u64 = 64 * 1024;
 
 /// Removes the temporary file unless the upload was committed.
 struct TempGuard {
@@ -334,16 +355,43 @@ pub async fn put(shared: &Shared, req: Request<Incoming>, peer: SocketAddr) -> R
         None => put_whole(place, req, declared, peer).await,
         Some(PutRange::Status { total }) => {
             let part = place.part();
-            let have =
-                tokio::task::spawn_blocking(move || fs::metadata(part).map_or(0, |m| m.len()))
-                    .await
-                    .unwrap_or(0);
-            refuse(req, incomplete(have, total)).await
+            let state = tokio::task::spawn_blocking(move || part_state(&part))
+                .await
+                .unwrap_or((0, None));
+            let mut r = incomplete(state.0, total);
+            if let Some(tail) = state.1 {
+                r.headers_mut().insert(PART_TAIL, super::hv(&tail));
+            }
+            refuse(req, r).await
         }
         Some(PutRange::Write { start, end, total }) => {
             put_part(place, req, declared, (start, end, total), peer).await
         }
     }
+}
+
+/// How many bytes a part file holds, and the [`PART_TAIL`] value of its
+/// end (`None` when empty or unreadable). Blocking; reads at most
+/// [`TAIL_CHECK`] bytes.
+fn part_state(part: &Path) -> (u64, Option<String>) {
+    let Ok(f) = File::open(part) else {
+        return (0, None);
+    };
+    let have = f.metadata().map_or(0, |m| m.len());
+    if have == 0 {
+        return (0, None);
+    }
+    let from = have.saturating_sub(TAIL_CHECK);
+    let mut buf = vec![0u8; (have - from) as usize];
+    if f.read_exact_at(&mut buf, from).is_err() {
+        return (have, None);
+    }
+    let sum = Sha256::digest(&buf);
+    let b64 = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, sum);
+    (
+        have,
+        Some(format!("bytes={from}-{} sha-256=:{b64}:", have - 1)),
+    )
 }
 
 /// A whole-file PUT: temporary file, renamed when complete.
@@ -408,10 +456,12 @@ async fn put_part(
     let part = place.part();
     let p2 = part.clone();
     let opened = tokio::task::spawn_blocking(move || -> io::Result<(File, u64)> {
+        // From byte 0 the client starts afresh: whatever an earlier
+        // attempt (perhaps of another file) left goes.
         let f = OpenOptions::new()
             .write(true)
             .create(true)
-            .truncate(false)
+            .truncate(start == 0)
             .open(&p2)?;
         let have = f.metadata()?.len();
         Ok((f, have))
@@ -463,7 +513,7 @@ async fn put_part(
     .await;
     match join(done) {
         Ok(Done::Complete) => {
-            tracing::info!(%peer, "uploaded {shown} ({total} bytes, in parts)");
+            tracing::info!(%peer, "uploaded {shown} ({total} bytes, the last part from byte {start})");
             created_or_replaced(place.existed)
         }
         Ok(Done::Have(have)) => incomplete(have, total),

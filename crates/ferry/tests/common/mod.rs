@@ -1800,3 +1800,35 @@ pub fn parse_json(text: &str) -> Result<Json, String> {
 // `ferry serve` as a test peer (after the `args!` macro it uses).
 pub mod nginx;
 pub mod serve;
+
+/// A TCP relay on 127.0.0.1 to `port` that passes what the client sends
+/// on at about 6 MB/s (32 KiB every 5 ms), so an upload is still running
+/// when the test kills the server. Returns the relay's port.
+pub fn slow_relay(port: u16) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let p = l.local_addr().unwrap().port();
+    thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { break };
+            thread::spawn(move || {
+                let Ok(mut up) = TcpStream::connect(("127.0.0.1", port)) else {
+                    return;
+                };
+                let (mut c2, mut up2) = (c.try_clone().unwrap(), up.try_clone().unwrap());
+                thread::spawn(move || {
+                    let mut buf = vec![0u8; 32 * 1024];
+                    while let Ok(n) = c2.read(&mut buf) {
+                        if n == 0 || up2.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                        thread::sleep(Duration::from_millis(5));
+                    }
+                    let _ = up2.shutdown(std::net::Shutdown::Write);
+                });
+                let _ = std::io::copy(&mut up, &mut c);
+                let _ = c.shutdown(std::net::Shutdown::Both);
+            });
+        }
+    });
+    p
+}
