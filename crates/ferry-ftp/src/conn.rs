@@ -249,20 +249,13 @@ impl Conn {
         }
     }
 
-    /// `SIZE path`: `None` when the server says 550 (no such file, or a
-    /// directory).
-    pub fn size(&mut self, path: &str) -> Result<Option<u64>, FtpError> {
-        match self.s.size(path) {
-            Ok(n) => Ok(Some(n as u64)),
-            Err(e) => {
-                let e = self.err(path, e);
-                if e.is_not_found() {
-                    Ok(None)
-                } else {
-                    Err(e)
-                }
-            }
-        }
+    /// `SIZE path` (in TYPE I: the exact size). A 550 means no such file,
+    /// or a directory ([`FtpError::is_not_found`]).
+    pub fn size(&mut self, path: &str) -> Result<u64, FtpError> {
+        self.s
+            .size(path)
+            .map(|n| n as u64)
+            .map_err(|e| self.err(path, e))
     }
 
     /// `MDTM path` as seconds since the epoch (UTC), if the server says.
