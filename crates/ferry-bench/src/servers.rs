@@ -421,12 +421,12 @@ impl Vsftpd {
         let mut cert = None;
         if o.tls || o.implicit_tls {
             let (c, k) = self_signed_cert(dir)?;
-            // require_ssl_reuse=NO: vsftpd 3.0's session-reuse check fails
-            // with TLS 1.3 clients (rustls, and curl on OpenSSL 3), which
-            // resume with tickets rather than session ids.
+            // vsftpd's default require_ssl_reuse=YES stays: data
+            // connections must resume the control connection's TLS
+            // session, which rustls does.
             extra.push_str(&format!(
                 "ssl_enable=YES\nallow_anon_ssl=YES\nforce_anon_logins_ssl=YES\nforce_anon_data_ssl=YES\n\
-                 rsa_cert_file={c}\nrsa_private_key_file={k}\nrequire_ssl_reuse=NO\n\
+                 rsa_cert_file={c}\nrsa_private_key_file={k}\n\
                  ssl_ciphers=HIGH\nimplicit_ssl={implicit}\n",
                 c = c.display(),
                 k = k.display(),

@@ -196,8 +196,13 @@ impl Conn {
         s.login(ep.user.as_str(), ep.password.as_str())
             .map_err(|e| match FtpError::from_ftp(what, e) {
                 FtpError::Auth(m) | FtpError::Reply { text: m, .. } => FtpError::Auth(format!(
-                    "{m} (logging in as {}); check the user and password (-u USER:PASS, the URL, ~/.netrc or FERRY_PASSWORD)",
-                    ep.user
+                    "{m} (logging in as {}); check the user and password (-u USER:PASS, the URL, ~/.netrc or FERRY_PASSWORD){}",
+                    ep.user,
+                    if ep.security == Security::Plain {
+                        ", or add --ssl-reqd if the server wants TLS"
+                    } else {
+                        ""
+                    }
                 )),
                 other => other,
             })?;
@@ -216,12 +221,17 @@ impl Conn {
         FtpError::from_ftp(&self.url(path), e)
     }
 
-    /// The URL of `path` on this server, for messages.
+    /// The URL of `path` on this server, for messages, written as curl
+    /// reads ftp:// URLs: relative to the login directory when under it,
+    /// else absolute with `%2F`.
     pub fn url(&self, path: &str) -> String {
-        if path.starts_with('/') {
-            format!("{}{}", self.ep.display, path)
-        } else {
-            format!("{}/{}", self.ep.display, path)
+        let home = self.home.trim_end_matches('/');
+        if path == self.home || path == home {
+            return format!("{}/", self.ep.display);
+        }
+        match path.strip_prefix(home).and_then(|r| r.strip_prefix('/')) {
+            Some(rel) => format!("{}/{rel}", self.ep.display),
+            None => format!("{}/%2F{}", self.ep.display, path.trim_start_matches('/')),
         }
     }
 

@@ -157,7 +157,9 @@ fn main() {
 
 fn init_logging(verbose: u8) {
     let default = match verbose {
-        0 => "warn",
+        // suppaftp logs a failed TLS shutdown as an error; ferry reports
+        // the failure itself.
+        0 => "warn,suppaftp=off",
         1 => "info,russh=warn",
         _ => "debug",
     };

@@ -1800,3 +1800,4 @@ pub fn parse_json(text: &str) -> Result<Json, String> {
 // `ferry serve` as a test peer (after the `args!` macro it uses).
 pub mod nginx;
 pub mod serve;
+pub mod vsftpd;
