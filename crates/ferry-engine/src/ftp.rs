@@ -346,6 +346,8 @@ fn with_conn<T>(
     mut f: impl FnMut(&mut Conn, u32) -> Result<T, Fail>,
 ) -> Result<T, TransferError> {
     let mut attempt = 0;
+    // What failed the last attempt: the message that names the file.
+    let mut last: Option<TransferError> = None;
     loop {
         let c = match conn.as_mut() {
             Some(c) => c,
@@ -356,7 +358,14 @@ fn with_conn<T>(
                     std::thread::sleep(Duration::from_millis(300 * attempt as u64));
                     continue;
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => {
+                    return Err(match last {
+                        Some(TransferError::Network(m)) => {
+                            TransferError::Network(format!("{m} (connecting again: {e})"))
+                        }
+                        _ => e.into(),
+                    })
+                }
             },
         };
         match f(c, attempt) {
@@ -369,6 +378,7 @@ fn with_conn<T>(
                 }
                 attempt += 1;
                 tracing::info!("{what}: {e}; trying again ({attempt})");
+                last = Some(e);
                 std::thread::sleep(Duration::from_millis(300 * attempt as u64));
             }
             Err(Fail::Final(e, reusable)) => {
@@ -857,8 +867,9 @@ fn get_whole(
     part::finish(&f.p, &f.dst, f.mtime.map(clamp32), record, ctx.stats)
 }
 
-/// REST a + RETR, write bytes [a, b) in place, then ABOR (or, for the
-/// last range, read the end of the transfer).
+/// REST a + RETR, write bytes [a, b) in place, then close the data
+/// connection (Conn::close_early says why not ABOR), or, for the last
+/// range, read the end of the transfer.
 fn get_range(
     ctx: &GetCtx,
     conn: &mut Option<Conn>,
@@ -903,21 +914,12 @@ fn get_range(
         }
         if b >= f.size {
             c.finish(t, &f.remote)?;
-        } else if let Err(e) = c.abort(t, &f.remote) {
-            // The range arrived; only the connection is in doubt.
-            tracing::info!("{}: ABOR: {e}; closing the connection", f.url);
-            return Ok(false);
+        } else {
+            c.close_early(t, &f.remote)?;
         }
-        Ok(true)
+        Ok(())
     });
-    match r {
-        Ok(true) => Ok(()),
-        Ok(false) => {
-            *conn = None;
-            Ok(())
-        }
-        Err(e) => Err(kept(e, &f.p.tmp)),
-    }
+    r.map_err(|e| kept(e, &f.p.tmp))
 }
 
 // --------------------------------------------------------------- upload

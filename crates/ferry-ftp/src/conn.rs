@@ -352,12 +352,26 @@ impl Conn {
         t.finish().map_err(|e| self.err(path, e))
     }
 
-    /// `ABOR`: stop a transfer before its end (a byte range is done).
-    pub fn abort(&mut self, t: Transfer, path: &str) -> Result<(), FtpError> {
-        self.s.abort(t).map_err(|e| self.err(path, e))
+    /// Stop a transfer before its end (a byte range is done) by closing
+    /// the data connection: the server's next write fails and it answers
+    /// `426` (or `226` when it had already sent everything), one reply
+    /// either way, so the control connection stays in step. `ABOR` is not
+    /// used: when the server finished sending just before it, vsftpd
+    /// answers both `226` and `225`, and which comes first is a race.
+    pub fn close_early(&mut self, t: Transfer, path: &str) -> Result<(), FtpError> {
+        match t.finish() {
+            Ok(()) => Ok(()),
+            Err(suppaftp::FtpError::UnexpectedResponse(r))
+                if matches!(r.status.code(), 426 | 450 | 451) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(self.err(path, e)),
+        }
     }
 
-    /// Read exactly `n` bytes at `offset` (a resume check).
+    /// Read `n` bytes at `offset` (fewer at the end of the file), e.g. to
+    /// check a partial upload before continuing it.
     pub fn read_at(&mut self, path: &str, offset: u64, n: usize) -> Result<Vec<u8>, FtpError> {
         let mut t = self.retr(path, offset)?;
         let mut buf = vec![0u8; n];
@@ -370,7 +384,7 @@ impl Conn {
             }
         }
         buf.truncate(got);
-        self.abort(t, path)?;
+        self.close_early(t, path)?;
         Ok(buf)
     }
 

@@ -314,7 +314,7 @@ fn server_killed_mid_copy_keeps_old_file_then_resume_completes() {
     ftpd.restart(8_000_000);
     let dst3 = out.path().join("s3.bin");
     let part3 = out.path().join(".s3.bin.ferry-part");
-    let mut child = FerryChild::spawn(
+    let child = FerryChild::spawn(
         home.path(),
         &[
             "cp",
