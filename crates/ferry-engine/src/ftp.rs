@@ -1129,7 +1129,7 @@ fn put(
                 ))
             }
             Ok(_) => {}
-            Err(e) if matches!(e, FtpError::Reply { .. }) => {}
+            Err(FtpError::Reply { .. }) => {}
             Err(e) => return Err(e.into()),
         }
         c.rename(&f.tmp, &f.remote)?;

@@ -309,7 +309,7 @@ impl Conn {
             match self.data(0, |s| s.mlsd(Some(&d))) {
                 Ok(lines) => return Ok(listing::parse(&lines, listing::Format::Mlsd)),
                 Err(suppaftp::FtpError::UnexpectedResponse(r))
-                    if matches!(r.status.code(), 500 | 501 | 502) =>
+                    if matches!(r.status.code(), 500..=502) =>
                 {
                     self.mlsd = Some(false);
                 }

@@ -286,7 +286,7 @@ fn server_killed_mid_copy_keeps_old_file_then_resume_completes() {
     assert!(err.contains("--resume"), "says what to do: {err}");
     assert_eq!(fs::read(&dst).unwrap(), b"the old version", "old file kept");
     let had = fs::metadata(&part).unwrap().len();
-    assert!(had >= 4 * MIB && had < 24 * MIB, "partial: {had}");
+    assert!((4 * MIB..24 * MIB).contains(&had), "partial: {had}");
 
     ftpd.restart(0);
     let o = ferry_in(
