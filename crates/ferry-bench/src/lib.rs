@@ -84,7 +84,7 @@ pub struct BenchArgs {
     pub directions: Vec<String>,
     /// Only these clients (ids as in the JSON: ferry, sftp, scp, rclone,
     /// lftp-mirror, lftp-get, lftp-pget, ferry-https, ferry-https-s8, curl, curl-h1,
-    /// curl-Z, aria2c, ferry-ftp, curl-ftp, lftp-mirror-ftp, lftp-get-ftp,
+    /// curl-Z, aria2c, ferry-ftp, ferry-ftp-s8, curl-ftp, lftp-mirror-ftp, lftp-get-ftp,
     /// lftp-pget-ftp) [default: all that are installed].
     #[arg(long, value_delimiter = ',', value_name = "IDS")]
     pub clients: Vec<String>,

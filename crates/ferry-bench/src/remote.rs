@@ -1,12 +1,16 @@
-//! Remote mode, `ferry bench sftp://[user@]host[:port]/dir`: find the
-//! `ferry cp` settings that move data fastest to and from one real server.
+//! Remote mode, `ferry bench sftp://[user@]host[:port]/dir` (or
+//! `ftp://` / `ftps://`): find the `ferry cp` settings that move data
+//! fastest to and from one real server.
 //!
 //! A modest generated set (one 32 MiB file and 100 files of 64 kB; a
 //! quarter of that with `--quick`) is uploaded into a scratch directory
 //! under `dir` (`ferry-bench-<pid>-<random>`, removed afterwards with
-//! OpenSSH's `sftp`), then the knobs are swept one at a time (coordinate
-//! descent, starting from ferry's defaults): `--streams` 1/2/4/8, `-P`
-//! 1/4/16, `--chunk` 32k/256k, `--depth` 16/64. Each trial is a real
+//! OpenSSH's `sftp`, or over FTP with ferry-ftp's DELE/RMD), then the knobs
+//! are swept one at a time (coordinate descent, starting from ferry's
+//! defaults): `--streams` 1/2/4/8, `-P` 1/4/16, and over SFTP `--chunk`
+//! 32k/256k and `--depth` 16/64. FTP logs in as the URL says (else
+//! anonymous; `FERRY_PASSWORD` for a user without a password), and
+//! `ftps://` trusts the system's roots. Each trial is a real
 //! `ferry cp` run: downloads are verified by blake3, and each upload is
 //! downloaded back with the defaults and verified. The best settings per
 //! direction and their gain over the defaults are printed; `--save`
@@ -25,9 +29,30 @@ use crate::hosts::{self, Tuning};
 use crate::proc;
 use crate::BenchArgs;
 
-/// `sftp://[user@]host[:port]/path` split up.
+/// The protocol of a remote-mode URL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheme {
+    Sftp,
+    Ftp,
+    /// Implicit TLS.
+    Ftps,
+}
+
+impl Scheme {
+    fn name(self) -> &'static str {
+        match self {
+            Scheme::Sftp => "sftp",
+            Scheme::Ftp => "ftp",
+            Scheme::Ftps => "ftps",
+        }
+    }
+}
+
+/// `sftp://[user@]host[:port]/path` (or ftp://, ftps://) split up.
 #[derive(Debug, Clone)]
 pub struct Target {
+    pub scheme: Scheme,
+    /// With its `:password` when the URL had one (FTP).
     pub user: Option<String>,
     pub host: String,
     pub port: u16,
@@ -37,12 +62,20 @@ pub struct Target {
 
 impl Target {
     pub fn parse(url: &str) -> Result<Target> {
-        let Some(rest) = url.strip_prefix("sftp://") else {
-            bail!("{url}: remote mode supports sftp:// URLs (https:// and ftp:// are not written yet)");
+        let (scheme, rest) = if let Some(r) = url.strip_prefix("sftp://") {
+            (Scheme::Sftp, r)
+        } else if let Some(r) = url.strip_prefix("ftp://") {
+            (Scheme::Ftp, r)
+        } else if let Some(r) = url.strip_prefix("ftps://") {
+            (Scheme::Ftps, r)
+        } else {
+            bail!("{url}: remote mode supports sftp://, ftp:// and ftps:// URLs (https:// is not written yet)");
         };
+        // FTP paths are relative to the login directory, as in ferry cp.
+        let home = if scheme == Scheme::Sftp { "/~" } else { "/" };
         let (auth, path) = match rest.find('/') {
             Some(i) => (rest.get(..i).unwrap_or(""), rest.get(i..).unwrap_or("/")),
-            None => (rest, "/~"),
+            None => (rest, home),
         };
         let (user, hostport) = match auth.rsplit_once('@') {
             Some((u, h)) => (Some(u.to_string()), h),
@@ -54,7 +87,14 @@ impl Target {
                 p.parse::<u16>()
                     .with_context(|| format!("{url}: bad port {p:?}"))?,
             ),
-            _ => (hostport.to_string(), 22),
+            _ => (
+                hostport.to_string(),
+                match scheme {
+                    Scheme::Sftp => 22,
+                    Scheme::Ftp => 21,
+                    Scheme::Ftps => 990,
+                },
+            ),
         };
         if host.is_empty() {
             bail!("{url}: no host");
@@ -62,6 +102,7 @@ impl Target {
         let path = path.trim_end_matches('/').to_string();
         let path = if path.is_empty() { "/".into() } else { path };
         Ok(Target {
+            scheme,
             user,
             host,
             port,
@@ -84,7 +125,23 @@ impl Target {
     /// `sftp://authority/path/rel`
     fn url(&self, rel: &str) -> String {
         let base = self.path.trim_end_matches('/');
-        format!("sftp://{}{base}/{rel}", self.authority())
+        format!("{}://{}{base}/{rel}", self.scheme.name(), self.authority())
+    }
+
+    /// The path of `rel` as an FTP command takes it (the URL's path is
+    /// relative to the login directory; `%2F` makes it absolute).
+    fn ftp_path(&self, rel: &str) -> String {
+        let base = self
+            .path
+            .trim_start_matches('/')
+            .replace("%2F", "/")
+            .replace("%2f", "/");
+        let base = base.trim_end_matches('/');
+        if base.is_empty() {
+            rel.to_string()
+        } else {
+            format!("{base}/{rel}")
+        }
     }
 
     /// The same path as OpenSSH's sftp wants it ("/~/x" -> "x").
@@ -249,7 +306,13 @@ impl Ctx<'_> {
             (&[32 << 10, 256 << 10], |t, v| t.chunk = Some(v)),
             (&[16, 64], |t, v| t.depth = Some(v as usize)),
         ];
-        for (values, set) in knobs {
+        // FTP has no request size or pipeline depth: connections only.
+        let n = if self.target.scheme == Scheme::Sftp {
+            4
+        } else {
+            2
+        };
+        for (values, set) in knobs.into_iter().take(n) {
             let start = best.tuning.clone();
             for &v in values {
                 let mut t = start.clone();
@@ -272,7 +335,7 @@ impl Ctx<'_> {
 /// `ferry bench URL`.
 pub fn run_remote(args: &BenchArgs, url: &str) -> Result<i32> {
     let target = Target::parse(url)?;
-    if proc::which("sftp").is_none() {
+    if target.scheme == Scheme::Sftp && proc::which("sftp").is_none() {
         bail!(
             "remote mode removes its scratch directory with OpenSSH's sftp, which is not installed"
         );
@@ -407,7 +470,8 @@ pub fn run_remote(args: &BenchArgs, url: &str) -> Result<i32> {
     Ok(0)
 }
 
-/// Remove the scratch dir with OpenSSH sftp (ferry has no rm yet).
+/// Remove the scratch dir with OpenSSH sftp (ferry has no rm yet), or
+/// over FTP.
 fn cleanup(
     args: &BenchArgs,
     t: &Target,
@@ -416,6 +480,9 @@ fn cleanup(
     sets: &[DataSet],
     work: &Path,
 ) -> Result<()> {
+    if t.scheme != Scheme::Sftp {
+        return cleanup_ftp(t, scratch, uploads, sets);
+    }
     let mut batch = String::new();
     for i in 0..uploads {
         for ds in sets {
@@ -454,6 +521,67 @@ fn cleanup(
             "could not remove the scratch dir {} (remove it by hand): {}",
             t.url(scratch),
             String::from_utf8_lossy(&o.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// The FTP cleanup: DELE every file, RMD every directory, deepest first.
+fn cleanup_ftp(t: &Target, scratch: &str, uploads: usize, sets: &[DataSet]) -> Result<()> {
+    let (user, pass) = match t
+        .user
+        .as_deref()
+        .map(|u| u.split_once(':').unwrap_or((u, "")))
+    {
+        Some((u, p)) => (
+            u.to_string(),
+            if p.is_empty() {
+                std::env::var("FERRY_PASSWORD").unwrap_or_default()
+            } else {
+                p.to_string()
+            },
+        ),
+        None => ("anonymous".to_string(), "ferry@".to_string()),
+    };
+    let security = if t.scheme == Scheme::Ftps {
+        ferry_ftp::Security::Implicit
+    } else {
+        ferry_ftp::Security::Plain
+    };
+    let tls = if security == ferry_ftp::Security::Plain {
+        None
+    } else {
+        Some(
+            ferry_http::tls::client_config(&ferry_http::TlsOptions::default(), &[])
+                .map_err(|e| anyhow::anyhow!("{e}"))?,
+        )
+    };
+    let ep = std::sync::Arc::new(ferry_ftp::Endpoint::new(
+        &t.host, t.port, &user, &pass, security, tls,
+    ));
+    let mut c = ferry_ftp::Conn::open(&ep).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut failed = 0;
+    let mut rm = |r: Result<(), ferry_ftp::FtpError>| {
+        if r.is_err() {
+            failed += 1;
+        }
+    };
+    for i in 0..uploads {
+        for ds in sets {
+            let d = t.ftp_path(&format!("{scratch}/u{i}/{}", ds.name));
+            for f in &ds.files {
+                rm(c.remove(&format!("{d}/{}", f.name)));
+            }
+            rm(c.rmdir(&d));
+        }
+        rm(c.rmdir(&t.ftp_path(&format!("{scratch}/u{i}"))));
+    }
+    rm(c.rmdir(&t.ftp_path(scratch)));
+    c.quit();
+    if failed > 0 {
+        bail!(
+            "could not remove all of the scratch dir {} ({failed} refusals; remove it by hand)",
+            t.url(scratch)
         );
     }
     Ok(())

@@ -412,6 +412,11 @@ impl Conn {
         self.s.rm(path).map_err(|e| self.err(path, e))
     }
 
+    /// `RMD path` (an empty directory).
+    pub fn rmdir(&mut self, path: &str) -> Result<(), FtpError> {
+        self.s.rmdir(path).map_err(|e| self.err(path, e))
+    }
+
     /// `QUIT`, best effort.
     pub fn quit(mut self) {
         let _ = self.s.quit();

@@ -279,16 +279,19 @@ fn apply_saved_settings(
     dest: &Location,
     matches: Option<&clap::ArgMatches>,
 ) {
-    let (remote, upload) = match (dest, sources.first()) {
-        (Location::Sftp(r), _) => (r, true),
-        (_, Some(Location::Sftp(r))) => (r, false),
+    let ftp_port =
+        |f: &ferry_engine::FtpSpec| f.port.unwrap_or(if f.implicit_tls { 990 } else { 21 });
+    let (host, port, upload) = match (dest, sources.first()) {
+        (Location::Sftp(r), _) => (&r.host, r.port.unwrap_or(22), true),
+        (_, Some(Location::Sftp(r))) => (&r.host, r.port.unwrap_or(22), false),
+        (Location::Ftp(f), _) => (&f.host, ftp_port(f), true),
+        (_, Some(Location::Ftp(f))) => (&f.host, ftp_port(f), false),
         _ => return,
     };
     let Some(path) = ferry_bench::hosts::default_path() else {
         return;
     };
-    let port = remote.port.unwrap_or(22);
-    let Some(t) = ferry_bench::hosts::lookup(&path, &remote.host, port, upload) else {
+    let Some(t) = ferry_bench::hosts::lookup(&path, host, port, upload) else {
         return;
     };
     let given = |id: &str| {
@@ -307,8 +310,7 @@ fn apply_saved_settings(
         opts.max_depth = v;
     }
     tracing::info!(
-        "saved settings for {}:{port} from {}: {} (flags given on the command line win)",
-        remote.host,
+        "saved settings for {host}:{port} from {}: {} (flags given on the command line win)",
         path.display(),
         t.describe()
     );
