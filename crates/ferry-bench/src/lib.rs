@@ -30,8 +30,8 @@ pub mod servers;
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
     /// Remote mode: sweep ferry cp's settings against this server
-    /// (sftp://[user@]host[:port]/dir; a scratch dir is made in dir and
-    /// removed after) and print the best.
+    /// (sftp://[user@]host[:port]/dir, or ftp:// / ftps://[user[:pass]@]...;
+    /// a scratch dir is made in dir and removed after) and print the best.
     #[arg(value_name = "URL")]
     pub url: Option<String>,
     /// Remote mode: store the best settings for the host in

@@ -499,12 +499,20 @@ fn download(
                 root.to_path_buf()
             }
         };
+        // SIZE's refusal, kept for the message if it is not a directory.
+        let mut refusal = None;
         let size = if src.trailing_slash() {
             None
         } else {
             match conn.size(&abs) {
                 Ok(n) => Some(n),
-                Err(e) if e.is_not_found() => None,
+                Err(e) if e.is_not_found() => {
+                    refusal = e.code().map(|c| match &e {
+                        FtpError::Reply { text, .. } => format!(" ({c} {text})"),
+                        _ => String::new(),
+                    });
+                    None
+                }
                 Err(e) => return Err(e.into()),
             }
         };
@@ -520,7 +528,8 @@ fn download(
         }
         if !conn.is_dir(&abs)? {
             return Err(TransferError::Remote(format!(
-                "{url}: no such file or directory on the server"
+                "{url}: no such file or directory on the server{}",
+                refusal.unwrap_or_default()
             )));
         }
         if !opts.recursive {

@@ -458,9 +458,33 @@ fn refusals_name_the_url_and_the_reply() {
     assert_code(&o, 4, "missing file");
     let err = stderr_text(&o);
     assert!(err.contains(&ftpd.url("nope/missing.bin")), "{err}");
-    assert!(err.contains("no such file"), "{err}");
+    assert!(err.contains("no such file") && err.contains("550"), "{err}");
     assert!(!out.path().join("missing.bin").exists());
     assert!(!out.path().join(".missing.bin.ferry-part").exists());
+    // 550 in the middle of a tree (a dangling link: vsftpd cannot open
+    // it): that file fails with the server's text, the others arrive.
+    fs::create_dir(ftpd.root().join("t")).unwrap();
+    make_file(&ftpd.root().join("t/good.bin"), 5000, 2);
+    std::os::unix::fs::symlink("/nonexistent/target", ftpd.root().join("t/dangling")).unwrap();
+    let tout = tempdir();
+    let o = ferry_in(
+        home.path(),
+        &["cp", "-q", "-r", &ftpd.url("t"), &s(tout.path())],
+        &[],
+    );
+    assert_code(&o, 4, "550 inside a tree");
+    let err = stderr_text(&o);
+    assert!(
+        err.contains(&format!(
+            "{}/dangling: 550 Failed to open file.",
+            ftpd.url("t")
+        )),
+        "{err}"
+    );
+    assert!(tout.path().join("t/good.bin").is_file());
+    assert!(!tout.path().join("t/dangling").exists());
+    assert!(!tout.path().join("t/.dangling.ferry-part").exists());
+
     // A directory without -r: refused before anything is written.
     fs::create_dir(ftpd.root().join("adir")).unwrap();
     let o = ferry_in(
