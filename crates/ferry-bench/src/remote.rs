@@ -7,8 +7,9 @@
 //! under `dir` (`ferry-bench-<pid>-<random>`, removed afterwards with
 //! OpenSSH's `sftp`, or over FTP with ferry-ftp's DELE/RMD), then the knobs
 //! are swept one at a time (coordinate descent, starting from ferry's
-//! defaults): `--streams` 1/2/4/8, `-P` 1/4/16, and over SFTP `--chunk`
-//! 32k/256k and `--depth` 16/64. FTP logs in as the URL says (else
+//! defaults): `--streams` 1/2/4/8 (not for FTP uploads, which are not
+//! split), `-P` 1/4/16, and over SFTP `--chunk` 32k/256k and `--depth`
+//! 16/64. FTP logs in as the URL says (else
 //! anonymous; `FERRY_PASSWORD` for a user without a password), and
 //! `ftps://` trusts the system's roots. Each trial is a real
 //! `ferry cp` run: downloads are verified by blake3, and each upload is
@@ -306,13 +307,15 @@ impl Ctx<'_> {
             (&[32 << 10, 256 << 10], |t, v| t.chunk = Some(v)),
             (&[16, 64], |t, v| t.depth = Some(v as usize)),
         ];
-        // FTP has no request size or pipeline depth: connections only.
-        let n = if self.target.scheme == Scheme::Sftp {
-            4
-        } else {
-            2
+        // FTP has no request size or pipeline depth, and splits only
+        // downloads into ranges: connections only.
+        let ftp = self.target.scheme != Scheme::Sftp;
+        let (skip, take) = match (ftp, upload) {
+            (false, _) => (0, 4),
+            (true, false) => (0, 2),
+            (true, true) => (1, 1),
         };
-        for (values, set) in knobs.into_iter().take(n) {
+        for (values, set) in knobs.into_iter().skip(skip).take(take) {
             let start = best.tuning.clone();
             for &v in values {
                 let mut t = start.clone();

@@ -602,3 +602,44 @@ fn ftps_explicit_and_implicit_with_cacert_pin_and_a_refused_certificate() {
     let o = cp(&args(&[&imp.url("i.bin"), &s(&out.path().join("i2.bin"))]));
     assert_code(&o, 3, "ftps:// untrusted");
 }
+
+#[test]
+fn bench_remote_mode_sweeps_ftp_saves_and_cleans_up() {
+    let Some(ftpd) = vsftpd_or_skip(
+        "bench_remote_mode_sweeps_ftp_saves_and_cleans_up",
+        VsftpdOptions::default(),
+    ) else {
+        return;
+    };
+    fs::create_dir(ftpd.root().join("scratch")).unwrap();
+    let home = tempdir();
+    let config = s(&home.path().join(".config"));
+    let o = ferry_in(
+        home.path(),
+        &[
+            "bench",
+            "--quick",
+            "--save",
+            "--timeout",
+            "120",
+            &ftpd.url("scratch"),
+        ],
+        &[("XDG_CONFIG_HOME", &config)],
+    );
+    assert_ok(&o, "ferry bench ftp://");
+    let out = stdout_text(&o);
+    assert!(
+        out.contains("best settings") && out.contains("upload"),
+        "{out}"
+    );
+    let hosts = fs::read_to_string(home.path().join(".config/ferry/hosts.toml")).unwrap();
+    assert!(
+        hosts.contains(&format!("[host.\"127.0.0.1:{}\"", ftpd.port())),
+        "{hosts}"
+    );
+    let left: Vec<_> = fs::read_dir(ftpd.root().join("scratch"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "scratch left on the server: {left:?}");
+}
