@@ -115,6 +115,7 @@ impl From<FtpError> for TransferError {
             FtpError::Usage(m) => TransferError::Usage(m),
             FtpError::Trust(m) | FtpError::Auth(m) => TransferError::Auth(m),
             e @ FtpError::Reply { .. } => TransferError::Remote(e.to_string()),
+            FtpError::Remote(m) => TransferError::Remote(m),
             FtpError::Network(m) => TransferError::Network(m),
         }
     }

@@ -111,6 +111,9 @@ impl<T: suppaftp::TlsStream> TlsOf for suppaftp::ImplFtpStream<T> {
     type Tls = T;
 }
 
+/// Largest directory listing accepted.
+pub const MAX_LISTING: u64 = 64 * 1024 * 1024;
+
 /// A logged-in control connection in binary and passive mode.
 pub struct Conn {
     s: RustlsFtpStream,
@@ -155,8 +158,16 @@ impl Conn {
             Security::Implicit => {
                 let addr = tcp.peer_addr().map_err(|e| io_error(what, e))?;
                 drop(tcp);
-                RustlsFtpStream::connect_secure_implicit(addr, ep.connector()?, &ep.host)
-                    .map_err(f)?
+                let s = RustlsFtpStream::connect_secure_implicit(addr, ep.connector()?, &ep.host)
+                    .map_err(f)?;
+                // suppaftp opened this socket itself: the same timeouts.
+                {
+                    let sock = s.get_ref();
+                    let _ = sock.set_nodelay(true);
+                    let _ = sock.set_read_timeout(Some(ep.timeout));
+                    let _ = sock.set_write_timeout(Some(ep.timeout));
+                }
+                s
             }
             _ => RustlsFtpStream::connect_with_stream(tcp).map_err(f)?,
         };
@@ -305,26 +316,53 @@ impl Conn {
             self.mlsd = Some(has);
         }
         if self.mlsd == Some(true) {
-            let d = dir.to_string();
-            match self.data(0, |s| s.mlsd(Some(&d))) {
+            match self.listing_lines(&format!("MLSD {dir}"), dir) {
                 Ok(lines) => return Ok(listing::parse(&lines, listing::Format::Mlsd)),
-                Err(suppaftp::FtpError::UnexpectedResponse(r))
-                    if matches!(r.status.code(), 500..=502) =>
-                {
-                    self.mlsd = Some(false);
-                }
-                Err(e) => return Err(self.err(dir, e)),
+                Err(FtpError::Reply {
+                    code: 500..=502, ..
+                }) => self.mlsd = Some(false),
+                Err(e) => return Err(e),
             }
         }
         // LIST takes no quoting: names with spaces are safe only from
         // inside the directory.
         self.s.cwd(dir).map_err(|e| self.err(dir, e))?;
-        let r = self.data(0, |s| s.list(Some("-a")));
+        let r = self.listing_lines("LIST -a", dir);
         let home = self.home.clone();
         let back = self.s.cwd(&home);
-        let lines = r.map_err(|e| self.err(dir, e))?;
+        let lines = r?;
         back.map_err(|e| self.err(&home, e))?;
         Ok(listing::parse(&lines, listing::Format::List))
+    }
+
+    /// The lines of a listing command, at most [`MAX_LISTING`] bytes (a
+    /// server could send one without end; suppaftp's own listing calls
+    /// keep everything).
+    fn listing_lines(&mut self, cmd: &str, dir: &str) -> Result<Vec<String>, FtpError> {
+        let c = cmd.to_string();
+        let (_, mut t) = self
+            .data(0, |s| {
+                s.custom_data_command(&c, &[Status::AboutToSend, Status::AlreadyOpen])
+            })
+            .map_err(|e| self.err(dir, e))?;
+        let mut body = Vec::new();
+        if let Err(e) = (&mut t).take(MAX_LISTING + 1).read_to_end(&mut body) {
+            return Err(io_error(&self.url(dir), e));
+        }
+        if body.len() as u64 > MAX_LISTING {
+            self.close_early(t, dir)?;
+            return Err(FtpError::Remote(format!(
+                "{}: the listing is larger than {} MiB; refused",
+                self.url(dir),
+                MAX_LISTING >> 20
+            )));
+        }
+        self.finish(t, dir)?;
+        Ok(body
+            .split(|&b| b == b'\n')
+            .map(|l| String::from_utf8_lossy(l.strip_suffix(b"\r").unwrap_or(l)).into_owned())
+            .filter(|l| !l.is_empty())
+            .collect())
     }
 
     /// `REST offset` (when not 0) and `RETR path`.

@@ -21,6 +21,9 @@ pub enum FtpError {
         code: u32,
         text: String,
     },
+    /// Something the server sent that ferry refuses (an endless listing).
+    #[error("{0}")]
+    Remote(String),
     /// Connection refused or lost, a transient 4xx reply, a protocol
     /// violation.
     #[error("{0}")]
