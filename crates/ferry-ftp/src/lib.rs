@@ -21,7 +21,7 @@
 //! use ferry_ftp::{Conn, Endpoint, Security};
 //! let ep = Arc::new(Endpoint::new("127.0.0.1", 21, "anonymous", "ferry@", Security::Plain, None));
 //! let mut c = Conn::open(&ep).unwrap();
-//! println!("{:?}", c.size("pub/file.bin").unwrap());
+//! println!("{} bytes", c.size("pub/file.bin").unwrap());
 //! ```
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
