@@ -209,6 +209,17 @@ pub const CLIENTS: &[Client] = &[
             Fits::All,
         )
     },
+    Client {
+        ferry: true,
+        ..c(
+            "ferry-ftp-s8",
+            "ferry cp --streams 8",
+            "ferry",
+            Proto::Ftp,
+            false,
+            Fits::SingleFile,
+        )
+    },
     c("curl-ftp", "curl", "curl", Proto::Ftp, true, Fits::All),
     c(
         "lftp-mirror-ftp",
@@ -441,11 +452,14 @@ pub fn command(
             }
             plan(c, true)
         }
-        "ferry-ftp" => {
-            // ferry's FTP client is not written yet: this cell is n/a until
-            // `ferry cp` takes ftp:// URLs.
+        "ferry-ftp" | "ferry-ftp-s8" => {
+            // Anonymous login (vsftpd's bench config); -r both ways, -P at
+            // its FTP default (8 control connections).
             let mut c = Command::new(&p.ferry);
             c.args(["cp", "-q", "-r"]);
+            if client.id == "ferry-ftp-s8" {
+                c.args(["--streams", "8"]);
+            }
             if down {
                 c.arg(ep.url(&rsrc)).arg(format!("{local}/"));
             } else {

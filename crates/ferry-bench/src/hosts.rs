@@ -77,7 +77,12 @@ impl HttpVersion {
 
 /// The hosts.toml key of an HTTP(S) server.
 pub fn http_key(https: bool, host: &str, port: u16) -> String {
-    let scheme = if https { "https" } else { "http" };
+    scheme_key(if https { "https" } else { "http" }, host, port)
+}
+
+/// The hosts.toml key `scheme://host:port` (HTTP(S), FTP(S)); SFTP keeps
+/// the plain `host:port` it always had.
+pub fn scheme_key(scheme: &str, host: &str, port: u16) -> String {
     if host.contains(':') {
         format!("{scheme}://[{host}]:{port}")
     } else {

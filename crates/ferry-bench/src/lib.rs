@@ -30,8 +30,9 @@ pub mod servers;
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
     /// Remote mode: sweep ferry cp's settings against this server
-    /// (sftp://[user@]host[:port]/dir or https://host[:port]/dir; a scratch
-    /// dir is made in dir and removed after) and print the best.
+    /// (sftp://[user@]host[:port]/dir, https://host[:port]/dir, or
+    /// ftp:// / ftps://[user[:pass]@]host[:port]/dir; a scratch dir is made
+    /// in dir and removed after) and print the best.
     #[arg(value_name = "URL")]
     pub url: Option<String>,
     /// Remote mode: store the best settings for the host in
@@ -102,7 +103,7 @@ pub struct BenchArgs {
     pub directions: Vec<String>,
     /// Only these clients (ids as in the JSON: ferry, sftp, scp, rclone,
     /// lftp-mirror, lftp-get, lftp-pget, ferry-https, ferry-https-s8, curl, curl-h1,
-    /// curl-Z, aria2c, ferry-ftp, curl-ftp, lftp-mirror-ftp, lftp-get-ftp,
+    /// curl-Z, aria2c, ferry-ftp, ferry-ftp-s8, curl-ftp, lftp-mirror-ftp, lftp-get-ftp,
     /// lftp-pget-ftp) [default: all that are installed].
     #[arg(long, value_delimiter = ',', value_name = "IDS")]
     pub clients: Vec<String>,

@@ -1,5 +1,6 @@
-//! Remote mode, `ferry bench sftp://[user@]host[:port]/dir` or
-//! `https://host[:port]/dir`: find the `ferry cp` settings that move data
+//! Remote mode, `ferry bench sftp://[user@]host[:port]/dir`,
+//! `https://host[:port]/dir` or `ftp://` / `ftps://[user[:pass]@]host/dir`:
+//! find the `ferry cp` settings that move data
 //! fastest to and from one real server.
 //!
 //! A modest generated set (one 32 MiB file and 100 files of 64 kB; a
@@ -16,8 +17,9 @@
 //! What differs per protocol is in [`Scheme`]: the knobs
 //! ([`Scheme::knobs`]), the flags every `ferry cp` needs (SSH options, or
 //! TLS trust and the token), how the scratch directory is removed
-//! (OpenSSH's `sftp`, or HTTP DELETEs) and the hosts.toml key. A new
-//! protocol (ftp://) is one more variant in each `match`.
+//! (OpenSSH's `sftp`, HTTP DELETEs, or FTP DELE/RMD) and the hosts.toml
+//! key. FTP logs in as the URL says (else anonymous; `FERRY_PASSWORD` for
+//! a user without a password in the URL).
 use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -37,6 +39,9 @@ pub enum Scheme {
     Sftp,
     Https,
     Http,
+    Ftp,
+    /// FTP over implicit TLS.
+    Ftps,
 }
 
 /// Sets one knob of a [`Tuning`] to a swept value.
@@ -48,6 +53,8 @@ impl Scheme {
             Scheme::Sftp => "sftp://",
             Scheme::Https => "https://",
             Scheme::Http => "http://",
+            Scheme::Ftp => "ftp://",
+            Scheme::Ftps => "ftps://",
         }
     }
 
@@ -56,6 +63,8 @@ impl Scheme {
             Scheme::Sftp => 22,
             Scheme::Https => 443,
             Scheme::Http => 80,
+            Scheme::Ftp => 21,
+            Scheme::Ftps => 990,
         }
     }
 
@@ -63,7 +72,8 @@ impl Scheme {
     fn default_path(self) -> &'static str {
         match self {
             Scheme::Sftp => "/~",
-            Scheme::Https | Scheme::Http => "/",
+            // FTP paths are relative to the login directory, as in ferry cp.
+            Scheme::Https | Scheme::Http | Scheme::Ftp | Scheme::Ftps => "/",
         }
     }
 
@@ -79,6 +89,10 @@ impl Scheme {
                 (&[32 << 10, 256 << 10], |t, v| t.chunk = Some(v)),
                 (&[16, 64], |t, v| t.depth = Some(v as usize)),
             ],
+            // No request size or pipeline depth in FTP, and only downloads
+            // are split into ranges: connections only.
+            Scheme::Ftp | Scheme::Ftps if upload => vec![(&[1, 4, 16], parallel)],
+            Scheme::Ftp | Scheme::Ftps => vec![(&[1, 2, 4, 8], streams), (&[1, 4, 16], parallel)],
             Scheme::Https | Scheme::Http => {
                 let version: Knob = |t, v| {
                     t.http = Some(if v == 1 {
@@ -117,11 +131,18 @@ pub struct Target {
 
 impl Target {
     pub fn parse(url: &str) -> Result<Target> {
-        let Some((scheme, rest)) = [Scheme::Sftp, Scheme::Https, Scheme::Http]
-            .into_iter()
-            .find_map(|s| url.strip_prefix(s.prefix()).map(|r| (s, r)))
-        else {
-            bail!("{url}: remote mode supports sftp://, https:// and http:// URLs (ftp:// is not written yet)");
+        let Some((scheme, rest)) = [
+            Scheme::Sftp,
+            Scheme::Https,
+            Scheme::Http,
+            Scheme::Ftp,
+            Scheme::Ftps,
+        ]
+        .into_iter()
+        .find_map(|s| url.strip_prefix(s.prefix()).map(|r| (s, r))) else {
+            bail!(
+                "{url}: remote mode supports sftp://, https://, http://, ftp:// and ftps:// URLs"
+            );
         };
         let (auth, path) = match rest.find('/') {
             Some(i) => (rest.get(..i).unwrap_or(""), rest.get(i..).unwrap_or("/")),
@@ -177,6 +198,24 @@ impl Target {
             Scheme::Sftp => format!("{}:{}", self.host, self.port),
             Scheme::Https => hosts::http_key(true, &self.host, self.port),
             Scheme::Http => hosts::http_key(false, &self.host, self.port),
+            Scheme::Ftp => hosts::scheme_key("ftp", &self.host, self.port),
+            Scheme::Ftps => hosts::scheme_key("ftps", &self.host, self.port),
+        }
+    }
+
+    /// The path of `rel` as an FTP command takes it (the URL's path is
+    /// relative to the login directory; `%2F` makes it absolute).
+    fn ftp_path(&self, rel: &str) -> String {
+        let base = self
+            .path
+            .trim_start_matches('/')
+            .replace("%2F", "/")
+            .replace("%2f", "/");
+        let base = base.trim_end_matches('/');
+        if base.is_empty() {
+            rel.to_string()
+        } else {
+            format!("{base}/{rel}")
         }
     }
 
@@ -277,6 +316,10 @@ impl Ctx<'_> {
                     c.env("FERRY_TOKEN", tok);
                 }
             }
+            Scheme::Ftps => {
+                c.args(http_flags(self.args));
+            }
+            Scheme::Ftp => {}
         }
         c.args(t.flags());
         c.arg(from).arg(to);
@@ -547,6 +590,7 @@ fn cleanup(
     match t.scheme {
         Scheme::Sftp => cleanup_sftp(args, t, scratch, uploads, sets, work),
         Scheme::Https | Scheme::Http => cleanup_http(args, t, scratch, uploads, sets),
+        Scheme::Ftp | Scheme::Ftps => cleanup_ftp(args, t, scratch, uploads, sets),
     }
 }
 
@@ -566,6 +610,16 @@ fn scratch_paths(scratch: &str, uploads: usize, sets: &[DataSet]) -> (Vec<String
     (files, dirs)
 }
 
+/// TLS trust from the command line (--cacert, --pin, -k), for the
+/// cleanup connections.
+fn tls_options(args: &BenchArgs) -> ferry_http::TlsOptions {
+    ferry_http::TlsOptions {
+        cacert: args.cacert.clone(),
+        pins: args.pin.clone(),
+        insecure: args.insecure,
+    }
+}
+
 /// DELETE each file, then each directory (ferry serve removes only empty
 /// directories; nginx's dav removes them whole). A missing one (404) is
 /// fine: an upload trial that failed early made fewer.
@@ -576,11 +630,11 @@ fn cleanup_http(
     uploads: usize,
     sets: &[DataSet],
 ) -> Result<()> {
-    let mut opts = ferry_http::Options::default();
-    opts.tls.cacert = args.cacert.clone();
-    opts.tls.pins = args.pin.clone();
-    opts.tls.insecure = args.insecure;
-    opts.token = args.token.clone().filter(|t| !t.is_empty());
+    let opts = ferry_http::Options {
+        tls: tls_options(args),
+        token: args.token.clone().filter(|t| !t.is_empty()),
+        ..Default::default()
+    };
     let client = ferry_http::Client::new(opts).map_err(|e| anyhow::anyhow!("{e}"))?;
     let (files, dirs) = scratch_paths(scratch, uploads, sets);
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -679,6 +733,69 @@ fn cleanup_sftp(
     Ok(())
 }
 
+/// The FTP cleanup: DELE every file, RMD every directory, deepest first.
+fn cleanup_ftp(
+    args: &BenchArgs,
+    t: &Target,
+    scratch: &str,
+    uploads: usize,
+    sets: &[DataSet],
+) -> Result<()> {
+    let (user, pass) = match t
+        .user
+        .as_deref()
+        .map(|u| u.split_once(':').unwrap_or((u, "")))
+    {
+        Some((u, p)) => (
+            u.to_string(),
+            if p.is_empty() {
+                std::env::var("FERRY_PASSWORD").unwrap_or_default()
+            } else {
+                p.to_string()
+            },
+        ),
+        None => ("anonymous".to_string(), "ferry@".to_string()),
+    };
+    let security = if t.scheme == Scheme::Ftps {
+        ferry_ftp::Security::Implicit
+    } else {
+        ferry_ftp::Security::Plain
+    };
+    let tls = if security == ferry_ftp::Security::Plain {
+        None
+    } else {
+        Some(
+            ferry_http::tls::client_config(&tls_options(args), &[])
+                .map_err(|e| anyhow::anyhow!("{e}"))?,
+        )
+    };
+    let ep = std::sync::Arc::new(ferry_ftp::Endpoint::new(
+        &t.host, t.port, &user, &pass, security, tls,
+    ));
+    let mut c = ferry_ftp::Conn::open(&ep).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut failed = 0;
+    let mut rm = |r: Result<(), ferry_ftp::FtpError>| {
+        if r.is_err() {
+            failed += 1;
+        }
+    };
+    let (files, dirs) = scratch_paths(scratch, uploads, sets);
+    for f in files {
+        rm(c.remove(&t.ftp_path(&f)));
+    }
+    for d in dirs {
+        rm(c.rmdir(&t.ftp_path(&d)));
+    }
+    c.quit();
+    if failed > 0 {
+        bail!(
+            "could not remove all of the scratch dir {} ({failed} refusals; remove it by hand)",
+            t.url(scratch)
+        );
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -704,7 +821,16 @@ mod tests {
             (t.scheme, t.port, t.host_key()),
             (Scheme::Sftp, 2222, "h:2222".into())
         );
-        assert!(Target::parse("ftp://h/").is_err());
+        let t = Target::parse("ftp://u:p@h/%2Ftmp/x").unwrap();
+        assert_eq!((t.scheme, t.port), (Scheme::Ftp, 21));
+        assert_eq!(t.ftp_path("s/f"), "/tmp/x/s/f");
+        assert_eq!(t.host_key(), "ftp://h:21");
+        let t = Target::parse("ftps://h").unwrap();
+        assert_eq!(
+            (t.scheme, t.port, t.ftp_path("s")),
+            (Scheme::Ftps, 990, "s".into())
+        );
+        assert!(Target::parse("gopher://h/").is_err());
         // Uploads over HTTP sweep neither ranges nor encoding.
         let mut t = Tuning::default();
         for (values, set) in Scheme::Https.knobs(true) {

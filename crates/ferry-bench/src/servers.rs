@@ -94,6 +94,46 @@ fn log_tail(path: &Path) -> String {
     s.get(start..).unwrap_or("").trim().to_string()
 }
 
+/// A fresh self-signed P-256 certificate for 127.0.0.1 and localhost
+/// (`openssl req -x509`), valid two days: `cert.pem` and `key.pem` in
+/// `dir`.
+pub fn self_signed_cert(dir: &Path) -> Result<(PathBuf, PathBuf)> {
+    if crate::proc::which("openssl").is_none() {
+        bail!("openssl not installed (needed for a test certificate)");
+    }
+    let cert = dir.join("cert.pem");
+    let key = dir.join("key.pem");
+    let st = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost",
+            "-keyout",
+        ])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .context("running openssl")?;
+    if !st.success() {
+        bail!("openssl could not make a certificate in {}", dir.display());
+    }
+    Ok((cert, key))
+}
+
 /// `ferry serve srv/ --sftp 127.0.0.1:0 --https 127.0.0.1:0 --writable`.
 #[derive(Debug)]
 pub struct FerryServe {
@@ -275,36 +315,7 @@ impl Nginx {
         for sub in ["tmp", "logs"] {
             fs::create_dir_all(dir.join(sub))?;
         }
-        let cert = dir.join("cert.pem");
-        let key = dir.join("key.pem");
-        let st = Command::new("openssl")
-            .args([
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-                "-days",
-                "2",
-                "-subj",
-                "/CN=127.0.0.1",
-                "-addext",
-                "subjectAltName=IP:127.0.0.1,DNS:localhost",
-                "-keyout",
-            ])
-            .arg(&key)
-            .arg("-out")
-            .arg(&cert)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .context("running openssl")?;
-        if !st.success() {
-            bail!("openssl could not make nginx's certificate");
-        }
+        let (cert, key) = self_signed_cert(dir)?;
         let port = free_port()?;
         // The dav module ships as a dynamic module on Debian; PUT itself is
         // in the core http_dav module.
@@ -365,30 +376,89 @@ impl Nginx {
 /// vsftpd as the current user (`run_as_launching_user`: no chroot, so its
 /// paths are absolute like sshd's), anonymous login with uploads allowed,
 /// passive mode on 127.0.0.1.
+///
+/// vsftpd refuses local-user logins under `run_as_launching_user`, so a
+/// password is checked the one way it can be: anonymous logins must give
+/// a password from `email_password_file` ([`VsftpdOptions::password`]).
 #[derive(Debug)]
 pub struct Vsftpd {
     pub guard: Guard,
     pub port: u16,
+    /// With TLS: the server's certificate (PEM).
+    pub cert: Option<PathBuf>,
+}
+
+/// What a test or the bench wants from vsftpd beyond the defaults.
+#[derive(Debug, Clone, Default)]
+pub struct VsftpdOptions {
+    /// Listen here (to restart on the same port); default a free one.
+    pub port: Option<u16>,
+    /// Offer AUTH TLS (explicit FTPS) with a fresh self-signed certificate.
+    pub tls: bool,
+    /// TLS from the first byte (implicit FTPS) instead.
+    pub implicit_tls: bool,
+    /// Anonymous logins must give this password.
+    pub password: Option<String>,
+    /// Bytes per second per transfer (0: unlimited).
+    pub max_rate: u64,
 }
 
 impl Vsftpd {
     pub fn start(dir: &Path, root: &Path) -> Result<Vsftpd> {
+        Vsftpd::start_with(dir, root, &VsftpdOptions::default())
+    }
+
+    pub fn start_with(dir: &Path, root: &Path, o: &VsftpdOptions) -> Result<Vsftpd> {
         let Some(vsftpd) = which_server("vsftpd") else {
             bail!("vsftpd not installed (apt-get install vsftpd)");
         };
         fs::create_dir_all(dir)?;
-        let port = free_port()?;
+        let port = match o.port {
+            Some(p) => p,
+            None => free_port()?,
+        };
+        let mut extra = String::new();
+        let mut cert = None;
+        if o.tls || o.implicit_tls {
+            let (c, k) = self_signed_cert(dir)?;
+            // vsftpd's default require_ssl_reuse=YES stays: data
+            // connections must resume the control connection's TLS
+            // session, which rustls does.
+            extra.push_str(&format!(
+                "ssl_enable=YES\nallow_anon_ssl=YES\nforce_anon_logins_ssl=YES\nforce_anon_data_ssl=YES\n\
+                 rsa_cert_file={c}\nrsa_private_key_file={k}\n\
+                 ssl_ciphers=HIGH\nimplicit_ssl={implicit}\n",
+                c = c.display(),
+                k = k.display(),
+                implicit = if o.implicit_tls { "YES" } else { "NO" },
+            ));
+            cert = Some(c);
+        }
+        match &o.password {
+            Some(pw) => {
+                let f = dir.join("email_passwords");
+                fs::write(&f, format!("{pw}\n"))?;
+                extra.push_str(&format!(
+                    "no_anon_password=NO\nsecure_email_list_enable=YES\nemail_password_file={}\n",
+                    f.display()
+                ));
+            }
+            None => extra.push_str("no_anon_password=YES\n"),
+        }
+        if o.max_rate > 0 {
+            extra.push_str(&format!("anon_max_rate={}\n", o.max_rate));
+        }
         let conf = dir.join("vsftpd.conf");
         fs::write(
             &conf,
             format!(
                 "listen=YES\nlisten_address=127.0.0.1\nlisten_port={port}\nbackground=NO\n\
-                 run_as_launching_user=YES\nanonymous_enable=YES\nno_anon_password=YES\n\
+                 run_as_launching_user=YES\nanonymous_enable=YES\n\
                  anon_root={root}\nlocal_enable=NO\nwrite_enable=YES\nanon_upload_enable=YES\n\
                  anon_mkdir_write_enable=YES\nanon_other_write_enable=YES\nanon_umask=022\n\
                  pasv_enable=YES\npasv_address=127.0.0.1\nseccomp_sandbox=NO\nxferlog_enable=NO\n\
                  max_clients=500\nmax_per_ip=500\ndirmessage_enable=NO\nconnect_from_port_20=NO\n\
-                 vsftpd_log_file={log}\n",
+                 vsftpd_log_file={log}\n{extra}",
                 root = root.display(),
                 log = dir.join("vsftpd.log").display(),
             ),
@@ -402,7 +472,7 @@ impl Vsftpd {
         if let Err(e) = wait_port(port, &guard, Duration::from_secs(10), false) {
             bail!("{e}; vsftpd says:\n{}", log_tail(&dir.join("vsftpd.err")));
         }
-        Ok(Vsftpd { guard, port })
+        Ok(Vsftpd { guard, port, cert })
     }
 }
 

@@ -31,21 +31,18 @@ use tokio::sync::Semaphore;
 use crate::error::TransferError;
 use crate::journal;
 use crate::location::{HttpSpec, Location};
-use crate::sftp::{
-    check_local_sources, os, set_local_times, side_name, tmp_name, walk_local, with_more,
+use crate::part::{
+    self, kept, open_part, paths, write_at, Partial, Paths, NO_RESUME_BELOW, WRITE_BUF,
 };
+use crate::sftp::{check_local_sources, os, set_local_times, walk_local, with_more};
 use crate::{CopyOptions, Stats, Summary};
 
 /// Smallest byte range worth its own request with `--streams`.
 const MIN_SEGMENT: u64 = 1024 * 1024;
-/// Files smaller than this get no resume record (they start over).
-const NO_RESUME_BELOW: u64 = 1024 * 1024;
 /// Attempts per byte range before the file fails.
 const RANGE_ATTEMPTS: u32 = 4;
 /// Largest directory listing accepted.
 const MAX_LISTING: usize = 64 * 1024 * 1024;
-/// Bytes gathered from the body before one write to the file.
-const WRITE_BUF: usize = 1024 * 1024;
 /// Listings fetched at once while walking a tree.
 const LISTING_PARALLEL: usize = 8;
 
@@ -86,9 +83,9 @@ pub(crate) fn copy(
             }
             upload(&files, d, opts, stats)
         }
-        Location::Sftp(r) => Err(TransferError::Usage(format!(
+        Location::Sftp(_) | Location::Ftp(_) => Err(TransferError::Usage(format!(
             "{}: remote-to-remote copies are not supported; copy to a local path first",
-            r.original
+            describe(dest)
         ))),
     }
 }
@@ -98,6 +95,7 @@ fn describe(l: &Location) -> String {
         Location::Local(p) => p.display().to_string(),
         Location::Sftp(r) => r.original.clone(),
         Location::Http(h) => h.original.clone(),
+        Location::Ftp(f) => f.original.clone(),
     }
 }
 
@@ -477,79 +475,6 @@ async fn list(
     Ok(Some((base.as_dir(), entries)))
 }
 
-/// Resume state of one part file (`.NAME.ferry-resume`).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-struct Partial {
-    /// Strong ETag, else Last-Modified: what If-Range sends.
-    validator: Option<String>,
-    size: Option<u64>,
-    /// Written in order by one stream: every byte below the part file's
-    /// length arrived.
-    sequential: bool,
-    /// With ranges: which arrived.
-    done: Vec<(u64, u64)>,
-}
-
-const PARTIAL_MAGIC: &str = "ferry-resume-http 1";
-
-impl Partial {
-    fn read(path: &Path) -> Option<Partial> {
-        let text = std::fs::read_to_string(path).ok()?;
-        let mut lines = text.lines();
-        if lines.next()? != PARTIAL_MAGIC {
-            return None;
-        }
-        let mut p = Partial::default();
-        for line in lines {
-            let (k, v) = line.split_once(' ').unwrap_or((line, ""));
-            match k {
-                "validator" => p.validator = Some(v.to_string()),
-                "size" => p.size = Some(v.parse().ok()?),
-                "sequential" => p.sequential = true,
-                "done" => {
-                    let (a, b) = v.split_once(' ')?;
-                    p.done.push((a.parse().ok()?, b.parse().ok()?));
-                }
-                _ => return None,
-            }
-        }
-        p.done = journal::merge(p.done);
-        Some(p)
-    }
-
-    /// Atomically, like journal.rs.
-    fn write(&self, path: &Path) -> std::io::Result<()> {
-        let mut t = format!("{PARTIAL_MAGIC}\n");
-        if let Some(v) = &self.validator {
-            t.push_str(&format!("validator {}\n", v.replace(['\n', '\r'], "")));
-        }
-        if let Some(s) = self.size {
-            t.push_str(&format!("size {s}\n"));
-        }
-        if self.sequential {
-            t.push_str("sequential\n");
-        }
-        for (a, b) in &self.done {
-            t.push_str(&format!("done {a} {b}\n"));
-        }
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(".new");
-        std::fs::write(&tmp, t)?;
-        std::fs::rename(&tmp, path)
-    }
-
-    /// Bytes known good from the start of the part file.
-    fn prefix(&self, part_len: u64) -> u64 {
-        if self.sequential {
-            return part_len;
-        }
-        match self.done.first() {
-            Some(&(0, b)) => b.min(part_len),
-            _ => 0,
-        }
-    }
-}
-
 /// The validator If-Range may carry: a strong ETag, else Last-Modified.
 fn validator(headers: &HeaderMap) -> Option<String> {
     let etag = headers.get("etag").and_then(|v| v.to_str().ok());
@@ -590,19 +515,6 @@ fn content_range(resp: &Response) -> Option<(u64, u64, Option<u64>)> {
     (a <= b).then_some((a, b, total))
 }
 
-struct Paths {
-    tmp: PathBuf,
-    journal: PathBuf,
-}
-
-fn paths(dst: &Path) -> Paths {
-    let b = dst.as_os_str().as_bytes();
-    Paths {
-        tmp: os(&tmp_name(b)),
-        journal: os(&side_name(b, b".ferry-resume")),
-    }
-}
-
 /// Download one file. Returns the bytes moved.
 async fn fetch(ctx: &Ctx, job: &FileJob) -> Result<u64, TransferError> {
     if job.dst.is_dir() {
@@ -629,31 +541,6 @@ async fn fetch(ctx: &Ctx, job: &FileJob) -> Result<u64, TransferError> {
         }
     }
     single(ctx, job, &p, prior).await
-}
-
-fn open_part(tmp: &Path, keep: u64) -> Result<std::fs::File, TransferError> {
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .read(true)
-        .create(true)
-        .truncate(keep == 0)
-        .open(tmp)
-        .map_err(|e| TransferError::local(tmp, "cannot create", e))?;
-    if keep > 0 {
-        f.set_len(keep)
-            .map_err(|e| TransferError::local(tmp, "cannot truncate", e))?;
-    }
-    Ok(f)
-}
-
-fn kept(e: TransferError, tmp: &Path) -> TransferError {
-    match e {
-        TransferError::Network(m) => TransferError::Network(format!(
-            "{m}; the partial file {} is kept: rerun with --resume",
-            tmp.display()
-        )),
-        other => other,
-    }
 }
 
 /// One GET for the whole file (or the rest of it, when resuming).
@@ -865,11 +752,6 @@ fn header(v: &str) -> Result<HeaderValue, TransferError> {
         .map_err(|_| TransferError::Remote(format!("bad characters in a header value: {v:?}")))
 }
 
-fn write_at(f: &std::fs::File, data: &[u8], at: u64, tmp: &Path) -> Result<(), TransferError> {
-    f.write_all_at(data, at)
-        .map_err(|e| TransferError::local(tmp, "cannot write", e))
-}
-
 async fn hash_file(path: &Path, algo: Algo) -> Result<[u8; 32], TransferError> {
     let path = path.to_path_buf();
     tokio::task::spawn_blocking(move || {
@@ -916,19 +798,13 @@ fn finish(
     mtime: Option<u32>,
     journal_written: bool,
 ) -> Result<(), TransferError> {
-    if ctx.preserve {
-        if let Some(m) = mtime {
-            set_local_times(&p.tmp, m, m);
-        }
-    }
-    std::fs::rename(&p.tmp, &job.dst).map_err(|e| {
-        TransferError::local(&job.dst, "cannot rename the finished file into place", e)
-    })?;
-    if journal_written {
-        journal::remove(&p.journal);
-    }
-    ctx.stats.files_done.fetch_add(1, Ordering::Relaxed);
-    Ok(())
+    part::finish(
+        p,
+        &job.dst,
+        ctx.preserve.then_some(mtime).flatten(),
+        journal_written,
+        &ctx.stats,
+    )
 }
 
 enum Segmented {
@@ -1594,28 +1470,6 @@ mod tests {
         assert_eq!(part_tail(&format!("bytes=99-10 sha-256=:{b}:")), None);
         assert_eq!(part_tail("bytes=0-9 md5=:AAAA:"), None);
         assert_eq!(part_tail("garbage"), None);
-    }
-
-    #[test]
-    fn partial_round_trip() {
-        let d = tempfile::tempdir().unwrap();
-        let path = d.path().join("j");
-        let p = Partial {
-            validator: Some("\"abc-123\"".into()),
-            size: Some(100),
-            sequential: false,
-            done: vec![(0, 10), (20, 30)],
-        };
-        p.write(&path).unwrap();
-        assert_eq!(Partial::read(&path), Some(p.clone()));
-        assert_eq!(p.prefix(50), 10);
-        let s = Partial {
-            sequential: true,
-            ..p
-        };
-        assert_eq!(s.prefix(50), 50);
-        std::fs::write(&path, "ferry-resume-http 1\nsize x\n").unwrap();
-        assert_eq!(Partial::read(&path), None);
     }
 
     #[test]

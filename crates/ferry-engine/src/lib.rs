@@ -20,13 +20,16 @@
 //! How the SFTP path works inside (pipelining, the request window, splitting
 //! files over connections) is in docs/internals/sftp.md; the HTTP(S) path
 //! (pooling, HTTP/2 multiplexing, byte ranges, resume) in
-//! docs/internals/http.md.
+//! docs/internals/http.md; FTP(S) (a pool of control connections, REST
+//! ranges, TLS) in docs/internals/ftp.md.
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 mod error;
+mod ftp;
 mod http;
 mod journal;
 mod location;
+mod part;
 mod sftp;
 mod window;
 
@@ -35,7 +38,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub use error::TransferError;
 pub use ferry_http::{Options as HttpOptions, Version as HttpVersion};
 pub use ferry_ssh::ConnectOptions;
-pub use location::{HttpSpec, Location, RemotePath, RemoteSpec};
+pub use ftp::FtpOptions;
+pub use location::{FtpSpec, HttpSpec, Location, RemotePath, RemoteSpec};
 
 /// How to copy. The defaults are the measured ones (docs/internals/sftp.md).
 #[derive(Debug, Clone)]
@@ -69,6 +73,8 @@ pub struct CopyOptions {
     pub http: ferry_http::Options,
     /// HTTP: ask for zstd or gzip content encoding and decode it.
     pub compressed: bool,
+    /// FTP(S): explicit TLS. Trust and credentials come from `http`.
+    pub ftp: FtpOptions,
 }
 
 impl Default for CopyOptions {
@@ -86,6 +92,7 @@ impl Default for CopyOptions {
             connect: ConnectOptions::default(),
             http: ferry_http::Options::default(),
             compressed: false,
+            ftp: FtpOptions::default(),
         }
     }
 }
@@ -104,6 +111,10 @@ impl Tuning {
     /// 2 MiB / RTT, so uploads spread over four.
     pub const UPLOAD_STREAMS: usize = 4;
     pub const UPLOAD_INFLIGHT: u64 = 32 * 1024 * 1024;
+    /// FTP: files at once (one control connection each) when -P is not
+    /// given, and ranges per file (docs/internals/ftp.md).
+    pub const FTP_PARALLEL: usize = 8;
+    pub const FTP_STREAMS: usize = 1;
 }
 
 /// Counters the engine updates as it goes; poll them for a progress bar.
@@ -151,6 +162,9 @@ pub fn copy(
     if sources.is_empty() {
         return Err(TransferError::Usage("no source given".into()));
     }
+    if matches!(dest, Location::Ftp(_)) || sources.iter().any(|s| matches!(s, Location::Ftp(_))) {
+        return ftp::copy(sources, dest, opts, stats);
+    }
     if matches!(dest, Location::Http(_)) || sources.iter().any(|s| matches!(s, Location::Http(_))) {
         return http::copy(sources, dest, opts, stats);
     }
@@ -158,7 +172,7 @@ pub fn copy(
         .iter()
         .filter_map(|s| match s {
             Location::Sftp(r) => Some(r),
-            Location::Local(_) | Location::Http(_) => None,
+            Location::Local(_) | Location::Http(_) | Location::Ftp(_) => None,
         })
         .collect();
     match dest {
@@ -194,11 +208,13 @@ pub fn copy(
                 .iter()
                 .filter_map(|s| match s {
                     Location::Local(p) => Some(p.clone()),
-                    Location::Sftp(_) | Location::Http(_) => None,
+                    Location::Sftp(_) | Location::Http(_) | Location::Ftp(_) => None,
                 })
                 .collect();
             sftp::upload(&locals, d, opts, stats)
         }
-        Location::Http(_) => Err(TransferError::Usage("internal: HTTP destination".into())),
+        Location::Http(_) | Location::Ftp(_) => Err(TransferError::Usage(
+            "internal: HTTP or FTP destination".into(),
+        )),
     }
 }

@@ -1,6 +1,6 @@
 //! What the user typed as a source or destination: a local path, an
-//! `sftp://` URL, an `http://` or `https://` URL, or the scp form
-//! `[user@]host:path`.
+//! `sftp://` URL, an `http://` or `https://` URL, an `ftp://` or `ftps://`
+//! URL, or the scp form `[user@]host:path`.
 //!
 //! Path rules follow curl for URLs (the path is absolute; `/~/` starts at
 //! the home directory) and scp for the short form (relative to home unless
@@ -47,11 +47,44 @@ pub struct HttpSpec {
     pub original: String,
 }
 
+/// An `ftp://` or `ftps://` URL. As with curl, the path is relative to
+/// the login directory; `%2F` after the host makes it absolute
+/// (`ftp://h/%2Fsrv/x` is `/srv/x`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FtpSpec {
+    pub user: Option<String>,
+    pub password: Option<String>,
+    pub host: String,
+    pub port: Option<u16>,
+    /// `ftps://`: implicit TLS (port 990).
+    pub implicit_tls: bool,
+    /// Decoded; empty is the login directory itself.
+    pub path: String,
+    /// The URL as given, without the password, for messages.
+    pub original: String,
+}
+
+impl FtpSpec {
+    /// Same server and account (one pool of connections serves both).
+    pub fn same_endpoint(&self, other: &FtpSpec) -> bool {
+        self.user == other.user
+            && self.password == other.password
+            && self.host == other.host
+            && self.port == other.port
+            && self.implicit_tls == other.implicit_tls
+    }
+    /// Did the URL end with `/` (a directory)?
+    pub fn trailing_slash(&self) -> bool {
+        self.path.is_empty() || self.path.ends_with('/')
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Location {
     Local(PathBuf),
     Sftp(RemoteSpec),
     Http(HttpSpec),
+    Ftp(FtpSpec),
 }
 
 impl Location {
@@ -70,10 +103,16 @@ impl Location {
                 })
             });
         }
+        if let Some(rest) = strip_scheme(arg, "ftp") {
+            return parse_ftp(arg, rest, false).map(Location::Ftp);
+        }
+        if let Some(rest) = strip_scheme(arg, "ftps") {
+            return parse_ftp(arg, rest, true).map(Location::Ftp);
+        }
         if let Some((scheme, _)) = arg.split_once("://") {
             if !scheme.contains('/') {
                 return Err(format!(
-                    "{arg}: the {scheme}:// scheme is not supported yet; use sftp://, https://, http://, a local path, or host:path"
+                    "{arg}: the {scheme}:// scheme is not supported yet; use sftp://, https://, http://, ftp://, ftps://, a local path, or host:path"
                 ));
             }
         }
@@ -158,6 +197,63 @@ fn parse_url(original: &str, rest: &str) -> Result<RemoteSpec, String> {
         port,
         path,
         original: original.to_string(),
+    })
+}
+
+fn parse_ftp(original: &str, rest: &str, implicit_tls: bool) -> Result<FtpSpec, String> {
+    let scheme = if implicit_tls { "ftps" } else { "ftp" };
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i + 1..]),
+        None => (rest, ""),
+    };
+    let (userinfo, hp) = match authority.rsplit_once('@') {
+        Some((u, h)) => (Some(u), h),
+        None => (None, authority),
+    };
+    let text = |b: Vec<u8>, what: &str| {
+        String::from_utf8(b).map_err(|_| format!("{scheme}://...: the {what} is not UTF-8"))
+    };
+    let (user, password) = match userinfo {
+        Some(u) => {
+            let (name, pass) = match u.split_once(':') {
+                Some((n, p)) => (n, Some(p)),
+                None => (u, None),
+            };
+            let name = text(decode(name)?, "user name")?;
+            let pass = pass
+                .map(|p| decode(p).and_then(|b| text(b, "password")))
+                .transpose()?;
+            (Some(name).filter(|n| !n.is_empty()), pass)
+        }
+        None => (None, None),
+    };
+    // Messages never show the password.
+    let shown = match &user {
+        Some(u) => format!("{scheme}://{u}@{hp}/{path}"),
+        None => format!("{scheme}://{hp}/{path}"),
+    };
+    let (host, port) = split_host_port(hp, &shown)?;
+    if host.is_empty() {
+        return Err(format!(
+            "{shown}: no host in URL; write {scheme}://[user[:password]@]host[:port]/path"
+        ));
+    }
+    let path = text(decode(path).map_err(|e| format!("{shown}: {e}"))?, "path")
+        .map_err(|e| format!("{shown}: {e}"))?;
+    if !ferry_ftp::sendable(&path) || user.as_deref().is_some_and(|u| !ferry_ftp::sendable(u)) {
+        return Err(format!(
+            "{shown}: a line break in the URL (FTP commands cannot carry one)"
+        ));
+    }
+    let _ = original;
+    Ok(FtpSpec {
+        user,
+        password,
+        host,
+        port,
+        implicit_tls,
+        path,
+        original: shown,
     })
 }
 
@@ -279,6 +375,28 @@ mod tests {
             Location::parse("HTTP://h").unwrap(),
             Location::Http(_)
         ));
+    }
+
+    #[test]
+    fn ftp_forms() {
+        let f = |a: &str| match Location::parse(a).unwrap() {
+            Location::Ftp(f) => f,
+            other => panic!("{other:?}"),
+        };
+        let a = f("ftp://bob:s%40cret@h:2121/pub/a%20b");
+        assert_eq!(a.user.as_deref(), Some("bob"));
+        assert_eq!(a.password.as_deref(), Some("s@cret"));
+        assert_eq!((a.host.as_str(), a.port), ("h", Some(2121)));
+        assert_eq!(a.path, "pub/a b");
+        assert!(!a.original.contains("cret"), "{}", a.original);
+        assert_eq!(f("ftp://h/%2Fsrv/x").path, "/srv/x");
+        assert_eq!(f("ftp://h").path, "");
+        assert!(f("ftp://h/d/").trailing_slash());
+        let s = f("FTPS://[::1]/x");
+        assert!(s.implicit_tls);
+        assert_eq!(s.host, "::1");
+        assert!(Location::parse("ftp://h/a%0d%0aDELE%20x").is_err());
+        assert!(Location::parse("ftp:///x").is_err());
     }
 
     #[test]

@@ -232,7 +232,7 @@ pub fn client_config(
 }
 
 /// Turn a failed TLS handshake into an error that says what to do.
-pub(crate) fn handshake_error(origin: &str, e: std::io::Error) -> HttpError {
+pub fn handshake_error(origin: &str, e: std::io::Error) -> HttpError {
     let inner = e
         .get_ref()
         .and_then(|i| i.downcast_ref::<rustls::Error>())

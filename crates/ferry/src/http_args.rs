@@ -1,5 +1,6 @@
 //! The HTTP(S) flags of `ferry cp`, flattened into `CpArgs`: TLS trust,
-//! credentials, versions, redirects, compression.
+//! credentials, versions, redirects, compression. Trust and credentials
+//! (--cacert, --pin, -k, -u, --no-netrc) apply to FTPS and FTP too.
 use std::path::PathBuf;
 
 use clap::Args;
@@ -34,7 +35,7 @@ pub struct HttpArgs {
         value_name = "TOKEN"
     )]
     pub token: Option<String>,
-    /// Basic authentication (user:password) for the servers named on the command line.
+    /// Basic authentication (user:password) for the servers named on the command line; the FTP login too.
     #[arg(short = 'u', long = "user", value_name = "USER:PASS")]
     pub user: Option<String>,
     /// Do not read credentials from ~/.netrc (or $NETRC).

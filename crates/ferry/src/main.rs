@@ -14,6 +14,7 @@ use std::time::Duration;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use ferry_engine::{copy, CopyOptions, Location, Stats, TransferError};
 
+mod ftp_args;
 mod http_args;
 mod serve;
 
@@ -27,7 +28,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(
     name = "ferry",
     version,
-    about = "Move files fast over SFTP and HTTP(S); FTP next",
+    about = "Move files fast over SFTP, HTTP(S) and FTP(S)",
     propagate_version = true
 )]
 struct Cli {
@@ -40,7 +41,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Copy files between local paths and sftp:// URLs (or scp-style host:path), http:// or https:// URLs.
+    /// Copy files between local paths and sftp:// URLs (or scp-style host:path), http(s):// or ftp(s):// URLs.
     #[command(arg_required_else_help = true)]
     Cp(CpArgs),
     /// Serve a directory over SFTP (SSH) and HTTPS, authenticated, read-only by default.
@@ -55,7 +56,9 @@ enum Cmd {
 struct CpArgs {
     /// Sources then the destination: local paths, sftp://[user@]host[:port]/path
     /// (sftp://host/~/path is relative to home), [user@]host:path as in scp,
-    /// or http(s)://[user:pass@]host[:port]/path (a directory URL ends with /).
+    /// http(s)://[user:pass@]host[:port]/path (a directory URL ends with /),
+    /// or ftp(s)://[user[:pass]@]host[:port]/path (relative to the login
+    /// directory; /%2F/path is absolute; anonymous without a user).
     #[arg(required = true, num_args = 2.., value_name = "SRC... DST")]
     paths: Vec<String>,
     /// Copy directories recursively.
@@ -67,13 +70,14 @@ struct CpArgs {
     /// Continue partial files (checked against the source) instead of starting over.
     #[arg(long)]
     resume: bool,
-    /// Files in flight at once.
+    /// Files in flight at once [FTP: 8, one control connection each].
     #[arg(short = 'P', long = "parallel", value_name = "N", default_value_t = CopyOptions::default().parallel)]
     parallel: usize,
     /// SSH connections to use; a large file is split into ranges over them
     /// [default: 1 for downloads, 4 for uploads, as measured]. Over HTTP(S):
     /// byte ranges of each file fetched in parallel (h2 streams or HTTP/1.1
-    /// connections) [default: 1].
+    /// connections) [default: 1]. Over FTP: ranges of each file, REST+RETR on
+    /// one connection each [default: 1].
     #[arg(long, value_name = "N")]
     streams: Option<usize>,
     /// Bytes per SFTP request (e.g. 32k, 256k, 1M); capped by the server's limits.
@@ -114,6 +118,8 @@ struct CpArgs {
     progress: bool,
     #[command(flatten)]
     http: http_args::HttpArgs,
+    #[command(flatten)]
+    ftp: ftp_args::FtpArgs,
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -151,7 +157,9 @@ fn main() {
 
 fn init_logging(verbose: u8) {
     let default = match verbose {
-        0 => "warn",
+        // suppaftp logs a failed TLS shutdown as an error; ferry reports
+        // the failure itself.
+        0 => "warn,suppaftp=off",
         1 => "info,russh=warn",
         _ => "debug",
     };
@@ -203,6 +211,15 @@ fn run_cp(args: CpArgs, matches: Option<&clap::ArgMatches>) -> i32 {
     opts.connect.compression = args.compress;
     opts.compressed = args.http.compressed;
     args.http.apply(&mut opts.http);
+    args.ftp.apply(&mut opts.ftp);
+    let is_ftp = |l: &Location| matches!(l, Location::Ftp(_));
+    let given = |id: &str| {
+        matches.and_then(|m| m.value_source(id)) == Some(clap::parser::ValueSource::CommandLine)
+    };
+    if (is_ftp(&dest) || sources.iter().any(is_ftp)) && !given("parallel") {
+        // One control connection per file in flight: fewer than over SFTP.
+        opts.parallel = ferry_engine::Tuning::FTP_PARALLEL;
+    }
     if let Some(b) = args.inflight {
         opts.max_inflight = Some(b);
     }
@@ -266,11 +283,21 @@ fn apply_saved_settings(
     let http_key = |h: &ferry_engine::HttpSpec| {
         ferry_bench::hosts::http_key(h.url.https, &h.url.host, h.url.port)
     };
+    let ftp_key = |f: &ferry_engine::FtpSpec| {
+        let (scheme, port) = if f.implicit_tls {
+            ("ftps", 990)
+        } else {
+            ("ftp", 21)
+        };
+        ferry_bench::hosts::scheme_key(scheme, &f.host, f.port.unwrap_or(port))
+    };
     let (key, upload) = match (dest, sources.first()) {
         (Location::Sftp(r), _) => (sftp_key(r), true),
         (Location::Http(h), _) => (http_key(h), true),
+        (Location::Ftp(f), _) => (ftp_key(f), true),
         (_, Some(Location::Sftp(r))) => (sftp_key(r), false),
         (_, Some(Location::Http(h))) => (http_key(h), false),
+        (_, Some(Location::Ftp(f))) => (ftp_key(f), false),
         _ => return,
     };
     let Some(path) = ferry_bench::hosts::default_path() else {

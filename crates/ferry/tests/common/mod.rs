@@ -1832,3 +1832,4 @@ pub fn slow_relay(port: u16) -> u16 {
     });
     p
 }
+pub mod vsftpd;

@@ -1,0 +1,189 @@
+//! Local part files of downloads, shared by the HTTP and FTP paths: data
+//! goes to `.NAME.ferry-part` next to the final name, a resume record
+//! `.NAME.ferry-resume` says which bytes of it are good, and the finished
+//! part file is renamed over NAME (never a truncated final file, and the
+//! old NAME stays until then). docs/internals/http.md, "Resume".
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+
+use crate::error::TransferError;
+use crate::journal;
+use crate::sftp::{os, set_local_times, side_name, tmp_name};
+use crate::Stats;
+
+/// Files smaller than this get no resume record (they start over).
+pub(crate) const NO_RESUME_BELOW: u64 = 1024 * 1024;
+/// Bytes gathered before one write to the file.
+pub(crate) const WRITE_BUF: usize = 1024 * 1024;
+
+/// Resume state of one part file (`.NAME.ferry-resume`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct Partial {
+    /// Strong ETag, else Last-Modified: what If-Range sends.
+    pub validator: Option<String>,
+    pub size: Option<u64>,
+    /// Written in order by one stream: every byte below the part file's
+    /// length arrived.
+    pub sequential: bool,
+    /// With ranges: which arrived.
+    pub done: Vec<(u64, u64)>,
+}
+
+const PARTIAL_MAGIC: &str = "ferry-resume-http 1";
+
+impl Partial {
+    pub(crate) fn read(path: &Path) -> Option<Partial> {
+        let text = std::fs::read_to_string(path).ok()?;
+        let mut lines = text.lines();
+        if lines.next()? != PARTIAL_MAGIC {
+            return None;
+        }
+        let mut p = Partial::default();
+        for line in lines {
+            let (k, v) = line.split_once(' ').unwrap_or((line, ""));
+            match k {
+                "validator" => p.validator = Some(v.to_string()),
+                "size" => p.size = Some(v.parse().ok()?),
+                "sequential" => p.sequential = true,
+                "done" => {
+                    let (a, b) = v.split_once(' ')?;
+                    p.done.push((a.parse().ok()?, b.parse().ok()?));
+                }
+                _ => return None,
+            }
+        }
+        p.done = journal::merge(p.done);
+        Some(p)
+    }
+
+    /// Atomically, like journal.rs.
+    pub(crate) fn write(&self, path: &Path) -> std::io::Result<()> {
+        let mut t = format!("{PARTIAL_MAGIC}\n");
+        if let Some(v) = &self.validator {
+            t.push_str(&format!("validator {}\n", v.replace(['\n', '\r'], "")));
+        }
+        if let Some(s) = self.size {
+            t.push_str(&format!("size {s}\n"));
+        }
+        if self.sequential {
+            t.push_str("sequential\n");
+        }
+        for (a, b) in &self.done {
+            t.push_str(&format!("done {a} {b}\n"));
+        }
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".new");
+        std::fs::write(&tmp, t)?;
+        std::fs::rename(&tmp, path)
+    }
+
+    /// Bytes known good from the start of the part file.
+    pub(crate) fn prefix(&self, part_len: u64) -> u64 {
+        if self.sequential {
+            return part_len;
+        }
+        match self.done.first() {
+            Some(&(0, b)) => b.min(part_len),
+            _ => 0,
+        }
+    }
+}
+
+pub(crate) struct Paths {
+    pub tmp: PathBuf,
+    pub journal: PathBuf,
+}
+
+pub(crate) fn paths(dst: &Path) -> Paths {
+    let b = dst.as_os_str().as_bytes();
+    Paths {
+        tmp: os(&tmp_name(b)),
+        journal: os(&side_name(b, b".ferry-resume")),
+    }
+}
+
+pub(crate) fn open_part(tmp: &Path, keep: u64) -> Result<std::fs::File, TransferError> {
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .read(true)
+        .create(true)
+        .truncate(keep == 0)
+        .open(tmp)
+        .map_err(|e| TransferError::local(tmp, "cannot create", e))?;
+    if keep > 0 {
+        f.set_len(keep)
+            .map_err(|e| TransferError::local(tmp, "cannot truncate", e))?;
+    }
+    Ok(f)
+}
+
+pub(crate) fn kept(e: TransferError, tmp: &Path) -> TransferError {
+    match e {
+        TransferError::Network(m) => TransferError::Network(format!(
+            "{m}; the partial file {} is kept: rerun with --resume",
+            tmp.display()
+        )),
+        other => other,
+    }
+}
+
+pub(crate) fn write_at(
+    f: &std::fs::File,
+    data: &[u8],
+    at: u64,
+    tmp: &Path,
+) -> Result<(), TransferError> {
+    f.write_all_at(data, at)
+        .map_err(|e| TransferError::local(tmp, "cannot write", e))
+}
+
+/// Move the finished part file over `dst` (with `mtime` set first, for
+/// -p), drop its resume record, count the file.
+pub(crate) fn finish(
+    p: &Paths,
+    dst: &Path,
+    mtime: Option<u32>,
+    journal_written: bool,
+    stats: &Stats,
+) -> Result<(), TransferError> {
+    if let Some(m) = mtime {
+        set_local_times(&p.tmp, m, m);
+    }
+    std::fs::rename(&p.tmp, dst)
+        .map_err(|e| TransferError::local(dst, "cannot rename the finished file into place", e))?;
+    if journal_written {
+        journal::remove(&p.journal);
+    }
+    stats.files_done.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partial_round_trip() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("j");
+        let p = Partial {
+            validator: Some("\"abc-123\"".into()),
+            size: Some(100),
+            sequential: false,
+            done: vec![(0, 10), (20, 30)],
+        };
+        p.write(&path).unwrap();
+        assert_eq!(Partial::read(&path), Some(p.clone()));
+        assert_eq!(p.prefix(50), 10);
+        let s = Partial {
+            sequential: true,
+            ..p
+        };
+        assert_eq!(s.prefix(50), 50);
+        std::fs::write(&path, "ferry-resume-http 1\nsize x\n").unwrap();
+        assert_eq!(Partial::read(&path), None);
+    }
+}
