@@ -634,7 +634,7 @@ fn bench_remote_mode_sweeps_ftp_saves_and_cleans_up() {
     );
     let hosts = fs::read_to_string(home.path().join(".config/ferry/hosts.toml")).unwrap();
     assert!(
-        hosts.contains(&format!("[host.\"127.0.0.1:{}\"", ftpd.port())),
+        hosts.contains(&format!("[host.\"ftp://127.0.0.1:{}\"", ftpd.port())),
         "{hosts}"
     );
     let left: Vec<_> = fs::read_dir(ftpd.root().join("scratch"))
