@@ -71,7 +71,19 @@ pub struct FileBody {
     left: u64,
     inflight: Option<JoinHandle<io::Result<Bytes>>>,
     inline: Inline,
+    /// Over HTTP/2: hand hyper pieces of this size (see `for_version`).
+    piece: usize,
+    /// What is left of a chunk being handed over in pieces.
+    rest: Option<Bytes>,
 }
+
+/// One h2 DATA frame whose 9-byte header and payload fill exactly one TLS
+/// record (16 KiB of plaintext). h2 writes a frame's header and payload in
+/// one call, and rustls cuts records at 16 KiB: a full 16 KiB payload made
+/// a 16 KiB record plus a 9-byte one, so the client read and decrypted
+/// twice as many records (curl: 262 000 reads per GiB from ferry serve,
+/// 166 000 from nginx).
+pub const H2_PIECE: usize = 16 * 1024 - 9;
 
 impl FileBody {
     pub fn new(file: Arc<File>, segs: Vec<Seg>) -> FileBody {
@@ -95,7 +107,32 @@ impl FileBody {
             segs,
             left,
             inflight: None,
+            piece: 0,
+            rest: None,
         }
+    }
+
+    /// Sized for the response's HTTP version: over HTTP/2, chunks are
+    /// handed to hyper in `H2_PIECE`s (slices, no copy) so that each DATA
+    /// frame is one TLS record for a client with the default 16 KiB frame
+    /// size.
+    pub fn for_version(mut self, v: http::Version) -> FileBody {
+        self.piece = if v == http::Version::HTTP_2 {
+            H2_PIECE
+        } else {
+            0
+        };
+        self
+    }
+
+    /// A data frame of (the first piece of) `b`; the rest is kept.
+    fn emit(&mut self, mut b: Bytes) -> Frame<Bytes> {
+        if self.piece > 0 && b.len() > self.piece {
+            let tail = b.split_off(self.piece);
+            self.rest = Some(tail);
+        }
+        self.left = self.left.saturating_sub(b.len() as u64);
+        Frame::data(b)
     }
 
     /// The next `len` bytes of the file segment in front (at most `max`):
@@ -183,20 +220,21 @@ impl Body for FileBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
         let this = &mut *self;
+        if let Some(b) = this.rest.take() {
+            return Poll::Ready(Some(Ok(this.emit(b))));
+        }
         if this.inflight.is_none() {
             match this.segs.pop_front() {
                 None => return Poll::Ready(None),
                 Some(Seg::Mem(b)) => {
-                    this.left = this.left.saturating_sub(b.len() as u64);
                     this.start_read();
-                    return Poll::Ready(Some(Ok(Frame::data(b))));
+                    return Poll::Ready(Some(Ok(this.emit(b))));
                 }
                 Some(seg) => {
                     this.segs.push_front(seg);
                     match this.read_inline() {
                         Some(Ok(b)) => {
-                            this.left = this.left.saturating_sub(b.len() as u64);
-                            return Poll::Ready(Some(Ok(Frame::data(b))));
+                            return Poll::Ready(Some(Ok(this.emit(b))));
                         }
                         Some(Err(e)) => {
                             this.segs.clear();
@@ -216,10 +254,9 @@ impl Body for FileBody {
                 this.inflight = None;
                 match joined(r) {
                     Ok(b) => {
-                        this.left = this.left.saturating_sub(b.len() as u64);
                         // Read ahead while this chunk is encrypted and sent.
                         this.start_read();
-                        Poll::Ready(Some(Ok(Frame::data(b))))
+                        Poll::Ready(Some(Ok(this.emit(b))))
                     }
                     Err(e) => {
                         this.segs.clear();
@@ -231,7 +268,7 @@ impl Body for FileBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inflight.is_none() && self.segs.is_empty()
+        self.inflight.is_none() && self.segs.is_empty() && self.rest.is_none()
     }
 
     fn size_hint(&self) -> SizeHint {

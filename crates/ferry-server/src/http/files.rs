@@ -285,6 +285,7 @@ async fn file_response(
                             len: one.len,
                         }],
                     )
+                    .for_version(req.version())
                     .boxed()
                 });
                 *r.status_mut() = StatusCode::PARTIAL_CONTENT;
@@ -318,7 +319,11 @@ async fn file_response(
             } else if head {
                 Response::new(body::empty())
             } else {
-                Response::new(FileBody::new(file, vec![Seg::File { off: 0, len: size }]).boxed())
+                Response::new(
+                    FileBody::new(file, vec![Seg::File { off: 0, len: size }])
+                        .for_version(req.version())
+                        .boxed(),
+                )
             };
             let h = r.headers_mut();
             h.insert(CONTENT_TYPE, HeaderValue::from_static(ctype));
