@@ -22,6 +22,15 @@ pub enum TransferError {
 }
 
 impl TransferError {
+    /// `what` is a remote source or destination where only a local one
+    /// can go.
+    pub(crate) fn remote_to_remote(what: &crate::Location) -> TransferError {
+        TransferError::Usage(format!(
+            "{}: remote-to-remote copies are not supported; copy to a local path first",
+            what.describe()
+        ))
+    }
+
     pub fn exit_code(&self) -> i32 {
         match self {
             TransferError::Usage(_) => 2,

@@ -60,11 +60,6 @@ pub(crate) fn copy(
     opts: &CopyOptions,
     stats: Arc<Stats>,
 ) -> Result<Summary, TransferError> {
-    let remote_to_remote = |what: &str| {
-        TransferError::Usage(format!(
-            "{what}: remote-to-remote copies are not supported; copy to a local path first"
-        ))
-    };
     match dest {
         Location::Local(d) => {
             let mut specs = Vec::new();
@@ -77,8 +72,7 @@ pub(crate) fn copy(
                             p.display()
                         )))
                     }
-                    Location::Sftp(r) => return Err(remote_to_remote(&r.original)),
-                    Location::Http(h) => return Err(remote_to_remote(&h.original)),
+                    other => return Err(TransferError::remote_to_remote(other)),
                 }
             }
             let first = specs
@@ -97,15 +91,12 @@ pub(crate) fn copy(
             for s in sources {
                 match s {
                     Location::Local(p) => files.push(p.clone()),
-                    Location::Ftp(f) => return Err(remote_to_remote(&f.original)),
-                    Location::Sftp(r) => return Err(remote_to_remote(&r.original)),
-                    Location::Http(h) => return Err(remote_to_remote(&h.original)),
+                    other => return Err(TransferError::remote_to_remote(other)),
                 }
             }
             upload(&files, d, opts, stats)
         }
-        Location::Sftp(r) => Err(remote_to_remote(&r.original)),
-        Location::Http(h) => Err(remote_to_remote(&h.original)),
+        Location::Sftp(_) | Location::Http(_) => Err(TransferError::remote_to_remote(dest)),
     }
 }
 

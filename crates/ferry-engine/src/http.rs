@@ -61,7 +61,7 @@ pub(crate) fn copy(
                     other => {
                         return Err(TransferError::Usage(format!(
                             "{}: copy from HTTP URLs and other sources in separate commands",
-                            describe(other)
+                            other.describe()
                         )))
                     }
                 }
@@ -73,29 +73,12 @@ pub(crate) fn copy(
             for s in sources {
                 match s {
                     Location::Local(p) => files.push(p.clone()),
-                    other => {
-                        return Err(TransferError::Usage(format!(
-                        "{}: remote-to-remote copies are not supported; copy to a local path first",
-                        describe(other)
-                    )))
-                    }
+                    other => return Err(TransferError::remote_to_remote(other)),
                 }
             }
             upload(&files, d, opts, stats)
         }
-        Location::Sftp(_) | Location::Ftp(_) => Err(TransferError::Usage(format!(
-            "{}: remote-to-remote copies are not supported; copy to a local path first",
-            describe(dest)
-        ))),
-    }
-}
-
-fn describe(l: &Location) -> String {
-    match l {
-        Location::Local(p) => p.display().to_string(),
-        Location::Sftp(r) => r.original.clone(),
-        Location::Http(h) => h.original.clone(),
-        Location::Ftp(f) => f.original.clone(),
+        Location::Sftp(_) | Location::Ftp(_) => Err(TransferError::remote_to_remote(dest)),
     }
 }
 

@@ -88,6 +88,16 @@ pub enum Location {
 }
 
 impl Location {
+    /// As the user wrote it (a local path as displayed).
+    pub fn describe(&self) -> String {
+        match self {
+            Location::Local(p) => p.display().to_string(),
+            Location::Sftp(r) => r.original.clone(),
+            Location::Http(h) => h.original.clone(),
+            Location::Ftp(f) => f.original.clone(),
+        }
+    }
+
     pub fn parse(arg: &str) -> Result<Location, String> {
         if arg.is_empty() {
             return Err("empty path".into());
