@@ -5,13 +5,9 @@
 //! names that could not be sent back in a command (CR, LF) are refused.
 use suppaftp::list::{File, ListParser};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    File,
-    Dir,
-    /// A symbolic link: RETR follows it on the server.
-    Symlink,
-}
+/// The same kinds as an HTTP listing's; a symbolic link is fetched with
+/// RETR, which follows it on the server.
+pub use ferry_http::listing::Kind;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
