@@ -162,10 +162,11 @@ fn hash(file: &File, key: Key) -> Option<[u8; 32]> {
     (Key::of(&after) == key).then(|| *h.finalize().as_bytes())
 }
 
-/// The `Repr-Digest` value for `sum`.
+/// The `Repr-Digest` value for `sum`, in the form ferry_http::digest
+/// parses on the client side.
 pub fn header_value(sum: &[u8; 32]) -> String {
-    let b64 = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, sum);
-    format!("blake3=:{b64}:")
+    use ferry_http::digest::{to_base64, Algo};
+    format!("{}=:{}:", Algo::Blake3.name(), to_base64(sum))
 }
 
 #[cfg(test)]

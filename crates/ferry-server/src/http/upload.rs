@@ -387,7 +387,7 @@ fn part_state(part: &Path) -> (u64, Option<String>) {
         return (have, None);
     }
     let sum = Sha256::digest(&buf);
-    let b64 = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, sum);
+    let b64 = ferry_http::digest::to_base64(&sum);
     (
         have,
         Some(format!("bytes={from}-{} sha-256=:{b64}:", have - 1)),
