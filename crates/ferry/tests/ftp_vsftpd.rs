@@ -21,35 +21,8 @@ fn s(p: &Path) -> String {
     p.display().to_string()
 }
 
-fn cp(args: &[String]) -> std::process::Output {
-    let mut a = vec!["cp".to_string(), "-q".to_string()];
-    a.extend_from_slice(args);
-    ferry(&a)
-}
-
 fn args(v: &[&str]) -> Vec<String> {
     v.iter().map(|x| x.to_string()).collect()
-}
-
-fn assert_ok(o: &std::process::Output, ctx: &str) {
-    assert_eq!(o.status.code(), Some(0), "{ctx}: {}", describe(o));
-}
-
-fn assert_code(o: &std::process::Output, code: i32, ctx: &str) {
-    assert_eq!(o.status.code(), Some(code), "{ctx}: {}", describe(o));
-}
-
-fn json_field(o: &std::process::Output, key: &str) -> String {
-    let j =
-        parse_json(stdout_text(o).trim()).unwrap_or_else(|e| panic!("json: {e}: {}", describe(o)));
-    match j.get(key) {
-        Some(v) => v
-            .as_str()
-            .map(str::to_string)
-            .or_else(|| v.as_f64().map(|f| f.to_string()))
-            .unwrap_or_default(),
-        None => panic!("no {key} in {}", stdout_text(o)),
-    }
 }
 
 /// A tree with the names that break naive clients: spaces, unicode, a

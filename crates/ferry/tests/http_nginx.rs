@@ -18,31 +18,8 @@ fn cacert(ng: &Nginx) -> Vec<String> {
     vec!["--cacert".into(), ng.cert().display().to_string()]
 }
 
-fn cp(args: &[String]) -> std::process::Output {
-    let mut a = vec!["cp".to_string(), "-q".to_string()];
-    a.extend_from_slice(args);
-    ferry(&a)
-}
-
 fn s(p: &Path) -> String {
     p.display().to_string()
-}
-
-fn assert_ok(o: &std::process::Output, ctx: &str) {
-    assert_eq!(o.status.code(), Some(0), "{ctx}: {}", describe(o));
-}
-
-fn json_field(o: &std::process::Output, key: &str) -> String {
-    let j =
-        parse_json(stdout_text(o).trim()).unwrap_or_else(|e| panic!("json: {e}: {}", describe(o)));
-    match j.get(key) {
-        Some(v) => v
-            .as_str()
-            .map(str::to_string)
-            .or_else(|| v.as_f64().map(|f| f.to_string()))
-            .unwrap_or_default(),
-        None => panic!("no {key} in {}", stdout_text(o)),
-    }
 }
 
 #[test]

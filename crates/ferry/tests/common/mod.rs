@@ -464,6 +464,52 @@ pub fn stderr_text(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// `XX:YY:...`, the SHA-256 fingerprint of a PEM certificate's DER as
+/// `openssl x509 -fingerprint -sha256` prints it.
+pub fn cert_sha256(cert: &Path) -> String {
+    let out = run_checked(
+        Command::new("openssl")
+            .args(["x509", "-noout", "-fingerprint", "-sha256", "-in"])
+            .arg(cert),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim()
+        .split_once('=')
+        .map(|(_, h)| h.trim().to_string())
+        .unwrap_or_else(|| panic!("openssl fingerprint: {text}"))
+}
+
+/// `ferry cp -q ARGS...`.
+pub fn cp(args: &[String]) -> Output {
+    let mut a = vec!["cp".to_string(), "-q".to_string()];
+    a.extend_from_slice(args);
+    ferry(&a)
+}
+
+/// The run exited 0; `ctx` and the output in the message otherwise.
+pub fn assert_ok(o: &Output, ctx: &str) {
+    assert_eq!(o.status.code(), Some(0), "{ctx}: {}", describe(o));
+}
+
+/// The run exited with `code`.
+pub fn assert_code(o: &Output, code: i32, ctx: &str) {
+    assert_eq!(o.status.code(), Some(code), "{ctx}: {}", describe(o));
+}
+
+/// A field of `ferry cp --json`'s summary, as text.
+pub fn json_field(o: &Output, key: &str) -> String {
+    let j =
+        parse_json(stdout_text(o).trim()).unwrap_or_else(|e| panic!("json: {e}: {}", describe(o)));
+    match j.get(key) {
+        Some(v) => v
+            .as_str()
+            .map(str::to_string)
+            .or_else(|| v.as_f64().map(|f| f.to_string()))
+            .unwrap_or_default(),
+        None => panic!("no {key} in {}", stdout_text(o)),
+    }
+}
+
 pub fn describe(o: &Output) -> String {
     format!(
         "exit: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",

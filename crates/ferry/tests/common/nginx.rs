@@ -180,13 +180,7 @@ impl Nginx {
     }
     /// `sha256:HEX` of the certificate's DER, for --pin.
     pub fn pin(&self) -> String {
-        let out = run_checked(
-            Command::new("openssl")
-                .args(["x509", "-noout", "-fingerprint", "-sha256", "-in"])
-                .arg(self.cert()),
-        );
-        let text = String::from_utf8_lossy(&out.stdout);
-        let hex = text.split('=').nth(1).unwrap_or("").trim().replace(':', "");
+        let hex = super::cert_sha256(&self.cert()).replace(':', "");
         format!("sha256:{}", hex.to_ascii_lowercase())
     }
     pub fn error_log(&self) -> String {

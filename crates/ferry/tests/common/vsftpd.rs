@@ -8,12 +8,11 @@
 //! so the password tests use its one check that works there: anonymous
 //! logins must give a password from a list (`secure_email_list_enable`).
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use ferry_bench::servers::{Vsftpd, VsftpdOptions};
 use tempfile::TempDir;
 
-use super::{run_checked, tempdir};
+use super::tempdir;
 
 pub const VSFTPD_BIN: &str = "/usr/sbin/vsftpd";
 /// The password of [`VsftpdOptions::password`] servers.
@@ -95,18 +94,7 @@ impl Ftpd {
 
     /// `sha256:XX:YY:...` of the certificate, as --pin takes it.
     pub fn pin(&self) -> String {
-        let out = run_checked(
-            Command::new("openssl")
-                .args(["x509", "-noout", "-fingerprint", "-sha256", "-in"])
-                .arg(self.cert()),
-        );
-        let text = String::from_utf8_lossy(&out.stdout);
-        let hex = text
-            .trim()
-            .split_once('=')
-            .map(|(_, h)| h.to_string())
-            .unwrap_or_else(|| panic!("openssl fingerprint: {text}"));
-        format!("sha256:{hex}")
+        format!("sha256:{}", super::cert_sha256(&self.cert()))
     }
 
     pub fn log(&self) -> String {
