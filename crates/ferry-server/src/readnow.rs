@@ -37,23 +37,15 @@ impl Inline {
     }
 }
 
-/// Read up to `n` bytes at `at` without waiting for a disk, after `prefix`
-/// zero bytes (room for a packet header). Returns the buffer and whether
-/// the read is complete: all `n` bytes, or the end of the file. When it is
-/// not, the caller reads on the blocking pool. A file system that can't
+/// Read up to `n` bytes at `at` without waiting for a disk. Fewer come
+/// back when the rest is not in memory or the file ends there; the caller
+/// reads what is missing on the blocking pool. A file system that can't
 /// say turns `how` into [`Inline::Never`].
-pub fn read_now(
-    file: &File,
-    at: u64,
-    n: usize,
-    prefix: usize,
-    how: &mut Inline,
-) -> io::Result<(Vec<u8>, bool)> {
-    let mut buf = vec![0u8; prefix + n];
+pub fn read_now(file: &File, at: u64, n: usize, how: &mut Inline) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; n];
     let mut got = 0;
-    let mut complete = true;
     while got < n && *how != Inline::Never {
-        let Some(dst) = buf.get_mut(prefix + got..) else {
+        let Some(dst) = buf.get_mut(got..) else {
             break;
         };
         let r = match how {
@@ -70,21 +62,15 @@ pub fn read_now(
             Ok(0) => break,
             Ok(k) => got += k,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                complete = false;
-                break;
-            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
             Err(e) if e.raw_os_error() == Some(rustix::io::Errno::OPNOTSUPP.raw_os_error()) => {
                 *how = Inline::Never;
             }
             Err(e) => return Err(e),
         }
     }
-    if *how == Inline::Never {
-        complete = false;
-    }
-    buf.truncate(prefix + got);
-    Ok((buf, complete))
+    buf.truncate(got);
+    Ok(buf)
 }
 
 #[cfg(test)]
@@ -99,15 +85,13 @@ mod tests {
         f.write_all(b"hello world").unwrap();
         let file = f.reopen().unwrap();
         let mut how = Inline::for_file(&file);
-        let (buf, done) = read_now(&file, 6, 5, 2, &mut how).unwrap();
+        let buf = read_now(&file, 6, 5, &mut how).unwrap();
         if how != Inline::Never {
-            assert!(done);
-            assert_eq!(&buf[..], b"\0\0world");
-            let (buf, done) = read_now(&file, 6, 100, 0, &mut how).unwrap();
-            assert!(done);
+            assert_eq!(&buf[..], b"world");
+            let buf = read_now(&file, 6, 100, &mut how).unwrap();
             assert_eq!(&buf[..], b"world");
         } else {
-            assert!(!done);
+            assert!(buf.is_empty());
         }
     }
 }

@@ -158,8 +158,8 @@ impl FileBody {
             return None;
         }
         let (at, n) = self.take(INLINE_CHUNK)?;
-        let got = match read_now(&self.file, at, n, 0, &mut self.inline) {
-            Ok((buf, _)) => buf,
+        let got = match read_now(&self.file, at, n, &mut self.inline) {
+            Ok(buf) => buf,
             Err(e) => return Some(Err(e)),
         };
         // Short at end of file too: the blocking read below reports that
