@@ -652,6 +652,20 @@ fn probe_https(f: &FerryServe) -> Option<String> {
 
 type Endpoints = Vec<(ServerKind, Proto, std::result::Result<Endpoint, String>)>;
 
+/// One PEM file holding ferry serve's and nginx's certificates, when both
+/// run, so that HTTPS clients load the same trust file for either server.
+fn https_trust(servers: &Servers, dir: &Path) -> Result<Option<PathBuf>> {
+    let (Ok(f), Ok(n)) = (&servers.ferry, &servers.nginx) else {
+        return Ok(None);
+    };
+    let mut pem =
+        fs::read(&f.cert_pem).with_context(|| format!("reading {}", f.cert_pem.display()))?;
+    pem.extend(fs::read(&n.cert).with_context(|| format!("reading {}", n.cert.display()))?);
+    let path = dir.join("https-trust.pem");
+    fs::write(&path, pem).with_context(|| format!("writing {}", path.display()))?;
+    Ok(Some(path))
+}
+
 /// The endpoints of one profile, with a link emulator in front of each
 /// server when the profile has one.
 fn endpoints(
@@ -733,12 +747,19 @@ fn endpoints(
         }
         Err(_) => {}
     }
-    // HTTPS: ferry serve, nginx.
+    // HTTPS: ferry serve, nginx. Every client gets byte-identical options
+    // for both servers: one CA file that holds both certificates, and ferry
+    // serve's token in the request to nginx too (nginx ignores it). curl's
+    // speed depends on its own heap layout, which the size of its CA file and
+    // of its headers move: with ferry serve's certificate alone as --cacert,
+    // curl spent 0.4 s more per GiB in memcpy inside SSL_read than with a
+    // bundle (docs/internals/bench.md, "Fair inputs for the peers").
+    let https_trust = https_trust(servers, &cfg_dir)?;
     if let Ok(f) = &servers.ferry {
         if let Some(hp) = f.https_port {
             let port = via(hp)?;
             let mut e = base(ServerKind::FerryServe, Proto::Https, port, String::new());
-            e.cacert = f.cert_pem.clone();
+            e.cacert = https_trust.clone().unwrap_or_else(|| f.cert_pem.clone());
             e.token = Some(f.token.clone());
             e.unavailable = servers.ferry_https_na.clone();
             out.push((ServerKind::FerryServe, Proto::Https, Ok(e)));
@@ -748,7 +769,8 @@ fn endpoints(
         Ok(n) => {
             let port = via(n.port)?;
             let mut e = base(ServerKind::Nginx, Proto::Https, port, String::new());
-            e.cacert = n.cert.clone();
+            e.cacert = https_trust.clone().unwrap_or_else(|| n.cert.clone());
+            e.token = servers.ferry.as_ref().ok().map(|f| f.token.clone());
             out.push((ServerKind::Nginx, Proto::Https, Ok(e)));
         }
         Err(why) if why != "not needed" => {
