@@ -547,11 +547,18 @@ impl Session {
             let out = tokio::task::spawn_blocking(move || {
                 // pread straight into the spare capacity: zeroing the
                 // buffer first cost 5% of the server's CPU on a download.
-                let mut buf: Vec<u8> = Vec::with_capacity(DATA_PREFIX_LEN + len);
-                buf.resize(DATA_PREFIX_LEN, 0);
+                // The data starts half a page away from the page cache's
+                // page offset: 13 bytes off (the DATA header in front on a
+                // page-aligned buffer), the kernel's copy stalled on 4K
+                // aliasing and took a third of the server's CPU
+                // (readnow::SRC_PAGE_OFFSET has the story).
+                let mut buf: Vec<u8> = Vec::with_capacity(4096 + DATA_PREFIX_LEN + len);
+                let skew = crate::readnow::skew_to(&buf, DATA_PREFIX_LEN, 2048);
+                let head = skew + DATA_PREFIX_LEN;
+                buf.resize(head, 0);
                 // pread may return short; fill what the file has.
-                while buf.len() < DATA_PREFIX_LEN + len {
-                    let at = offset + (buf.len() - DATA_PREFIX_LEN) as u64;
+                while buf.len() < head + len {
+                    let at = offset + (buf.len() - head) as u64;
                     match rustix::io::pread(&f2.file, rustix::buffer::spare_capacity(&mut buf), at)
                     {
                         Ok(0) => break,
@@ -564,13 +571,15 @@ impl Session {
                     }
                 }
                 // The allocator may have given more capacity than asked.
-                buf.truncate(DATA_PREFIX_LEN + len);
-                let got = buf.len() - DATA_PREFIX_LEN;
+                buf.truncate(head + len);
+                let got = buf.len() - head;
                 if got == 0 {
                     return encode(&status(id, StatusCode::EOF, "end of file"));
                 }
-                Response::fill_data_prefix(&mut buf, id, got as u32);
-                Bytes::from(buf)
+                if let Some(pkt) = buf.get_mut(skew..) {
+                    Response::fill_data_prefix(pkt, id, got as u32);
+                }
+                Bytes::from(buf).slice(skew..)
             })
             .await
             .unwrap_or_else(|e| encode(&status(id, StatusCode::FAILURE, &format!("read: {e}"))));

@@ -159,24 +159,24 @@ impl FileBody {
         }
         let (at, n) = self.take(INLINE_CHUNK)?;
         let got = match read_now(&self.file, at, n, &mut self.inline) {
-            Ok(buf) => buf,
+            Ok(p) => p,
             Err(e) => return Some(Err(e)),
         };
         // Short at end of file too: the blocking read below reports that
         // the file shrank.
-        if got.len() == n {
-            return Some(Ok(Bytes::from(got)));
+        let (have, skew) = (got.len(), got.skew);
+        let mut buf = got.buf;
+        if have == n {
+            return Some(Ok(Bytes::from(buf).slice(skew..)));
         }
         // The rest of this chunk waits for the disk: finish it on the pool.
         let file = self.file.clone();
         self.inflight = Some(tokio::task::spawn_blocking(move || {
-            let mut buf = got;
-            let have = buf.len();
-            buf.resize(n, 0);
-            if let Some(rest) = buf.get_mut(have..) {
+            buf.resize(skew + n, 0);
+            if let Some(rest) = buf.get_mut(skew + have..) {
                 file.read_exact_at(rest, at + have as u64)?;
             }
-            Ok(Bytes::from(buf))
+            Ok(Bytes::from(buf).slice(skew..))
         }));
         None
     }
