@@ -88,6 +88,9 @@ impl Scheme {
                 (&[1, 4, 16], parallel),
                 (&[32 << 10, 256 << 10], |t, v| t.chunk = Some(v)),
                 (&[16, 64], |t, v| t.depth = Some(v as usize)),
+                // SSH compression (zlib) costs CPU on both ends; it pays
+                // only on compressible data over a slow link.
+                (&[1], |t, _| t.compress = Some(true)),
             ],
             // No request size or pipeline depth in FTP, and only downloads
             // are split into ranges: connections only.
@@ -240,6 +243,56 @@ struct Trial {
     tuning: Tuning,
     mb_per_s: Option<f64>,
     error: Option<String>,
+}
+
+/// What a sweep found for one direction.
+#[derive(Debug, Clone)]
+struct Sweep {
+    /// The defaults.
+    base: Trial,
+    best: Trial,
+    /// The compression trial (`-C` over SFTP, `--compressed` over HTTP)
+    /// and the best it had to beat, when the scheme sweeps one.
+    compression: Option<(Trial, Trial)>,
+}
+
+/// Whether `t` turns on compression that `from` does not have.
+fn adds_compression(from: &Tuning, t: &Tuning) -> bool {
+    (t.compress == Some(true) && from.compress != Some(true))
+        || (t.compressed == Some(true) && from.compressed != Some(true))
+}
+
+/// One line saying whether compression was kept and why, so "off" is not
+/// mistaken for "not tried": compression only pays on compressible data,
+/// and the generated set is random unless `--compressible` was given.
+fn compression_verdict(with: &Trial, without: &Trial, kept: bool, compressible: bool) -> String {
+    let flag = if with.tuning.compress == Some(true) {
+        "-C"
+    } else {
+        "--compressed"
+    };
+    let data = if compressible {
+        "text-like data (--compressible)"
+    } else {
+        "random data; --compressible sweeps text-like data"
+    };
+    match (with.mb_per_s, without.mb_per_s) {
+        (Some(a), Some(b)) if kept => {
+            format!(
+                "compression: on ({flag}: {:.2}x the speed without it, {data})",
+                a / b
+            )
+        }
+        (Some(a), Some(b)) => format!(
+            "compression: off (no gain on this data: {flag} gave {:.2}x, {data})",
+            a / b
+        ),
+        (None, _) => format!(
+            "compression: off ({flag} FAILED: {})",
+            first_line(with.error.as_deref().unwrap_or(""))
+        ),
+        (Some(_), None) => format!("compression: {} ({data})", if kept { "on" } else { "off" }),
+    }
 }
 
 struct Ctx<'a> {
@@ -416,15 +469,19 @@ impl Ctx<'_> {
     }
 
     /// Coordinate descent from the defaults.
-    fn sweep(&mut self, upload: bool) -> (Trial, Trial) {
+    fn sweep(&mut self, upload: bool) -> Sweep {
         let base = self.trial(&Tuning::default(), upload);
         let mut best = base.clone();
+        let mut compression = None;
         for (values, set) in self.target.scheme.knobs(upload) {
             let start = best.tuning.clone();
             for &v in values {
                 let mut t = start.clone();
                 set(&mut t, v);
                 let tr = self.trial(&t, upload);
+                if adds_compression(&start, &t) {
+                    compression = Some((tr.clone(), best.clone()));
+                }
                 // A change must win by 3% to be kept: less is noise.
                 if let (Some(a), Some(b)) = (tr.mb_per_s, best.mb_per_s) {
                     if a > b * 1.03 {
@@ -435,7 +492,11 @@ impl Ctx<'_> {
                 }
             }
         }
-        (base, best)
+        Sweep {
+            base,
+            best,
+            compression,
+        }
     }
 }
 
@@ -528,14 +589,12 @@ pub fn run_remote(args: &BenchArgs, url: &str) -> Result<i32> {
         }
     };
     let cleaned = cleanup(args, &target, &scratch, ctx.uploads, &ctx.sets, &work);
-    let ((up_base, up_best), (down_base, down_best)) = result?;
+    let (up, down) = result?;
     let mut out = String::new();
     let host_key = target.host_key();
     let _ = writeln!(out, "\nferry bench {}: best settings", target.url(""));
-    for (name, base, best) in [
-        ("download", &down_base, &down_best),
-        ("upload", &up_base, &up_best),
-    ] {
+    for (name, sweep) in [("download", &down), ("upload", &up)] {
+        let (base, best) = (&sweep.base, &sweep.best);
         match (base.mb_per_s, best.mb_per_s) {
             (Some(b), Some(v)) => {
                 let _ = writeln!(
@@ -556,17 +615,26 @@ pub fn run_remote(args: &BenchArgs, url: &str) -> Result<i32> {
                 );
             }
         }
+        if let Some((with, without)) = &sweep.compression {
+            let kept = adds_compression(&Tuning::default(), &best.tuning);
+            let _ = writeln!(
+                out,
+                "  {:<8} {}",
+                "",
+                compression_verdict(with, without, kept, args.compressible)
+            );
+        }
     }
     print!("{out}");
     if let Err(e) = &cleaned {
         eprintln!("ferry bench: warning: {e}");
     }
-    if down_best.mb_per_s.is_none() || up_best.mb_per_s.is_none() {
+    if down.best.mb_per_s.is_none() || up.best.mb_per_s.is_none() {
         return Ok(1);
     }
     if args.save {
         let path = hosts::default_path().context("no config directory for hosts.toml")?;
-        hosts::save(&path, &host_key, &down_best.tuning, &up_best.tuning)?;
+        hosts::save(&path, &host_key, &down.best.tuning, &up.best.tuning)?;
         eprintln!(
             "ferry bench: saved for {host_key} in {} (ferry cp uses them when the flags are not given)",
             path.display()
@@ -837,6 +905,77 @@ mod tests {
             set(&mut t, values[0]);
         }
         assert_eq!((t.streams, t.compressed), (None, None));
+    }
+
+    #[test]
+    fn sftp_sweeps_ssh_compression_both_ways_last() {
+        for upload in [false, true] {
+            let knobs = Scheme::Sftp.knobs(upload);
+            let mut t = Tuning::default();
+            for (values, set) in &knobs {
+                set(&mut t, values[0]);
+            }
+            assert_eq!(t.compress, Some(true));
+            assert_eq!(t.compressed, None, "--compressed is HTTP's");
+            // Compression is tried once the transfer settings are chosen.
+            let (values, set) = knobs.last().unwrap();
+            let mut t = Tuning::default();
+            set(&mut t, values[0]);
+            assert_eq!(t.describe(), "-C");
+            assert!(adds_compression(&Tuning::default(), &t));
+        }
+        // No other scheme turns SSH compression on.
+        for scheme in [Scheme::Https, Scheme::Http, Scheme::Ftp, Scheme::Ftps] {
+            for upload in [false, true] {
+                let mut t = Tuning::default();
+                for (values, set) in scheme.knobs(upload) {
+                    for &v in values {
+                        set(&mut t, v);
+                    }
+                }
+                assert_eq!(t.compress, None, "{scheme:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn compression_verdict_explains_itself() {
+        let trial = |compress: bool, mb: Option<f64>, error: Option<&str>| Trial {
+            tuning: Tuning {
+                compress: compress.then_some(true),
+                ..Tuning::default()
+            },
+            mb_per_s: mb,
+            error: error.map(str::to_string),
+        };
+        let without = trial(false, Some(100.0), None);
+        assert_eq!(
+            compression_verdict(&trial(true, Some(50.0), None), &without, false, false),
+            "compression: off (no gain on this data: -C gave 0.50x, \
+             random data; --compressible sweeps text-like data)"
+        );
+        assert_eq!(
+            compression_verdict(&trial(true, Some(250.0), None), &without, true, true),
+            "compression: on (-C: 2.50x the speed without it, text-like data (--compressible))"
+        );
+        assert_eq!(
+            compression_verdict(
+                &trial(true, None, Some("exit 1: x\ny")),
+                &without,
+                false,
+                true
+            ),
+            "compression: off (-C FAILED: exit 1: x (and 1 more lines))"
+        );
+        let http = Trial {
+            tuning: Tuning {
+                compressed: Some(true),
+                ..Tuning::default()
+            },
+            ..trial(false, Some(101.0), None)
+        };
+        assert!(compression_verdict(&http, &without, false, false)
+            .starts_with("compression: off (no gain on this data: --compressed gave 1.01x"));
     }
 
     #[test]
