@@ -678,6 +678,16 @@ fn scratch_paths(scratch: &str, uploads: usize, sets: &[DataSet]) -> (Vec<String
     (files, dirs)
 }
 
+/// The temporary name ferry gives `rel` while writing it
+/// (`dir/.NAME.ferry-part`, as in ferry-engine): an upload trial that
+/// failed can leave one, and its directory cannot go while it is there.
+fn part_name(rel: &str) -> String {
+    match rel.rsplit_once('/') {
+        Some((dir, name)) => format!("{dir}/.{name}.ferry-part"),
+        None => format!(".{rel}.ferry-part"),
+    }
+}
+
 /// TLS trust from the command line (--cacert, --pin, -k), for the
 /// cleanup connections.
 fn tls_options(args: &BenchArgs) -> ferry_http::TlsOptions {
@@ -704,7 +714,10 @@ fn cleanup_http(
         ..Default::default()
     };
     let client = ferry_http::Client::new(opts).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let (files, dirs) = scratch_paths(scratch, uploads, sets);
+    let (mut files, dirs) = scratch_paths(scratch, uploads, sets);
+    // Left by failed trials, if any (404 otherwise, which is fine).
+    let parts: Vec<String> = files.iter().map(|f| part_name(f)).collect();
+    files.extend(parts);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -765,6 +778,9 @@ fn cleanup_sftp(
             // One rm per file: a quoted glob is not expanded by sftp.
             for f in &ds.files {
                 let _ = writeln!(batch, "-rm \"{d}/{}\"", f.name);
+                // A failed trial's temporary file, if any ("-": no error
+                // when there is none).
+                let _ = writeln!(batch, "-rm \"{}\"", part_name(&format!("{d}/{}", f.name)));
             }
             let _ = writeln!(batch, "-rmdir \"{d}\"");
         }
@@ -849,6 +865,8 @@ fn cleanup_ftp(
     };
     let (files, dirs) = scratch_paths(scratch, uploads, sets);
     for f in files {
+        // A failed trial's temporary file, if any: not there is fine.
+        let _ = c.remove(&t.ftp_path(&part_name(&f)));
         rm(c.remove(&t.ftp_path(&f)));
     }
     for d in dirs {
@@ -982,6 +1000,12 @@ mod tests {
     fn failed_trials_print_one_line() {
         assert_eq!(first_line("a"), "a");
         assert_eq!(first_line("a\nb\nc"), "a (and 2 more lines)");
+    }
+
+    #[test]
+    fn part_names_are_ferrys_temporary_names() {
+        assert_eq!(part_name("s/u1/big/f.bin"), "s/u1/big/.f.bin.ferry-part");
+        assert_eq!(part_name("f"), ".f.ferry-part");
     }
 
     #[test]
