@@ -271,27 +271,28 @@ fn compression_verdict(with: &Trial, without: &Trial, kept: bool, compressible: 
     } else {
         "--compressed"
     };
-    let data = if compressible {
-        "text-like data (--compressible)"
+    let (data, why) = if compressible {
+        ("text-like data", "zlib is slower than this link")
     } else {
-        "random data; --compressible sweeps text-like data"
+        ("random data", "--compressible sweeps text-like data")
     };
     match (with.mb_per_s, without.mb_per_s) {
-        (Some(a), Some(b)) if kept => {
-            format!(
-                "compression: on ({flag}: {:.2}x the speed without it, {data})",
-                a / b
-            )
-        }
+        (Some(a), Some(b)) if kept => format!(
+            "compression: on ({flag}: {:.2}x the speed without it on {data})",
+            a / b
+        ),
         (Some(a), Some(b)) => format!(
-            "compression: off (no gain on this data: {flag} gave {:.2}x, {data})",
+            "compression: off (no gain: {flag} gave {:.2}x on {data}; {why})",
             a / b
         ),
         (None, _) => format!(
             "compression: off ({flag} FAILED: {})",
             first_line(with.error.as_deref().unwrap_or(""))
         ),
-        (Some(_), None) => format!("compression: {} ({data})", if kept { "on" } else { "off" }),
+        (Some(_), None) => format!(
+            "compression: {} (on {data})",
+            if kept { "on" } else { "off" }
+        ),
     }
 }
 
@@ -560,11 +561,16 @@ pub fn run_remote(args: &BenchArgs, url: &str) -> Result<i32> {
         uploads: 0,
     };
     eprintln!(
-        "ferry bench: {} -> {} ({} files, {:.1} MB), scratch dir {}",
+        "ferry bench: {} -> {} ({} files, {:.1} MB of {} data), scratch dir {}",
         ctx.upload_src.display(),
         target.url(""),
         ctx.sets.iter().map(|s| s.files.len()).sum::<usize>(),
         total as f64 / 1e6,
+        if args.compressible {
+            "text-like"
+        } else {
+            "random"
+        },
         target.url(&scratch)
     );
     // Create the scratch dir (copying an empty dir), then the first upload
@@ -969,12 +975,12 @@ mod tests {
         let without = trial(false, Some(100.0), None);
         assert_eq!(
             compression_verdict(&trial(true, Some(50.0), None), &without, false, false),
-            "compression: off (no gain on this data: -C gave 0.50x, \
-             random data; --compressible sweeps text-like data)"
+            "compression: off (no gain: -C gave 0.50x on random data; \
+             --compressible sweeps text-like data)"
         );
         assert_eq!(
             compression_verdict(&trial(true, Some(250.0), None), &without, true, true),
-            "compression: on (-C: 2.50x the speed without it, text-like data (--compressible))"
+            "compression: on (-C: 2.50x the speed without it on text-like data)"
         );
         assert_eq!(
             compression_verdict(
@@ -993,7 +999,7 @@ mod tests {
             ..trial(false, Some(101.0), None)
         };
         assert!(compression_verdict(&http, &without, false, false)
-            .starts_with("compression: off (no gain on this data: --compressed gave 1.01x"));
+            .starts_with("compression: off (no gain: --compressed gave 1.01x on random data"));
     }
 
     #[test]
