@@ -7,6 +7,7 @@
 //! parallel = 16
 //! chunk = 262144
 //! depth = 64
+//! compress = true       # -C: SSH compression (zlib)
 //!
 //! [host."example.org:22".upload]
 //! streams = 8
@@ -44,6 +45,8 @@ pub struct Tuning {
     pub http: Option<HttpVersion>,
     /// HTTP(S) only: `--compressed` (downloads).
     pub compressed: Option<bool>,
+    /// SFTP only: `-C`, SSH compression (zlib), both directions.
+    pub compress: Option<bool>,
 }
 
 /// An HTTP version forced with `--http1.1` / `--http2`.
@@ -112,6 +115,9 @@ impl Tuning {
         if self.compressed == Some(true) {
             v.push("--compressed".to_string());
         }
+        if self.compress == Some(true) {
+            v.push("-C".to_string());
+        }
         v
     }
 
@@ -140,6 +146,9 @@ impl Tuning {
         if self.compressed == Some(true) {
             v.push("--compressed".to_string());
         }
+        if self.compress == Some(true) {
+            v.push("-C".to_string());
+        }
         if v.is_empty() {
             "defaults".into()
         } else {
@@ -167,6 +176,9 @@ impl Tuning {
         if let Some(c) = self.compressed {
             t.insert("compressed".into(), toml::Value::Boolean(c));
         }
+        if let Some(c) = self.compress {
+            t.insert("compress".into(), toml::Value::Boolean(c));
+        }
         t
     }
 
@@ -187,6 +199,7 @@ impl Tuning {
                 .and_then(|v| v.as_str())
                 .and_then(HttpVersion::from_toml),
             compressed: t.get("compressed").and_then(|v| v.as_bool()),
+            compress: t.get("compress").and_then(|v| v.as_bool()),
         }
     }
 }
@@ -305,5 +318,35 @@ mod tests {
             ["--streams", "4", "--http1.1", "--compressed"]
         );
         assert_eq!(http_key(false, "::1", 80), "http://[::1]:80");
+    }
+
+    #[test]
+    fn sftp_compression_round_trips_per_direction() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("hosts.toml");
+        let down = Tuning {
+            parallel: Some(4),
+            compress: Some(true),
+            ..Tuning::default()
+        };
+        // Swept and lost: saved as nothing, so ferry cp keeps its default.
+        let up = Tuning {
+            depth: Some(64),
+            ..Tuning::default()
+        };
+        save(&p, "h.example:22", &down, &up).unwrap();
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(text.contains("compress = true"), "{text}");
+        assert!(!text.contains("compressed"), "{text}");
+        assert_eq!(lookup(&p, "h.example", 22, false), Some(down.clone()));
+        assert_eq!(lookup(&p, "h.example", 22, true), Some(up));
+        assert_eq!(down.describe(), "-P 4 -C");
+        assert_eq!(down.flags(), ["-P", "4", "-C"]);
+        // An explicit `compress = false` (hand-written) reads back as off.
+        std::fs::write(&p, "[host.\"h:22\"]\ncompress = false\n").unwrap();
+        let t = lookup(&p, "h", 22, false).unwrap();
+        assert_eq!(t.compress, Some(false));
+        assert!(t.flags().is_empty());
+        assert_eq!(t.describe(), "defaults");
     }
 }

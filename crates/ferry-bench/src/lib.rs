@@ -4,8 +4,9 @@
 //! verified by blake3; one table, a JSON file and an SVG plot.
 //!
 //! - [`data`]: the deterministic data sets (huge, large, medium, small).
-//! - [`servers`]: `ferry serve`, OpenSSH sshd and nginx on free loopback
-//!   ports, stopped by PID.
+//! - [`servers`]: `ferry serve`, OpenSSH sshd, nginx and vsftpd on free
+//!   loopback ports, stopped by PID (ferry's HTTP and FTP tests start nginx
+//!   and vsftpd through these too).
 //! - [`clients`]: the clients and the command line of each cell.
 //! - [`run`]: profiles, cells, runs, medians.
 //! - [`report`]: the table, machine description, ratios and the plot.
@@ -78,7 +79,8 @@ pub struct BenchArgs {
     /// Smaller sets and one run per cell: a smoke run of a few minutes.
     #[arg(long)]
     pub quick: bool,
-    /// Text-like files instead of random bytes.
+    /// Text-like files instead of random bytes (in remote mode too: SSH
+    /// and HTTP compression only pay on such data).
     #[arg(long)]
     pub compressible: bool,
     /// Runs per cell; the median is reported [default: 3, with --quick 1].

@@ -88,6 +88,9 @@ impl Scheme {
                 (&[1, 4, 16], parallel),
                 (&[32 << 10, 256 << 10], |t, v| t.chunk = Some(v)),
                 (&[16, 64], |t, v| t.depth = Some(v as usize)),
+                // SSH compression (zlib) costs CPU on both ends; it pays
+                // only on compressible data over a slow link.
+                (&[1], |t, _| t.compress = Some(true)),
             ],
             // No request size or pipeline depth in FTP, and only downloads
             // are split into ranges: connections only.
@@ -240,6 +243,57 @@ struct Trial {
     tuning: Tuning,
     mb_per_s: Option<f64>,
     error: Option<String>,
+}
+
+/// What a sweep found for one direction.
+#[derive(Debug, Clone)]
+struct Sweep {
+    /// The defaults.
+    base: Trial,
+    best: Trial,
+    /// The compression trial (`-C` over SFTP, `--compressed` over HTTP)
+    /// and the best it had to beat, when the scheme sweeps one.
+    compression: Option<(Trial, Trial)>,
+}
+
+/// Whether `t` turns on compression that `from` does not have.
+fn adds_compression(from: &Tuning, t: &Tuning) -> bool {
+    (t.compress == Some(true) && from.compress != Some(true))
+        || (t.compressed == Some(true) && from.compressed != Some(true))
+}
+
+/// One line saying whether compression was kept and why, so "off" is not
+/// mistaken for "not tried": compression only pays on compressible data,
+/// and the generated set is random unless `--compressible` was given.
+fn compression_verdict(with: &Trial, without: &Trial, kept: bool, compressible: bool) -> String {
+    let flag = if with.tuning.compress == Some(true) {
+        "-C"
+    } else {
+        "--compressed"
+    };
+    let (data, why) = if compressible {
+        ("text-like data", "zlib is slower than this link")
+    } else {
+        ("random data", "--compressible sweeps text-like data")
+    };
+    match (with.mb_per_s, without.mb_per_s) {
+        (Some(a), Some(b)) if kept => format!(
+            "compression: on ({flag}: {:.2}x the speed without it on {data})",
+            a / b
+        ),
+        (Some(a), Some(b)) => format!(
+            "compression: off (no gain: {flag} gave {:.2}x on {data}; {why})",
+            a / b
+        ),
+        (None, _) => format!(
+            "compression: off ({flag} FAILED: {})",
+            first_line(with.error.as_deref().unwrap_or(""))
+        ),
+        (Some(_), None) => format!(
+            "compression: {} (on {data})",
+            if kept { "on" } else { "off" }
+        ),
+    }
 }
 
 struct Ctx<'a> {
@@ -416,15 +470,19 @@ impl Ctx<'_> {
     }
 
     /// Coordinate descent from the defaults.
-    fn sweep(&mut self, upload: bool) -> (Trial, Trial) {
+    fn sweep(&mut self, upload: bool) -> Sweep {
         let base = self.trial(&Tuning::default(), upload);
         let mut best = base.clone();
+        let mut compression = None;
         for (values, set) in self.target.scheme.knobs(upload) {
             let start = best.tuning.clone();
             for &v in values {
                 let mut t = start.clone();
                 set(&mut t, v);
                 let tr = self.trial(&t, upload);
+                if adds_compression(&start, &t) {
+                    compression = Some((tr.clone(), best.clone()));
+                }
                 // A change must win by 3% to be kept: less is noise.
                 if let (Some(a), Some(b)) = (tr.mb_per_s, best.mb_per_s) {
                     if a > b * 1.03 {
@@ -435,7 +493,11 @@ impl Ctx<'_> {
                 }
             }
         }
-        (base, best)
+        Sweep {
+            base,
+            best,
+            compression,
+        }
     }
 }
 
@@ -499,11 +561,16 @@ pub fn run_remote(args: &BenchArgs, url: &str) -> Result<i32> {
         uploads: 0,
     };
     eprintln!(
-        "ferry bench: {} -> {} ({} files, {:.1} MB), scratch dir {}",
+        "ferry bench: {} -> {} ({} files, {:.1} MB of {} data), scratch dir {}",
         ctx.upload_src.display(),
         target.url(""),
         ctx.sets.iter().map(|s| s.files.len()).sum::<usize>(),
         total as f64 / 1e6,
+        if args.compressible {
+            "text-like"
+        } else {
+            "random"
+        },
         target.url(&scratch)
     );
     // Create the scratch dir (copying an empty dir), then the first upload
@@ -528,14 +595,12 @@ pub fn run_remote(args: &BenchArgs, url: &str) -> Result<i32> {
         }
     };
     let cleaned = cleanup(args, &target, &scratch, ctx.uploads, &ctx.sets, &work);
-    let ((up_base, up_best), (down_base, down_best)) = result?;
+    let (up, down) = result?;
     let mut out = String::new();
     let host_key = target.host_key();
     let _ = writeln!(out, "\nferry bench {}: best settings", target.url(""));
-    for (name, base, best) in [
-        ("download", &down_base, &down_best),
-        ("upload", &up_base, &up_best),
-    ] {
+    for (name, sweep) in [("download", &down), ("upload", &up)] {
+        let (base, best) = (&sweep.base, &sweep.best);
         match (base.mb_per_s, best.mb_per_s) {
             (Some(b), Some(v)) => {
                 let _ = writeln!(
@@ -556,17 +621,26 @@ pub fn run_remote(args: &BenchArgs, url: &str) -> Result<i32> {
                 );
             }
         }
+        if let Some((with, without)) = &sweep.compression {
+            let kept = adds_compression(&Tuning::default(), &best.tuning);
+            let _ = writeln!(
+                out,
+                "  {:<8} {}",
+                "",
+                compression_verdict(with, without, kept, args.compressible)
+            );
+        }
     }
     print!("{out}");
     if let Err(e) = &cleaned {
         eprintln!("ferry bench: warning: {e}");
     }
-    if down_best.mb_per_s.is_none() || up_best.mb_per_s.is_none() {
+    if down.best.mb_per_s.is_none() || up.best.mb_per_s.is_none() {
         return Ok(1);
     }
     if args.save {
         let path = hosts::default_path().context("no config directory for hosts.toml")?;
-        hosts::save(&path, &host_key, &down_best.tuning, &up_best.tuning)?;
+        hosts::save(&path, &host_key, &down.best.tuning, &up.best.tuning)?;
         eprintln!(
             "ferry bench: saved for {host_key} in {} (ferry cp uses them when the flags are not given)",
             path.display()
@@ -610,6 +684,16 @@ fn scratch_paths(scratch: &str, uploads: usize, sets: &[DataSet]) -> (Vec<String
     (files, dirs)
 }
 
+/// The temporary name ferry gives `rel` while writing it
+/// (`dir/.NAME.ferry-part`, as in ferry-engine): an upload trial that
+/// failed can leave one, and its directory cannot go while it is there.
+fn part_name(rel: &str) -> String {
+    match rel.rsplit_once('/') {
+        Some((dir, name)) => format!("{dir}/.{name}.ferry-part"),
+        None => format!(".{rel}.ferry-part"),
+    }
+}
+
 /// TLS trust from the command line (--cacert, --pin, -k), for the
 /// cleanup connections.
 fn tls_options(args: &BenchArgs) -> ferry_http::TlsOptions {
@@ -636,7 +720,10 @@ fn cleanup_http(
         ..Default::default()
     };
     let client = ferry_http::Client::new(opts).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let (files, dirs) = scratch_paths(scratch, uploads, sets);
+    let (mut files, dirs) = scratch_paths(scratch, uploads, sets);
+    // Left by failed trials, if any (404 otherwise, which is fine).
+    let parts: Vec<String> = files.iter().map(|f| part_name(f)).collect();
+    files.extend(parts);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -697,6 +784,9 @@ fn cleanup_sftp(
             // One rm per file: a quoted glob is not expanded by sftp.
             for f in &ds.files {
                 let _ = writeln!(batch, "-rm \"{d}/{}\"", f.name);
+                // A failed trial's temporary file, if any ("-": no error
+                // when there is none).
+                let _ = writeln!(batch, "-rm \"{}\"", part_name(&format!("{d}/{}", f.name)));
             }
             let _ = writeln!(batch, "-rmdir \"{d}\"");
         }
@@ -781,6 +871,8 @@ fn cleanup_ftp(
     };
     let (files, dirs) = scratch_paths(scratch, uploads, sets);
     for f in files {
+        // A failed trial's temporary file, if any: not there is fine.
+        let _ = c.remove(&t.ftp_path(&part_name(&f)));
         rm(c.remove(&t.ftp_path(&f)));
     }
     for d in dirs {
@@ -840,9 +932,86 @@ mod tests {
     }
 
     #[test]
+    fn sftp_sweeps_ssh_compression_both_ways_last() {
+        for upload in [false, true] {
+            let knobs = Scheme::Sftp.knobs(upload);
+            let mut t = Tuning::default();
+            for (values, set) in &knobs {
+                set(&mut t, values[0]);
+            }
+            assert_eq!(t.compress, Some(true));
+            assert_eq!(t.compressed, None, "--compressed is HTTP's");
+            // Compression is tried once the transfer settings are chosen.
+            let (values, set) = knobs.last().unwrap();
+            let mut t = Tuning::default();
+            set(&mut t, values[0]);
+            assert_eq!(t.describe(), "-C");
+            assert!(adds_compression(&Tuning::default(), &t));
+        }
+        // No other scheme turns SSH compression on.
+        for scheme in [Scheme::Https, Scheme::Http, Scheme::Ftp, Scheme::Ftps] {
+            for upload in [false, true] {
+                let mut t = Tuning::default();
+                for (values, set) in scheme.knobs(upload) {
+                    for &v in values {
+                        set(&mut t, v);
+                    }
+                }
+                assert_eq!(t.compress, None, "{scheme:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn compression_verdict_explains_itself() {
+        let trial = |compress: bool, mb: Option<f64>, error: Option<&str>| Trial {
+            tuning: Tuning {
+                compress: compress.then_some(true),
+                ..Tuning::default()
+            },
+            mb_per_s: mb,
+            error: error.map(str::to_string),
+        };
+        let without = trial(false, Some(100.0), None);
+        assert_eq!(
+            compression_verdict(&trial(true, Some(50.0), None), &without, false, false),
+            "compression: off (no gain: -C gave 0.50x on random data; \
+             --compressible sweeps text-like data)"
+        );
+        assert_eq!(
+            compression_verdict(&trial(true, Some(250.0), None), &without, true, true),
+            "compression: on (-C: 2.50x the speed without it on text-like data)"
+        );
+        assert_eq!(
+            compression_verdict(
+                &trial(true, None, Some("exit 1: x\ny")),
+                &without,
+                false,
+                true
+            ),
+            "compression: off (-C FAILED: exit 1: x (and 1 more lines))"
+        );
+        let http = Trial {
+            tuning: Tuning {
+                compressed: Some(true),
+                ..Tuning::default()
+            },
+            ..trial(false, Some(101.0), None)
+        };
+        assert!(compression_verdict(&http, &without, false, false)
+            .starts_with("compression: off (no gain: --compressed gave 1.01x on random data"));
+    }
+
+    #[test]
     fn failed_trials_print_one_line() {
         assert_eq!(first_line("a"), "a");
         assert_eq!(first_line("a\nb\nc"), "a (and 2 more lines)");
+    }
+
+    #[test]
+    fn part_names_are_ferrys_temporary_names() {
+        assert_eq!(part_name("s/u1/big/f.bin"), "s/u1/big/.f.bin.ferry-part");
+        assert_eq!(part_name("f"), ".f.ferry-part");
     }
 
     #[test]

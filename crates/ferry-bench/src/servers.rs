@@ -296,15 +296,220 @@ impl Sshd {
 }
 
 /// nginx with a fair configuration: TLS 1.3, HTTP/2, sendfile, WebDAV PUT.
+///
+/// The bench starts it with [`Nginx::start`] (WebDAV on `/`); ferry's HTTP
+/// tests start it with [`Nginx::start_with`] and the edge cases they need
+/// ([`NginxLocation`]: a server that ignores Range, redirects, errors,
+/// authentication, ...). It runs as a master and workers in its own
+/// session, stopped by PID (SIGTERM, then SIGKILL to the group) when the
+/// guard drops. In `dir`: `nginx.conf`, `cert.pem`/`key.pem`,
+/// `logs/error.log` (and `logs/access.log` with
+/// [`NginxOptions::access_log`]), request bodies under `tmp/body`.
 #[derive(Debug)]
 pub struct Nginx {
     pub guard: Guard,
+    /// HTTPS (TLS 1.3, h2 and HTTP/1.1).
     pub port: u16,
+    /// Plain HTTP/1.1, with [`NginxOptions::plain`].
+    pub http_port: Option<u16>,
+    /// Plain HTTP/2 with prior knowledge (h2c), with [`NginxOptions::plain`].
+    pub h2c_port: Option<u16>,
     pub cert: PathBuf,
 }
 
+/// What a test wants from nginx beyond the bench's server.
+#[derive(Debug, Clone, Default)]
+pub struct NginxOptions {
+    /// Listen for HTTPS here (to restart on the same port); default a free one.
+    pub port: Option<u16>,
+    /// Also listen for plain HTTP/1.1 and for h2c on two more ports.
+    pub plain: bool,
+    /// The plain ports (to restart on the same ones); default free ones.
+    pub http_port: Option<u16>,
+    pub h2c_port: Option<u16>,
+    /// Log every request to `logs/access.log` (the bench does not: it costs).
+    pub access_log: bool,
+    /// Most concurrent h2 streams per connection (nginx's default: 128).
+    pub h2_streams: Option<u32>,
+    /// Locations under the served root, besides static files with
+    /// autoindex everywhere; two on the same match share one block.
+    pub locations: Vec<NginxLocation>,
+}
+
+/// One `location` of the test server, by what it does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NginxLocation {
+    /// WebDAV PUT, DELETE and MKCOL (with `create_full_put_path`, any body
+    /// size) under the prefix.
+    Dav(String),
+    /// Ignores Range: always 200 with the whole file (`max_ranges 0`).
+    NoRanges(String),
+    /// This exact path answers 302 to `to`.
+    Redirect { from: String, to: String },
+    /// This exact path answers `code` with nginx's own body.
+    Status { path: String, code: u16 },
+    /// Everything under the prefix is refused (403).
+    Forbidden(String),
+    /// Sends at most this many bytes per second per request.
+    RateLimit { prefix: String, bytes_per_sec: u64 },
+    /// gzip for any client that accepts it, text and octet-stream alike.
+    Gzip(String),
+    /// A directory answers with this file of it instead of its autoindex.
+    Index { prefix: String, file: String },
+    /// Adds this header to every answer.
+    Header {
+        prefix: String,
+        name: String,
+        value: String,
+    },
+    /// Wants Basic credentials.
+    Basic {
+        prefix: String,
+        user: String,
+        pass: String,
+    },
+    /// Wants `Authorization: Bearer <token>`, else 401.
+    Bearer { prefix: String, token: String },
+}
+
+/// `s` as a word of nginx's configuration: no quotes, braces, semicolons,
+/// `$` or white space that would change the configuration's meaning.
+fn conf_word(s: &str) -> Result<&str> {
+    if s.is_empty()
+        || s.chars()
+            .any(|c| c.is_whitespace() || c.is_control() || "\"'{};$\\#".contains(c))
+    {
+        bail!("{s:?} cannot go into nginx.conf as it is");
+    }
+    Ok(s)
+}
+
+impl NginxLocation {
+    /// The location's match (`/p/` or `= /p`) and its directives; `dir`
+    /// holds any file it needs (Basic's password file).
+    fn render(&self, dir: &Path, n: usize) -> Result<(String, String)> {
+        let prefix = |p: &str| conf_word(p).map(str::to_string);
+        let exact = |p: &str| conf_word(p).map(|p| format!("= {p}"));
+        Ok(match self {
+            NginxLocation::Dav(p) => (
+                prefix(p)?,
+                // Any body size and autoindex come from the server block.
+                "dav_methods PUT DELETE MKCOL; create_full_put_path on; \
+                 dav_access user:rw group:r all:r;"
+                    .into(),
+            ),
+            NginxLocation::NoRanges(p) => (prefix(p)?, "max_ranges 0;".into()),
+            NginxLocation::Redirect { from, to } => {
+                (exact(from)?, format!("return 302 {};", conf_word(to)?))
+            }
+            NginxLocation::Status { path, code } => {
+                if !(200..=599).contains(code) {
+                    bail!("nginx cannot answer status {code}");
+                }
+                (exact(path)?, format!("return {code};"))
+            }
+            NginxLocation::Forbidden(p) => (prefix(p)?, "deny all;".into()),
+            NginxLocation::RateLimit {
+                prefix: p,
+                bytes_per_sec,
+            } => (prefix(p)?, format!("limit_rate {};", bytes_per_sec.max(&1))),
+            NginxLocation::Gzip(p) => (
+                prefix(p)?,
+                "gzip on; gzip_types text/plain application/octet-stream; gzip_min_length 0;"
+                    .into(),
+            ),
+            NginxLocation::Index { prefix: p, file } => {
+                (prefix(p)?, format!("index {};", conf_word(file)?))
+            }
+            NginxLocation::Header {
+                prefix: p,
+                name,
+                value,
+            } => {
+                if value.chars().any(|c| c.is_control() || "\"\\$".contains(c)) {
+                    bail!("header value {value:?} cannot go into nginx.conf as it is");
+                }
+                (
+                    prefix(p)?,
+                    format!("add_header {} \"{value}\" always;", conf_word(name)?),
+                )
+            }
+            NginxLocation::Basic {
+                prefix: p,
+                user,
+                pass,
+            } => {
+                if user.contains(':') || user.chars().any(char::is_control) {
+                    bail!("{user:?} cannot be a Basic user name");
+                }
+                let o = Command::new("openssl")
+                    .args(["passwd", "-apr1", "-stdin"])
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .and_then(|mut c| {
+                        if let Some(mut i) = c.stdin.take() {
+                            std::io::Write::write_all(&mut i, format!("{pass}\n").as_bytes())?;
+                        }
+                        c.wait_with_output()
+                    })
+                    .context("running openssl passwd")?;
+                if !o.status.success() {
+                    bail!("openssl passwd failed");
+                }
+                let file = dir.join(format!("htpasswd{n}"));
+                let hash = String::from_utf8_lossy(&o.stdout).trim().to_string();
+                fs::write(&file, format!("{user}:{hash}\n"))?;
+                (
+                    prefix(p)?,
+                    format!(
+                        "auth_basic \"ferry\"; auth_basic_user_file {};",
+                        file.display()
+                    ),
+                )
+            }
+            NginxLocation::Bearer { prefix: p, token } => (
+                prefix(p)?,
+                format!(
+                    "if ($http_authorization != \"Bearer {}\") {{ return 401; }}",
+                    conf_word(token)?
+                ),
+            ),
+        })
+    }
+}
+
+/// `location` blocks, one per match: directives for the same match (two
+/// options on `/`, say) share a block, since nginx refuses a duplicate.
+fn location_blocks(rendered: Vec<(String, String)>) -> String {
+    let mut blocks: Vec<(String, String)> = Vec::new();
+    for (at, body) in rendered {
+        match blocks.iter_mut().find(|(m, _)| *m == at) {
+            Some((_, b)) => {
+                b.push(' ');
+                b.push_str(&body);
+            }
+            None => blocks.push((at, body)),
+        }
+    }
+    blocks
+        .iter()
+        .map(|(at, body)| format!("    location {at} {{ {body} }}\n"))
+        .collect()
+}
+
 impl Nginx {
+    /// The bench's server: `root` as `/`, WebDAV PUT everywhere.
     pub fn start(dir: &Path, root: &Path) -> Result<Nginx> {
+        let opts = NginxOptions {
+            locations: vec![NginxLocation::Dav("/".into())],
+            ..NginxOptions::default()
+        };
+        Nginx::start_with(dir, root, &opts)
+    }
+
+    pub fn start_with(dir: &Path, root: &Path, o: &NginxOptions) -> Result<Nginx> {
         let Some(nginx) = which_server("nginx") else {
             bail!("nginx not installed (apt-get install nginx-light)");
         };
@@ -316,7 +521,16 @@ impl Nginx {
             fs::create_dir_all(dir.join(sub))?;
         }
         let (cert, key) = self_signed_cert(dir)?;
-        let port = free_port()?;
+        let port = match o.port {
+            Some(p) => p,
+            None => free_port()?,
+        };
+        let (http_port, h2c_port) = if o.plain {
+            let pick = |p: Option<u16>| p.map_or_else(free_port, Ok);
+            (Some(pick(o.http_port)?), Some(pick(o.h2c_port)?))
+        } else {
+            (None, None)
+        };
         // The dav module ships as a dynamic module on Debian; PUT itself is
         // in the core http_dav module.
         let mut modules = String::new();
@@ -337,17 +551,40 @@ impl Nginx {
             ""
         };
         let d = dir.display();
+        let mut listen = format!("    listen 127.0.0.1:{port} ssl http2;\n");
+        if let (Some(h), Some(c)) = (http_port, h2c_port) {
+            listen.push_str(&format!(
+                "    listen 127.0.0.1:{h};\n    listen 127.0.0.1:{c} http2;\n"
+            ));
+        }
+        let access_log = if o.access_log {
+            format!("{d}/logs/access.log")
+        } else {
+            "off".into()
+        };
+        let streams = o
+            .h2_streams
+            .map(|n| format!("    http2_max_concurrent_streams {n};\n"))
+            .unwrap_or_default();
+        let rendered = o
+            .locations
+            .iter()
+            .enumerate()
+            .map(|(n, loc)| loc.render(dir, n))
+            .collect::<Result<Vec<_>>>()?;
+        let locations = location_blocks(rendered);
         let conf = format!(
             "{modules}{user}daemon off;\nmaster_process on;\nworker_processes auto;\npid {d}/nginx.pid;\n\
              error_log {d}/logs/error.log warn;\nevents {{ worker_connections 1024; }}\n\
-             http {{\n  access_log off;\n  sendfile on;\n  tcp_nopush on;\n  keepalive_requests 100000;\n\
+             http {{\n  access_log {access_log};\n  sendfile on;\n  tcp_nopush on;\n  keepalive_requests 100000;\n\
              client_body_temp_path {d}/tmp/body;\n  proxy_temp_path {d}/tmp/proxy;\n\
              fastcgi_temp_path {d}/tmp/fastcgi;\n  uwsgi_temp_path {d}/tmp/uwsgi;\n  scgi_temp_path {d}/tmp/scgi;\n\
-             types {{ application/octet-stream bin; text/plain txt; }}\n  default_type application/octet-stream;\n\
-             server {{\n    listen 127.0.0.1:{port} ssl http2;\n\
+             types {{ application/octet-stream bin; text/plain txt; text/html html; application/json json; }}\n\
+             default_type application/octet-stream;\n\
+             server {{\n{listen}    server_name localhost;\n\
              ssl_certificate {cert};\n    ssl_certificate_key {key};\n    ssl_protocols TLSv1.3;\n\
-             http2_chunk_size 256k;\n    root {root};\n    client_max_body_size 0;\n\
-             location / {{\n      autoindex on;\n      dav_methods PUT DELETE MKCOL;\n      create_full_put_path on;\n    }}\n  }}\n}}\n",
+             http2_chunk_size 256k;\n{streams}    root {root};\n    client_max_body_size 0;\n    autoindex on;\n\
+             {locations}  }}\n}}\n",
             cert = cert.display(),
             key = key.display(),
             root = root.display(),
@@ -364,12 +601,104 @@ impl Nginx {
             .stdout(Stdio::null())
             .stderr(fs::File::create(dir.join("nginx.err"))?);
         let (guard, _child) = Guard::spawn("nginx", cmd)?;
-        if let Err(e) = wait_port(port, &guard, Duration::from_secs(10), false) {
-            let mut why = log_tail(&dir.join("nginx.err"));
-            why.push_str(&log_tail(&dir.join("logs/error.log")));
-            bail!("{e}; nginx says:\n{why}");
+        for p in [Some(port), http_port, h2c_port].into_iter().flatten() {
+            if let Err(e) = wait_port(p, &guard, Duration::from_secs(10), false) {
+                let mut why = log_tail(&dir.join("nginx.err"));
+                why.push_str(&log_tail(&dir.join("logs/error.log")));
+                bail!("{e}; nginx says:\n{why}");
+            }
         }
-        Ok(Nginx { guard, port, cert })
+        Ok(Nginx {
+            guard,
+            port,
+            http_port,
+            h2c_port,
+            cert,
+        })
+    }
+}
+
+#[cfg(test)]
+mod nginx_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn render(loc: NginxLocation) -> Result<(String, String)> {
+        loc.render(Path::new("/nonexistent"), 0)
+    }
+
+    #[test]
+    fn nginx_locations_render_as_directives() {
+        let r = |l| render(l).unwrap();
+        assert_eq!(
+            r(NginxLocation::NoRanges("/nr/".into())),
+            ("/nr/".into(), "max_ranges 0;".into())
+        );
+        assert_eq!(
+            r(NginxLocation::Redirect {
+                from: "/a".into(),
+                to: "/b".into()
+            }),
+            ("= /a".into(), "return 302 /b;".into())
+        );
+        assert_eq!(
+            r(NginxLocation::Status {
+                path: "/e".into(),
+                code: 500
+            })
+            .1,
+            "return 500;"
+        );
+        assert_eq!(
+            r(NginxLocation::RateLimit {
+                prefix: "/slow/".into(),
+                bytes_per_sec: 1 << 20
+            })
+            .1,
+            "limit_rate 1048576;"
+        );
+        assert_eq!(
+            r(NginxLocation::Header {
+                prefix: "/d/".into(),
+                name: "Repr-Digest".into(),
+                value: "sha-256=:AA+/=:".into()
+            })
+            .1,
+            "add_header Repr-Digest \"sha-256=:AA+/=:\" always;"
+        );
+        assert!(r(NginxLocation::Dav("/".into()))
+            .1
+            .contains("dav_methods PUT DELETE MKCOL;"));
+    }
+
+    #[test]
+    fn nginx_refuses_words_that_would_change_the_config() {
+        for bad in ["/a b/", "/a;", "/{x}", "", "/$uri", "/\"q\""] {
+            assert!(
+                render(NginxLocation::Forbidden(bad.into())).is_err(),
+                "{bad:?}"
+            );
+        }
+        assert!(render(NginxLocation::Bearer {
+            prefix: "/b/".into(),
+            token: "x\"; return 200; #".into()
+        })
+        .is_err());
+        assert!(render(NginxLocation::Status {
+            path: "/s".into(),
+            code: 99
+        })
+        .is_err());
+    }
+
+    #[test]
+    fn nginx_locations_on_one_match_share_a_block() {
+        let text = location_blocks(vec![
+            ("/".into(), "a;".into()),
+            ("/x/".into(), "b;".into()),
+            ("/".into(), "c;".into()),
+        ]);
+        assert_eq!(text, "    location / { a; c; }\n    location /x/ { b; }\n");
     }
 }
 

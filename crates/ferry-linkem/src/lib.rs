@@ -11,6 +11,14 @@
 //! [`LinkConfig::max_buffer`] bytes per direction, so a fast sender is slowed
 //! by ordinary TCP backpressure instead of growing memory without limit.
 //!
+//! The bandwidth cap belongs to the link, not to a connection: one pacer per
+//! direction (client to server, server to client) is shared by every
+//! connection the proxy forwards, so a client that opens eight connections
+//! gets the same capacity as one that opens one, split between its
+//! connections as a real bottleneck would. The arithmetic is in [`pace`]
+//! (pure, tested on a virtual clock); without a cap there is no shared state
+//! and no lock on the data path.
+//!
 //! What it emulates is the *application-level* round trip: every request that
 //! waits for a reply (SSH key exchange, channel window adjustments, SFTP
 //! request/response windows) pays `2 * one_way_delay`. Both TCP legs are
@@ -31,6 +39,10 @@ use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
+pub mod pace;
+
+use pace::Schedule;
+
 /// Largest chunk a reader hands to its writer in one piece.
 pub const MAX_CHUNK: usize = 256 * 1024;
 
@@ -50,7 +62,8 @@ pub struct LinkConfig {
     /// Delay added to every byte in each direction (RTT is twice this).
     pub one_way_delay: Duration,
     /// Bandwidth cap per direction in bytes per second; `None` = uncapped.
-    /// With a cap, the queue in front of it is `max_buffer` deep, so a bulk
+    /// The cap is shared by every connection forwarded through the emulator
+    /// (the sum over connections is capped, like a real link). With a cap, the queue in front of it is `max_buffer` deep, so a bulk
     /// sender fills it before it feels backpressure: lower `max_buffer` to
     /// something near the bandwidth-delay product to avoid a bloated buffer.
     pub rate_bytes_per_sec: Option<u64>,
@@ -103,7 +116,8 @@ impl LinkEm {
         let local_addr = listener.local_addr()?;
         let (stop, stop_rx) = watch::channel(false);
         let cfg = Arc::new(cfg);
-        let acceptor = tokio::spawn(accept_loop(listener, upstream, cfg, stop_rx));
+        let pacers = Pacers::new(&cfg);
+        let acceptor = tokio::spawn(accept_loop(listener, upstream, cfg, pacers, stop_rx));
         Ok(LinkEm {
             local_addr,
             stop,
@@ -141,6 +155,7 @@ async fn accept_loop(
     listener: TcpListener,
     upstream: SocketAddr,
     cfg: Arc<LinkConfig>,
+    pacers: Pacers,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut conns: JoinSet<()> = JoinSet::new();
@@ -151,7 +166,7 @@ async fn accept_loop(
             accepted = listener.accept() => {
                 match accepted {
                     Ok((inbound, _peer)) => {
-                        conns.spawn(forward(inbound, upstream, Arc::clone(&cfg)));
+                        conns.spawn(forward(inbound, upstream, Arc::clone(&cfg), pacers.clone()));
                     }
                     Err(_) => {
                         // Typically EMFILE or a connection reset before
@@ -167,7 +182,7 @@ async fn accept_loop(
 }
 
 /// Forward one accepted connection until both directions have finished.
-async fn forward(inbound: TcpStream, upstream: SocketAddr, cfg: Arc<LinkConfig>) {
+async fn forward(inbound: TcpStream, upstream: SocketAddr, cfg: Arc<LinkConfig>, pacers: Pacers) {
     let Ok(outbound) = TcpStream::connect(upstream).await else {
         // Dropping `inbound` closes the client's connection.
         return;
@@ -177,8 +192,8 @@ async fn forward(inbound: TcpStream, upstream: SocketAddr, cfg: Arc<LinkConfig>)
     let (in_read, in_write) = inbound.into_split();
     let (out_read, out_write) = outbound.into_split();
     tokio::join!(
-        direction(in_read, out_write, &cfg),
-        direction(out_read, in_write, &cfg),
+        direction(in_read, out_write, &cfg, pacers.to_server),
+        direction(out_read, in_write, &cfg, pacers.to_client),
     );
 }
 
@@ -192,13 +207,18 @@ enum Item {
 
 /// One direction of a connection: a reader and a writer joined by a queue
 /// bounded to `cfg.max_buffer` bytes.
-async fn direction(reader: OwnedReadHalf, writer: OwnedWriteHalf, cfg: &LinkConfig) {
+async fn direction(
+    reader: OwnedReadHalf,
+    writer: OwnedWriteHalf,
+    cfg: &LinkConfig,
+    pacer: Option<Arc<Pacer>>,
+) {
     let budget = cfg.max_buffer.clamp(1, Semaphore::MAX_PERMITS);
     let credit = Arc::new(Semaphore::new(budget));
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::join!(
         read_side(reader, tx, Arc::clone(&credit), cfg.one_way_delay, budget),
-        write_side(writer, rx, credit, cfg.rate_bytes_per_sec),
+        write_side(writer, rx, credit, pacer),
     );
 }
 
@@ -252,9 +272,8 @@ async fn write_side(
     mut writer: OwnedWriteHalf,
     mut rx: mpsc::UnboundedReceiver<Item>,
     credit: Arc<Semaphore>,
-    rate: Option<u64>,
+    pacer: Option<Arc<Pacer>>,
 ) {
-    let mut pacer = rate.filter(|r| *r > 0).map(Pacer::new);
     let mut pending: Option<Item> = None;
     let mut batch: VecDeque<Bytes> = VecDeque::new();
     loop {
@@ -269,7 +288,7 @@ async fn write_side(
             Item::Data(stamp, data) => {
                 wait_until(stamp).await;
                 let mut total = data.len();
-                let ok = match pacer.as_mut() {
+                let ok = match pacer.as_deref() {
                     Some(p) => p.write_paced(&mut writer, data, stamp).await,
                     None => {
                         // Unpaced: also take every queued chunk that is
@@ -341,43 +360,74 @@ async fn wait_until(stamp: Instant) {
     }
 }
 
-/// Paces writes to a byte rate: each piece of a chunk is written once the
-/// emulated link would have finished serialising it.
+/// The link's two pacers, one per direction, shared by every connection;
+/// both `None` when the link is uncapped.
+#[derive(Clone, Default)]
+struct Pacers {
+    to_server: Option<Arc<Pacer>>,
+    to_client: Option<Arc<Pacer>>,
+}
+
+impl Pacers {
+    fn new(cfg: &LinkConfig) -> Self {
+        match cfg.rate_bytes_per_sec.filter(|r| *r > 0) {
+            Some(rate) => Pacers {
+                to_server: Some(Arc::new(Pacer::new(rate))),
+                to_client: Some(Arc::new(Pacer::new(rate))),
+            },
+            None => Pacers::default(),
+        }
+    }
+}
+
+/// Paces writes to a byte rate shared by every connection in one direction:
+/// each piece of a chunk is written once the emulated link would have
+/// finished serialising it, after the pieces other connections reserved
+/// before it.
 struct Pacer {
-    rate: u64,
-    /// Largest piece written at once (about 2 ms worth of bytes).
+    /// Largest piece reserved and written at once (about 2 ms of link time).
     quantum: usize,
-    /// When the emulated link becomes idle.
-    busy_until: Instant,
+    /// Time zero of the schedule's clock.
+    origin: Instant,
+    /// Held only for the arithmetic of one reservation, never across an
+    /// await.
+    schedule: std::sync::Mutex<Schedule>,
 }
 
 impl Pacer {
     fn new(rate: u64) -> Self {
-        let two_ms = usize::try_from(rate / 500).unwrap_or(MAX_CHUNK);
         Pacer {
-            rate,
-            quantum: two_ms.clamp(4096, MAX_CHUNK),
-            busy_until: Instant::now(),
+            quantum: pace::quantum(rate, MAX_CHUNK),
+            origin: Instant::now(),
+            schedule: std::sync::Mutex::new(Schedule::new(rate, pace::DEFAULT_BURST)),
         }
     }
 
-    fn transmit_time(&self, bytes: usize) -> Duration {
-        let nanos = (bytes as u128 * 1_000_000_000) / u128::from(self.rate);
-        Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    /// Reserve the link for `bytes` ready at `ready`; when to write them.
+    fn reserve(&self, ready: Instant, bytes: usize) -> Instant {
+        let since = |t: Instant| t.saturating_duration_since(self.origin);
+        let now = since(Instant::now());
+        let done = {
+            // A poisoned lock only means another writer panicked between
+            // two plain assignments; the schedule is still usable.
+            let mut schedule = self
+                .schedule
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            schedule.reserve(now, since(ready), bytes)
+        };
+        // A reservation beyond what Instant can hold (absurdly low rates)
+        // becomes "in a year": still never.
+        self.origin
+            .checked_add(done)
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(365 * 86_400))
     }
 
-    async fn write_paced(
-        &mut self,
-        writer: &mut OwnedWriteHalf,
-        data: Bytes,
-        stamp: Instant,
-    ) -> bool {
+    async fn write_paced(&self, writer: &mut OwnedWriteHalf, data: Bytes, stamp: Instant) -> bool {
         let mut offset = 0;
         while offset < data.len() {
             let end = (offset + self.quantum).min(data.len());
-            let start = self.busy_until.max(stamp);
-            self.busy_until = start + self.transmit_time(end - offset);
-            wait_until(self.busy_until).await;
+            wait_until(self.reserve(stamp, end - offset)).await;
             if writer.write_all(&data[offset..end]).await.is_err() {
                 return false;
             }

@@ -24,7 +24,8 @@ the data by --delay-ms in EACH direction (so RTT = 2 x delay).
   --listen ADDR        address to bind, e.g. 127.0.0.1:0 (port 0 = any free port)
   --upstream ADDR      address to forward to, e.g. 127.0.0.1:2222
   --delay-ms MS        one-way delay in milliseconds (may be fractional; default 0)
-  --rate-mbps N        cap each direction at N megabits/s (default: uncapped)
+  --rate-mbps N        cap each direction at N megabits/s, shared by all
+                       connections (default: uncapped)
   --max-buffer-mb N    per-direction queue bound in MiB (default 64)
   --no-stdin           do not exit when standard input is closed
 

@@ -1,7 +1,9 @@
 //! Functional tests of the link emulator on 127.0.0.1: the delay really is
 //! applied (round trip at least twice the one-way delay), bulk data passes
-//! byte-exact, half-close is forwarded, the rate cap paces, and shutdown
-//! closes connections.
+//! byte-exact, half-close is forwarded, the rate cap paces, connections
+//! sharing one capped link all get their bytes, and shutdown closes
+//! connections. How the shared cap divides the link is tested on a virtual
+//! clock in `src/pace.rs`, not here.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -141,6 +143,45 @@ async fn rate_cap_paces_the_transfer() {
         elapsed >= Duration::from_millis(190),
         "2 MB at 10 MB/s took only {elapsed:?}"
     );
+    link.shutdown().await;
+    server.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_sharing_one_capped_link_all_deliver_byte_exact() {
+    let (echo, server) = echo_server().await;
+    let cfg = LinkConfig {
+        one_way_delay: Duration::from_millis(1),
+        rate_bytes_per_sec: Some(100_000_000),
+        max_buffer: 1 << 20,
+    };
+    let link = LinkEm::start(localhost(), echo, cfg).await.unwrap();
+    let mut conns = Vec::new();
+    for i in 0..4usize {
+        let addr = link.local_addr();
+        conns.push(tokio::spawn(async move {
+            let mut data = pattern(1_000_000 + i * 1234);
+            data.rotate_left(i * 1000);
+            let sock = TcpStream::connect(addr).await.unwrap();
+            let (mut r, mut w) = sock.into_split();
+            let to_send = data.clone();
+            let writer = tokio::spawn(async move {
+                w.write_all(&to_send).await.unwrap();
+                w.shutdown().await.unwrap();
+                w
+            });
+            let mut got = Vec::new();
+            r.read_to_end(&mut got).await.unwrap();
+            let _w = writer.await.unwrap();
+            assert!(got == data, "connection {i}: echoed bytes differ");
+        }));
+    }
+    for c in conns {
+        tokio::time::timeout(Duration::from_secs(60), c)
+            .await
+            .expect("a connection on the shared link stalled")
+            .unwrap();
+    }
     link.shutdown().await;
     server.abort();
 }

@@ -330,6 +330,11 @@ fn apply_saved_settings(
     if let (false, Some(v)) = (given("compressed"), t.compressed) {
         opts.compressed = v;
     }
+    // SSH compression, saved for SFTP hosts only (`-C` on the command line,
+    // or `Compression yes` in ssh_config, still turn it on).
+    if let (false, Some(v)) = (given("compress"), t.compress) {
+        opts.connect.compression = v;
+    }
     tracing::info!(
         "saved settings for {key} from {}: {} (flags given on the command line win)",
         path.display(),

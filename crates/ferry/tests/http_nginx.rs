@@ -609,7 +609,7 @@ fn server_killed_mid_transfer_then_resume() {
         assert!(Instant::now() < deadline, "no progress in 60 s");
         std::thread::sleep(Duration::from_millis(50));
     }
-    ng.restart(); // kills the one nginx process by PID, starts a new one
+    ng.restart(); // stops nginx (master and workers) by PID, starts a new one
     let o = child.wait();
     assert_eq!(o.status.code(), Some(1), "{}", describe(&o));
     assert!(stderr_text(&o).contains("--resume"), "{}", describe(&o));
@@ -853,7 +853,7 @@ fn upload_cut_by_an_nginx_kill_leaves_nothing_and_resume_starts_over() {
         assert!(Instant::now() < deadline, "no upload progress in 60 s");
         std::thread::sleep(Duration::from_millis(20));
     }
-    ng.restart(); // kills the one nginx process by PID, starts a new one
+    ng.restart(); // stops nginx (master and workers) by PID, starts a new one
     let o = child.wait();
     assert_eq!(o.status.code(), Some(1), "{}", describe(&o));
     assert!(
