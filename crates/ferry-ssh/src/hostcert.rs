@@ -112,6 +112,10 @@ mod tests {
         for p in principals {
             b.valid_principal(*p).unwrap();
         }
+        if principals.is_empty() {
+            // "Valid for any principal": an empty list on the wire.
+            b.all_principals_valid().unwrap();
+        }
         if critical {
             b.critical_option("force-command", "true").unwrap();
         }
