@@ -941,9 +941,7 @@ impl Values {
             Setting::NumberOfPasswordPrompts(v) => first(&mut self.password_prompts, v),
             // The two exclude each other and the first one seen wins,
             // `none` included (readconf.c: parse_jump, oProxyCommand).
-            Setting::ProxyJump(v) if self.proxy_command.is_none() => {
-                first(&mut self.proxy_jump, v)
-            }
+            Setting::ProxyJump(v) if self.proxy_command.is_none() => first(&mut self.proxy_jump, v),
             Setting::ProxyCommand(v) if self.proxy_jump.is_none() => {
                 first(&mut self.proxy_command, v)
             }

@@ -253,9 +253,13 @@ pub enum CertAuthorityStatus {
     /// An `@cert-authority` line whose patterns cover the host lists this
     /// CA key.
     Trusted { path: PathBuf, line: usize },
-    /// An `@revoked` line lists the CA, the certificate's key or the
-    /// certificate itself.
-    Revoked { path: PathBuf, line: usize },
+    /// An `@revoked` line lists the CA (`revoked_index` `None`) or
+    /// `revocable[i]` (`Some(i)`).
+    Revoked {
+        path: PathBuf,
+        line: usize,
+        revoked_index: Option<usize>,
+    },
     /// No `@cert-authority` line for this host lists this CA;
     /// `other_authorities` counts the lines for this host with other CAs.
     NotTrusted { other_authorities: usize },
@@ -292,12 +296,18 @@ pub fn check_cert_authority(
             let line = index + 1;
             match entry.marker {
                 Marker::Revoked => {
-                    if entry.blob == ca_blob || revocable.iter().any(|b| entry.blob == *b) {
-                        return Ok(CertAuthorityStatus::Revoked {
-                            path: path.clone(),
-                            line,
-                        });
-                    }
+                    let revoked_index = if entry.blob == ca_blob {
+                        None
+                    } else if let Some(i) = revocable.iter().position(|b| entry.blob == *b) {
+                        Some(i)
+                    } else {
+                        continue;
+                    };
+                    return Ok(CertAuthorityStatus::Revoked {
+                        path: path.clone(),
+                        line,
+                        revoked_index,
+                    });
                 }
                 Marker::CertAuthority => {
                     if !hosts_match(entry.hosts, &name) {

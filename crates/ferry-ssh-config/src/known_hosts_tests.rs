@@ -537,7 +537,8 @@ fn revoked_ca_or_certified_key_wins_over_trust() {
         ca_status(&p, "web.example.com", 22, ED, RSA),
         CertAuthorityStatus::Revoked {
             path: p.clone(),
-            line: 2
+            line: 2,
+            revoked_index: None,
         }
     );
     // The certified key revoked (in a second file) refuses the certificate.
@@ -546,7 +547,11 @@ fn revoked_ca_or_certified_key_wins_over_trust() {
     let key = blob(RSA);
     assert_eq!(
         check_cert_authority(&files, "web.example.com", 22, &blob(ED), &[&key]).unwrap(),
-        CertAuthorityStatus::Revoked { path: q, line: 1 }
+        CertAuthorityStatus::Revoked {
+            path: q,
+            line: 1,
+            revoked_index: Some(0),
+        }
     );
 }
 

@@ -97,6 +97,7 @@ fn parse_hop(hop: &str) -> Result<JumpHost, String> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn hop(user: Option<&str>, host: &str, port: Option<u16>) -> JumpHost {

@@ -21,7 +21,9 @@ use ferry_ssh_config::known_hosts::{self, CertAuthorityStatus, HostKeyStatus};
 use ferry_ssh_config::proxy::{parse_jumps, JumpHost};
 use russh::client;
 use russh::keys::agent::client::AgentClient;
-use russh::keys::{Algorithm, Certificate, EcdsaCurve, HashAlg, PrivateKey, PrivateKeyWithHashAlg, PublicKey};
+use russh::keys::{
+    Algorithm, Certificate, EcdsaCurve, HashAlg, PrivateKey, PrivateKeyWithHashAlg, PublicKey,
+};
 use russh::{cipher, compression, Preferred};
 use tokio::io::{AsyncRead, AsyncWrite};
 
@@ -257,11 +259,10 @@ impl Connector {
             proxy_jump: (!before.is_empty())
                 .then(|| before.iter().map(hop_spec).collect::<Vec<_>>().join(",")),
         };
-        Connector::build(&last.host, jopts, Some(last.label()), depth + 1)
-            .map(|mut c| {
-                c.hop = Some(c.hop_label());
-                c
-            })
+        Connector::build(&last.host, jopts, Some(last.label()), depth + 1).map(|mut c| {
+            c.hop = Some(c.hop_label());
+            c
+        })
     }
 
     /// `alias (hostname:port)` or `hostname:port`, for jump-host messages.
@@ -390,7 +391,11 @@ impl Connector {
                         }),
                     })?;
                 let stream = channel.into_stream();
-                (self.handshake(config, stream).await, Some(Box::new(via)), None)
+                (
+                    self.handshake(config, stream).await,
+                    Some(Box::new(via)),
+                    None,
+                )
             }
             Route::Command(cmd) => {
                 let (proc, stream) = ProxyCommand::spawn(cmd).map_err(|e| {
@@ -590,8 +595,15 @@ impl Connector {
         } else {
             format!("tried {}", tried.join(", "))
         };
+        // -i is for the target only (as with ssh -J): a jump host's key
+        // comes from its own Host block.
+        let advice = if self.hop.is_some() {
+            "give it a key with IdentityFile in its Host block of ssh_config, load one into ssh-agent, or set FERRY_PASSWORD"
+        } else {
+            "give a key with -i KEY, load it into ssh-agent, or set FERRY_PASSWORD"
+        };
         Err(SshError::Auth(format!(
-            "permission denied for {} ({tried}); give a key with -i KEY, load it into ssh-agent, or set FERRY_PASSWORD",
+            "permission denied for {} ({tried}); {advice}",
             self.label()
         )))
     }
@@ -920,12 +932,24 @@ impl ClientHandler {
             Ok(s) => s,
             Err(e) => return self.refuse(format!("cannot read known_hosts: {e}")),
         };
-        let why = match status {
-            CertAuthorityStatus::Revoked { path, line } => {
+        // Why the certificate itself did not do, and whether its CA was
+        // trusted (then the certificate is wrong, which deserves a warning
+        // even if the plain key is known).
+        let (why, ca_trusted) = match status {
+            CertAuthorityStatus::Revoked {
+                path,
+                line,
+                revoked_index,
+            } => {
+                let what = match revoked_index {
+                    None => "its CA",
+                    Some(0) => "the host key it certifies",
+                    Some(_) => "the certificate itself",
+                };
                 return self.refuse(format!(
-                    "the host certificate of {hp} (signed by {ca_desc}) is revoked by the @revoked line at {}:{line}; refusing to connect",
+                    "the host certificate of {hp} (signed by {ca_desc}) is refused: {what} is marked as revoked at {}:{line}; refusing to connect",
                     path.display()
-                ))
+                ));
             }
             CertAuthorityStatus::Trusted { path, line } => {
                 let now = std::time::SystemTime::now()
@@ -934,33 +958,38 @@ impl ClientHandler {
                     .unwrap_or(0);
                 match hostcert::validate(cert, &self.host, now) {
                     Ok(()) => return Ok(true),
-                    Err(why) => {
-                        let why = format!(
+                    Err(why) => (
+                        format!(
                             "the host certificate of {hp} is signed by {ca_desc}, trusted at {}:{line}, but {why}",
                             path.display()
-                        );
-                        // ssh prints this too before it tries the plain key.
-                        eprintln!("ferry: warning: {why}");
-                        why
-                    }
+                        ),
+                        true,
+                    ),
                 }
             }
-            CertAuthorityStatus::NotTrusted { other_authorities } => format!(
-                "the host certificate of {hp} is signed by {ca_desc}, which no @cert-authority line for {hp} lists{}",
-                if other_authorities > 0 {
-                    format!(" ({other_authorities} such line(s) name other CAs)")
-                } else {
-                    String::new()
-                }
+            CertAuthorityStatus::NotTrusted { other_authorities } => (
+                format!(
+                    "the host certificate of {hp} is signed by {ca_desc}, which no @cert-authority line for {hp} lists{}",
+                    if other_authorities > 0 {
+                        format!(" ({other_authorities} such line(s) name other CAs)")
+                    } else {
+                        String::new()
+                    }
+                ),
+                false,
             ),
         };
         let accepted = self.check(&inner)?;
+        if accepted && ca_trusted {
+            // ssh prints this too: the certificate is wrong even though the
+            // key inside it is known.
+            eprintln!("ferry: warning: {why}; accepted its key, which known_hosts lists");
+        }
         if !accepted {
             let mut v = lock_any(&self.verdict);
             let plain = v.take().unwrap_or_default();
             *v = Some(format!(
-                "{why};
-its key, checked as a plain host key, is not accepted either: {plain}"
+                "{why};\nits key, checked as a plain host key, is not accepted either: {plain}"
             ));
         }
         Ok(accepted)
@@ -992,9 +1021,7 @@ impl client::Handler for ClientHandler {
     ) -> Result<bool, Self::Error> {
         match key {
             russh::keys::PublicKeyOrCertificate::PublicKey { key, .. } => self.check(key),
-            russh::keys::PublicKeyOrCertificate::Certificate(cert) => {
-                self.check_certificate(cert)
-            }
+            russh::keys::PublicKeyOrCertificate::Certificate(cert) => self.check_certificate(cert),
         }
     }
 }

@@ -87,7 +87,7 @@ pub(crate) fn utc(secs: u64) -> String {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
     use super::*;
     use russh::keys::ssh_key::certificate::Builder;
     use russh::keys::ssh_key::private::Ed25519Keypair;
@@ -105,8 +105,13 @@ mod tests {
         before: u64,
         critical: bool,
     ) -> Certificate {
-        let mut b = Builder::new([7u8; 16], key(1).public_key().key_data().clone(), after, before)
-            .unwrap();
+        let mut b = Builder::new(
+            [7u8; 16],
+            key(1).public_key().key_data().clone(),
+            after,
+            before,
+        )
+        .unwrap();
         b.cert_type(kind).unwrap();
         b.key_id("test").unwrap();
         for p in principals {
@@ -126,7 +131,13 @@ mod tests {
 
     #[test]
     fn a_valid_host_certificate_passes() {
-        let c = cert(CertType::Host, &["web", "127.0.0.1"], NOW - 10, NOW + 10, false);
+        let c = cert(
+            CertType::Host,
+            &["web", "127.0.0.1"],
+            NOW - 10,
+            NOW + 10,
+            false,
+        );
         assert_eq!(validate(&c, "127.0.0.1", NOW), Ok(()));
     }
 

@@ -37,7 +37,9 @@ impl ProxyCommand {
             child: Some(child),
         };
         let (Some(stdin), Some(stdout)) = (stdin, stdout) else {
-            return Err(std::io::Error::other("the command's pipes were not created"));
+            return Err(std::io::Error::other(
+                "the command's pipes were not created",
+            ));
         };
         let rx = pipe::Receiver::from_owned_fd(stdout.into())?;
         let tx = pipe::Sender::from_owned_fd(stdin.into())?;

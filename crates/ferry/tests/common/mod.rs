@@ -694,7 +694,15 @@ impl Sshd {
                 .arg("-q")
                 .arg("-s")
                 .arg(ca)
-                .args(["-I", "ferry-test-host", "-h", "-n", principals, "-V", validity])
+                .args([
+                    "-I",
+                    "ferry-test-host",
+                    "-h",
+                    "-n",
+                    principals,
+                    "-V",
+                    validity,
+                ])
                 .arg(pub_path(&self.host_key())),
         );
         let line = format!("HostCertificate {}", cert.display());
