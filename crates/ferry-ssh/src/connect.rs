@@ -94,7 +94,16 @@ enum Route {
 const READ_BUFFER: usize = 256 * 1024;
 
 /// Identity files that loaded, in the order they are tried.
-type LoadedKeys = Arc<Vec<(PathBuf, Arc<PrivateKey>)>>;
+type LoadedKeys = Arc<Vec<Identity>>;
+
+/// A private key and, if one was found for it, its user certificate.
+struct Identity {
+    path: PathBuf,
+    key: Arc<PrivateKey>,
+    /// From a `CertificateFile` that certifies this key, else
+    /// `PATH-cert.pub` beside it (as ssh looks for them).
+    cert: Option<(PathBuf, Certificate)>,
+}
 
 /// Opens authenticated connections to one host.
 pub struct Connector {
@@ -115,6 +124,8 @@ pub struct Connector {
 enum Winner {
     Agent,
     Key(usize),
+    /// The certificate of identity `i`.
+    Cert(usize),
     Password,
 }
 
@@ -529,14 +540,32 @@ impl Connector {
                 tried.push("agent keys".to_string());
             }
             let keys = self.load_keys()?;
-            for (i, (path, key)) in keys.iter().enumerate() {
-                if let Some(Winner::Key(w)) = winner {
+            for (i, id) in keys.iter().enumerate() {
+                let (path, key) = (&id.path, &id.key);
+                if let Some(Winner::Key(w) | Winner::Cert(w)) = winner {
                     if w != i {
                         continue;
                     }
                 }
                 if matches!(winner, Some(Winner::Agent | Winner::Password)) {
                     break;
+                }
+                // The certificate first, as ssh offers it before the key.
+                if let Some((cert_path, cert)) = &id.cert {
+                    if matches!(winner, None | Some(Winner::Cert(_))) {
+                        let res = handle
+                            .authenticate_openssh_cert(user.clone(), key.clone(), cert.clone())
+                            .await
+                            .map_err(proto)?;
+                        if res.success() {
+                            *lock_any(&self.winner) = Some(Winner::Cert(i));
+                            return Ok(());
+                        }
+                        tried.push(format!("certificate {}", cert_path.display()));
+                    }
+                }
+                if matches!(winner, Some(Winner::Cert(_))) {
+                    continue;
                 }
                 let hash = if key.algorithm().is_rsa() {
                     rsa_hash
@@ -683,10 +712,10 @@ impl Connector {
                 continue;
             }
             match russh::keys::load_secret_key(&path, None) {
-                Ok(k) => keys.push((path, Arc::new(k))),
+                Ok(k) => keys.push(self.identity(path, k)),
                 Err(russh::keys::Error::KeyIsEncrypted) => match self.passphrase_for(&path)? {
                     Some(pass) => match russh::keys::load_secret_key(&path, Some(&pass)) {
-                        Ok(k) => keys.push((path, Arc::new(k))),
+                        Ok(k) => keys.push(self.identity(path, k)),
                         Err(e) => {
                             return Err(SshError::Auth(format!(
                                 "cannot decrypt {}: {e} (wrong passphrase?)",
@@ -706,6 +735,38 @@ impl Connector {
         let keys = Arc::new(keys);
         *guard = Some(keys.clone());
         Ok(keys)
+    }
+
+    /// `key` from `path`, with the user certificate that certifies it:
+    /// the first `CertificateFile` for this key, else `PATH-cert.pub`.
+    fn identity(&self, path: PathBuf, key: PrivateKey) -> Identity {
+        let mut beside = path.clone().into_os_string();
+        beside.push("-cert.pub");
+        let beside = PathBuf::from(beside);
+        let explicit = self.host.certificate_files.iter();
+        let cert = explicit
+            .chain(std::iter::once(&beside))
+            .filter(|p| p.exists())
+            .find_map(|p| match Certificate::read_file(p) {
+                Ok(c) if c.public_key() == key.public_key().key_data() => Some((p.clone(), c)),
+                Ok(_) => None,
+                Err(e) => {
+                    tracing::warn!("cannot read certificate {}: {e}", p.display());
+                    None
+                }
+            });
+        if let Some((p, _)) = &cert {
+            tracing::info!(
+                "identity {} has certificate {}",
+                path.display(),
+                p.display()
+            );
+        }
+        Identity {
+            path,
+            key: Arc::new(key),
+            cert,
+        }
     }
 
     fn passphrase_for(&self, path: &std::path::Path) -> Result<Option<String>, SshError> {

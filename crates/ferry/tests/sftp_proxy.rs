@@ -689,3 +689,85 @@ fn host_certificate_of_the_target_through_a_jump_host() {
     net.assert_ok(&o, "certificate of the target, via the jump");
     assert_file_hash(&local.join("f.bin"), &h, "cert via jump");
 }
+
+// ===========================================================================
+// user certificates
+// ===========================================================================
+
+/// An sshd trusting a user CA (`TrustedUserCAKeys`), and a user key that is
+/// NOT in authorized_keys, certified by that CA for the test user as
+/// `KEY-cert.pub`: only the certificate can log in with it.
+struct UserCert {
+    sshd: Sshd,
+    key: PathBuf,
+    rem: PathBuf,
+    local: PathBuf,
+    hash: blake3::Hash,
+}
+
+impl UserCert {
+    fn start() -> UserCert {
+        let mut sshd = Sshd::start();
+        let ca = sshd.dir().join("user_ca");
+        new_ed25519_key(&ca);
+        let line = format!("TrustedUserCAKeys {}.pub", ca.display());
+        sshd.set_sshd_options(&[&line]);
+        let key = sshd.dir().join("certified_key");
+        new_ed25519_key(&key);
+        run_checked(
+            std::process::Command::new("ssh-keygen")
+                .arg("-q")
+                .arg("-s")
+                .arg(&ca)
+                .args(["-I", "ferry-test-user", "-n", sshd.user()])
+                .arg(format!("{}.pub", key.display())),
+        );
+        let rem = sshd.mkdir("remote");
+        let local = sshd.mkdir("local");
+        let hash = make_file(&rem.join("f.bin"), 200_000, 30);
+        UserCert {
+            sshd,
+            key,
+            rem,
+            local,
+            hash,
+        }
+    }
+
+    /// `ferry cp -i KEY -o IdentitiesOnly=yes ... sftp://127.0.0.1:PORT/...`
+    fn fetch(&self, extra: &[OsString]) -> Output {
+        let mut a = args!["cp", "-q"];
+        a.extend(self.sshd.direct_opts(&self.key));
+        a.extend(extra.iter().cloned());
+        a.extend(args![self.sshd.url_ip(self.rem.join("f.bin")), &self.local]);
+        self.sshd.ferry(&a)
+    }
+}
+
+#[test]
+fn user_certificate_beside_the_key_logs_in() {
+    let u = UserCert::start();
+    let o = u.fetch(&[]);
+    u.sshd.assert_ok(&o, "-i KEY with KEY-cert.pub beside it");
+    assert_file_hash(&u.local.join("f.bin"), &u.hash, "user certificate");
+    assert!(
+        u.sshd.log().contains("ID ferry-test-user"),
+        "sshd did not log the certificate: {}",
+        u.sshd.log_tail()
+    );
+}
+
+#[test]
+fn user_certificate_from_certificatefile_and_without_one_refused() {
+    let u = UserCert::start();
+    let cert = u.sshd.dir().join("certified_key-cert.pub");
+    let moved = u.sshd.dir().join("elsewhere.pub");
+    fs::rename(&cert, &moved).unwrap();
+    // Without the certificate the key alone is not authorized.
+    let o = u.fetch(&[]);
+    u.sshd.assert_code(&o, 3, "key without its certificate");
+    assert!(list_dir(&u.local).is_empty());
+    let o = u.fetch(&args!["-o", format!("CertificateFile={}", moved.display())]);
+    u.sshd.assert_ok(&o, "-o CertificateFile=...");
+    assert_file_hash(&u.local.join("f.bin"), &u.hash, "CertificateFile");
+}
