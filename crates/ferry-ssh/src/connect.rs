@@ -373,7 +373,7 @@ impl Connector {
     /// Open and authenticate one connection (through the jump hosts or
     /// the ProxyCommand, if any).
     pub async fn connect(&self) -> Result<SshConnection, SshError> {
-        let config = Arc::new(self.client_config()?);
+        let config = Arc::new(self.client_config().map_err(|e| self.at_hop(e))?);
         let host = self.host.hostname.clone();
         let port = self.host.port;
         let (handle, via, mut proxy) = match &self.route {

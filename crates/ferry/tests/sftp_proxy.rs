@@ -399,6 +399,23 @@ fn jump_host_uses_its_own_identity_and_its_failures_name_it() {
 }
 
 #[test]
+fn proxyjump_loop_is_refused_before_connecting() {
+    let dir = tempdir();
+    let cfg = dir.path().join("ssh_config");
+    write(&cfg, b"Host a\n    ProxyJump b\nHost b\n    ProxyJump a\n");
+    let local = dir.path().join("local");
+    fs::create_dir(&local).unwrap();
+    let o = ferry_in(
+        dir.path(),
+        &args!["cp", "-q", "-F", &cfg, "sftp://a/f", &local],
+        &[],
+    );
+    assert_code(&o, 2, "ProxyJump a -> b -> a");
+    let err = stderr_text(&o);
+    assert!(err.contains("ProxyJump loop"), "{err}");
+}
+
+#[test]
 fn proxyjump_none_and_dash_j_beating_proxycommand() {
     let net = Net::start();
     let rem = net.target.mkdir("remote");
