@@ -21,6 +21,8 @@ pub(crate) fn validate(cert: &Certificate, principal: &str, now: u64) -> Result<
     if let Algorithm::Rsa { hash: None } = cert.signature().algorithm() {
         return Err("its CA signed it with ssh-rsa (SHA-1), which is not accepted".into());
     }
+    // Only that the key named as CA signed it: whether that key is a CA we
+    // trust for this host is the caller's known_hosts lookup.
     if cert.verify_signature().is_err() {
         return Err("its CA signature does not verify".into());
     }

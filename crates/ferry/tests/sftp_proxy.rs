@@ -367,6 +367,20 @@ fn jump_host_uses_its_own_identity_and_its_failures_name_it() {
         "{err}"
     );
 
+    // The first of two hops fails: it is the one named, not the second.
+    let o = net.cp(&args![
+        "-J",
+        "badjump,jump",
+        net.url("target", &rem.join("f.bin")),
+        &local
+    ]);
+    assert_code(&o, 3, "first hop of two refuses the key");
+    let err = stderr_text(&o);
+    assert!(
+        err.contains("jump host badjump (") && !err.contains("jump host jump ("),
+        "{err}"
+    );
+
     // A jump host that is not there: a network failure, named.
     let port = free_port();
     let o = net.cp(&args![
