@@ -413,6 +413,30 @@ fn jump_host_uses_its_own_identity_and_its_failures_name_it() {
 }
 
 #[test]
+fn jump_host_that_refuses_forwarding_says_what_to_check() {
+    let mut net = Net::start();
+    net.jump.set_sshd_options(&["AllowTcpForwarding no"]);
+    let rem = net.target.mkdir("remote");
+    let local = net.target.mkdir("local");
+    make_file(&rem.join("f.bin"), 1000, 15);
+    let o = net.cp(&args![
+        "-J",
+        "jump",
+        net.url("target", &rem.join("f.bin")),
+        &local
+    ]);
+    assert_code(&o, 1, "direct-tcpip refused");
+    let err = stderr_text(&o);
+    assert!(
+        err.contains("jump host jump (")
+            && err.contains(&format!("127.0.0.1:{}", net.target.port()))
+            && err.contains("AllowTcpForwarding"),
+        "{err}"
+    );
+    assert!(list_dir(&local).is_empty());
+}
+
+#[test]
 fn proxyjump_loop_is_refused_before_connecting() {
     let dir = tempdir();
     let cfg = dir.path().join("ssh_config");
