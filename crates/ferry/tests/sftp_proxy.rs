@@ -252,7 +252,7 @@ fn every_stream_goes_through_the_jump_host() {
     let rem = net.target.mkdir("remote");
     let local = net.target.mkdir("local");
     // Large enough to be split into ranges over the connections.
-    let h = make_file(&local.join("big.bin"), 80_000_000, 4);
+    let h = make_file(&local.join("big.bin"), 68_000_000, 4);
     let (jb, tb) = (net.jump_logins(), net.target_logins());
     let o = net.cp(&args![
         "--streams",
