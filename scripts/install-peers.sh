@@ -43,6 +43,8 @@ want openssl 'command -v openssl'
 want lftp 'command -v lftp'
 want vsftpd 'test -x /usr/sbin/vsftpd'
 want rclone 'command -v rclone'
+# ProxyCommand tests (tests/sftp_proxy.rs): `ProxyCommand nc %h %p`.
+want netcat-openbsd 'command -v nc'
 
 if ((${#missing[@]} == 0)); then
     exit 0

@@ -49,6 +49,9 @@ pub struct BenchArgs {
     /// Remote mode: ssh option (KEY=VALUE); may be repeated.
     #[arg(short = 'o', value_name = "KEY=VALUE", requires = "url")]
     pub ssh_option: Vec<String>,
+    /// Remote mode: jump hosts, [user@]host[:port][,...], as for ferry cp -J.
+    #[arg(short = 'J', value_name = "[USER@]HOST[:PORT][,...]", requires = "url")]
+    pub jump: Option<String>,
     /// Remote mode over HTTPS: trust the certificates in this PEM file, as for ferry cp.
     #[arg(long, value_name = "FILE", requires = "url")]
     pub cacert: Option<PathBuf>,

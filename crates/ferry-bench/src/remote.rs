@@ -341,6 +341,12 @@ fn http_flags(args: &BenchArgs) -> Vec<String> {
 
 fn ssh_flags(args: &BenchArgs) -> Vec<String> {
     let mut v = Vec::new();
+    // As -o ProxyJump, first, so both ferry cp and OpenSSH's sftp (used
+    // for the scratch directory) take it over the config files.
+    if let Some(j) = &args.jump {
+        v.push("-o".into());
+        v.push(format!("ProxyJump={j}"));
+    }
     if let Some(f) = &args.ssh_config {
         v.push("-F".into());
         v.push(f.display().to_string());

@@ -83,11 +83,14 @@ impl From<ferry_http::HttpError> for TransferError {
 
 impl From<SshError> for TransferError {
     fn from(e: SshError) -> Self {
-        match e {
-            SshError::Config(m) => TransferError::Usage(m),
-            SshError::HostKey(m) | SshError::Auth(m) => TransferError::Auth(m),
-            e @ (SshError::Connect { .. } | SshError::Protocol { .. }) => {
-                TransferError::Network(e.to_string())
+        // The message names every hop; the kind of the failure itself
+        // (under any jump-host wrappers) decides the exit code.
+        let message = e.to_string();
+        match e.root() {
+            SshError::Config(_) => TransferError::Usage(message),
+            SshError::HostKey(_) | SshError::Auth(_) => TransferError::Auth(message),
+            SshError::Connect { .. } | SshError::Protocol { .. } | SshError::Jump { .. } => {
+                TransferError::Network(message)
             }
         }
     }

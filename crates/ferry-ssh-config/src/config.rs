@@ -216,9 +216,9 @@ pub struct HostConfig {
     pub server_alive_interval: Option<Duration>,
     pub server_alive_count_max: u32,
     pub number_of_password_prompts: u32,
-    /// `ProxyJump` / `ProxyCommand` verbatim ("none" resolves to `None`):
-    /// ferry may not support them, but should say so rather than connect
-    /// somewhere else than `ssh` would.
+    /// `ProxyJump` / `ProxyCommand` verbatim ("none" resolves to `None`).
+    /// At most one is set: whichever came first, as in OpenSSH. Use
+    /// [`crate::proxy::parse_jumps`] and [`HostConfig::proxy_command_line`].
     pub proxy_jump: Option<String>,
     pub proxy_command: Option<String>,
     /// Keywords (lower-case, first occurrence order) that applied to this
@@ -234,6 +234,24 @@ impl HostConfig {
             .chain(&self.global_known_hosts_files)
             .cloned()
             .collect()
+    }
+
+    /// `ProxyCommand` with its tokens expanded (`%h` HostName, `%p` port,
+    /// `%r` user, `%n` the host as typed, `%%`), ready for `sh -c`.
+    pub fn proxy_command_line(&self) -> Result<Option<String>, String> {
+        let Some(cmd) = &self.proxy_command else {
+            return Ok(None);
+        };
+        let port = self.port.to_string();
+        let tokens = [
+            ('h', self.hostname.as_str()),
+            ('p', port.as_str()),
+            ('r', self.user.as_str()),
+            ('n', self.host_alias.as_str()),
+        ];
+        expand_tokens(cmd, &tokens, false)
+            .map(Some)
+            .map_err(|m| format!("ProxyCommand {m}"))
     }
 
     /// The (name, port) to look up in known_hosts. A `HostKeyAlias` is used
@@ -921,8 +939,13 @@ impl Values {
             Setting::ServerAliveInterval(v) => first(&mut self.server_alive_interval, v),
             Setting::ServerAliveCountMax(v) => first(&mut self.server_alive_count_max, v),
             Setting::NumberOfPasswordPrompts(v) => first(&mut self.password_prompts, v),
-            Setting::ProxyJump(v) => first(&mut self.proxy_jump, v),
-            Setting::ProxyCommand(v) => first(&mut self.proxy_command, v),
+            // The two exclude each other and the first one seen wins,
+            // `none` included (readconf.c: parse_jump, oProxyCommand).
+            Setting::ProxyJump(v) if self.proxy_command.is_none() => first(&mut self.proxy_jump, v),
+            Setting::ProxyCommand(v) if self.proxy_jump.is_none() => {
+                first(&mut self.proxy_command, v)
+            }
+            Setting::ProxyJump(_) | Setting::ProxyCommand(_) => {}
             Setting::Ignored(k) => {
                 if !self.ignored.contains(&k) {
                     self.ignored.push(k);

@@ -818,3 +818,41 @@ Host *.corp !bastion.corp
         (s("employee"), s("mail.corp"), 7000, true, false, Some(7))
     );
 }
+
+#[test]
+fn proxy_jump_and_proxy_command_first_one_wins() {
+    let h = Home::new();
+    let text = "Host a\n  ProxyJump gw\nHost b\n  ProxyCommand nc %h %p\nHost *\n  ProxyJump late\n  ProxyCommand late\n";
+    let c = h.resolve(text, "a");
+    assert_eq!(c.proxy_jump.as_deref(), Some("gw"));
+    assert_eq!(c.proxy_command, None);
+    let c = h.resolve(text, "b");
+    assert_eq!(c.proxy_jump, None);
+    assert_eq!(c.proxy_command.as_deref(), Some("nc %h %p"));
+    // `none` counts as the first one: it blocks both.
+    let c = h.resolve(&format!("Host n\n  ProxyJump none\n{text}"), "n");
+    assert_eq!((c.proxy_jump, c.proxy_command), (None, None));
+    let c = h.resolve(&format!("Host n\n  ProxyCommand none\n{text}"), "n");
+    assert_eq!((c.proxy_jump, c.proxy_command), (None, None));
+    // -J (passed as an override) beats a ProxyCommand in the file.
+    let c = h.resolve_o(text, "b", &["ProxyJump=j1,j2"]);
+    assert_eq!(c.proxy_jump.as_deref(), Some("j1,j2"));
+    assert_eq!(c.proxy_command, None);
+}
+
+#[test]
+fn proxy_command_tokens() {
+    let h = Home::new();
+    let c = h.resolve(
+        "Host alias\n  HostName real.example\n  Port 2200\n  User bob\n  ProxyCommand nc %h %p # %r %n 100%%\n",
+        "alias",
+    );
+    assert_eq!(
+        c.proxy_command_line().unwrap().as_deref(),
+        Some("nc real.example 2200 # bob alias 100%")
+    );
+    let c = h.resolve("ProxyCommand nc %h %z\n", "x");
+    assert!(c.proxy_command_line().unwrap_err().contains("%z"));
+    let c = h.resolve("Port 22\n", "x");
+    assert_eq!(c.proxy_command_line().unwrap(), None);
+}

@@ -182,17 +182,9 @@ pub fn check(
     let mut mismatch = None;
     let mut others: Vec<String> = Vec::new();
     for path in files {
-        let bytes = match fs::read(path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => {
-                return Err(io::Error::new(
-                    e.kind(),
-                    format!("reading {}: {e}", path.display()),
-                ))
-            }
+        let Some(text) = read_known_hosts(path)? else {
+            continue;
         };
-        let text = String::from_utf8_lossy(&bytes);
         for (index, line) in text.lines().enumerate() {
             let Some(entry) = parse_line(line) else {
                 continue;
@@ -239,6 +231,101 @@ pub fn check(
         HostKeyStatus::OtherTypesKnown { algorithms: others }
     } else {
         HostKeyStatus::NotFound
+    })
+}
+
+/// A file's text, or `None` when it does not exist.
+fn read_known_hosts(path: &Path) -> io::Result<Option<String>> {
+    match fs::read(path) {
+        Ok(b) => Ok(Some(String::from_utf8_lossy(&b).into_owned())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io::Error::new(
+            e.kind(),
+            format!("reading {}: {e}", path.display()),
+        )),
+    }
+}
+
+/// What the known_hosts files say about the authority that signed a host
+/// certificate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CertAuthorityStatus {
+    /// An `@cert-authority` line whose patterns cover the host lists this
+    /// CA key.
+    Trusted { path: PathBuf, line: usize },
+    /// An `@revoked` line lists the CA (`revoked_index` `None`) or
+    /// `revocable[i]` (`Some(i)`).
+    Revoked {
+        path: PathBuf,
+        line: usize,
+        revoked_index: Option<usize>,
+    },
+    /// No `@cert-authority` line for this host lists this CA;
+    /// `other_authorities` counts the lines for this host with other CAs.
+    NotTrusted { other_authorities: usize },
+}
+
+/// Look up the authority of a host certificate for `host` on `port`
+/// (matched as `[host]:port` unless the port is 22, as for host keys).
+///
+/// `ca_blob` is the wire encoding of the CA's public key (the
+/// certificate's signature key); `revocable` are the blobs an `@revoked`
+/// line may name to refuse this certificate: the CA, the certified key,
+/// and the whole certificate. Revocation wins over trust wherever it is.
+/// This decides only whether the CA is trusted for this host; the
+/// certificate's own checks (signature, type, principals, validity) are the
+/// caller's.
+pub fn check_cert_authority(
+    files: &[PathBuf],
+    host: &str,
+    port: u16,
+    ca_blob: &[u8],
+    revocable: &[&[u8]],
+) -> io::Result<CertAuthorityStatus> {
+    let name = host_port_name(&host.to_ascii_lowercase(), port);
+    let mut trusted = None;
+    let mut other_authorities = 0;
+    for path in files {
+        let Some(text) = read_known_hosts(path)? else {
+            continue;
+        };
+        for (index, line) in text.lines().enumerate() {
+            let Some(entry) = parse_line(line) else {
+                continue;
+            };
+            let line = index + 1;
+            match entry.marker {
+                Marker::Revoked => {
+                    let revoked_index = if entry.blob == ca_blob {
+                        None
+                    } else if let Some(i) = revocable.iter().position(|b| entry.blob == *b) {
+                        Some(i)
+                    } else {
+                        continue;
+                    };
+                    return Ok(CertAuthorityStatus::Revoked {
+                        path: path.clone(),
+                        line,
+                        revoked_index,
+                    });
+                }
+                Marker::CertAuthority => {
+                    if !hosts_match(entry.hosts, &name) {
+                        continue;
+                    }
+                    if entry.blob == ca_blob {
+                        trusted.get_or_insert((path.clone(), line));
+                    } else {
+                        other_authorities += 1;
+                    }
+                }
+                Marker::None => {}
+            }
+        }
+    }
+    Ok(match trusted {
+        Some((path, line)) => CertAuthorityStatus::Trusted { path, line },
+        None => CertAuthorityStatus::NotTrusted { other_authorities },
     })
 }
 

@@ -460,3 +460,113 @@ fn helpers() {
     assert_eq!(blob_key_type(&[0, 0, 0, 9, b'x']), None);
     assert_eq!(blob_key_type(&[0xff, 0xff]), None);
 }
+
+fn ca_status(path: &Path, host: &str, port: u16, ca: &str, cert_key: &str) -> CertAuthorityStatus {
+    let key = blob(cert_key);
+    check_cert_authority(&[path.to_path_buf()], host, port, &blob(ca), &[&key]).unwrap()
+}
+
+#[test]
+fn cert_authority_trusted_for_matching_patterns_only() {
+    let f = Files::new();
+    let p = f.write(
+        "kh",
+        &format!(
+            "# the CA for the example.com hosts, not for the bastion\n\
+             @cert-authority *.example.com,!bastion.example.com ssh-ed25519 {ED}\n\
+             @cert-authority [127.0.0.1]:2222 ecdsa-sha2-nistp256 {EC}\n"
+        ),
+    );
+    // Host name patterns, case-insensitive, as for host keys.
+    assert_eq!(
+        ca_status(&p, "Web.Example.COM", 22, ED, RSA),
+        CertAuthorityStatus::Trusted {
+            path: p.clone(),
+            line: 2
+        }
+    );
+    // A negated pattern vetoes the line.
+    assert_eq!(
+        ca_status(&p, "bastion.example.com", 22, ED, RSA),
+        CertAuthorityStatus::NotTrusted {
+            other_authorities: 0
+        }
+    );
+    // Not port 22: the name is [host]:port, so `*.example.com` does not
+    // cover web.example.com on 2222.
+    assert_eq!(
+        ca_status(&p, "web.example.com", 2222, ED, RSA),
+        CertAuthorityStatus::NotTrusted {
+            other_authorities: 0
+        }
+    );
+    assert_eq!(
+        ca_status(&p, "127.0.0.1", 2222, EC, RSA),
+        CertAuthorityStatus::Trusted {
+            path: p.clone(),
+            line: 3
+        }
+    );
+    // The wrong CA for a host that has one: counted, not trusted.
+    assert_eq!(
+        ca_status(&p, "127.0.0.1", 2222, ED, RSA),
+        CertAuthorityStatus::NotTrusted {
+            other_authorities: 1
+        }
+    );
+}
+
+#[test]
+fn a_plain_host_key_line_does_not_make_a_ca() {
+    let f = Files::new();
+    let p = f.write("kh", &format!("web.example.com ssh-ed25519 {ED}\n"));
+    assert_eq!(
+        ca_status(&p, "web.example.com", 22, ED, RSA),
+        CertAuthorityStatus::NotTrusted {
+            other_authorities: 0
+        }
+    );
+}
+
+#[test]
+fn revoked_ca_or_certified_key_wins_over_trust() {
+    let f = Files::new();
+    let trust = format!("@cert-authority * ssh-ed25519 {ED}\n");
+    let p = f.write("kh", &format!("{trust}@revoked * ssh-ed25519 {ED}\n"));
+    assert_eq!(
+        ca_status(&p, "web.example.com", 22, ED, RSA),
+        CertAuthorityStatus::Revoked {
+            path: p.clone(),
+            line: 2,
+            revoked_index: None,
+        }
+    );
+    // The certified key revoked (in a second file) refuses the certificate.
+    let q = f.write("kh2", &format!("@revoked * ssh-rsa {RSA}\n"));
+    let files = [f.write("kh1", &trust), q.clone()];
+    let key = blob(RSA);
+    assert_eq!(
+        check_cert_authority(&files, "web.example.com", 22, &blob(ED), &[&key]).unwrap(),
+        CertAuthorityStatus::Revoked {
+            path: q,
+            line: 1,
+            revoked_index: Some(0),
+        }
+    );
+}
+
+#[test]
+fn hashed_cert_authority_lines_match() {
+    let f = Files::new();
+    // The HASHED fixture's first line is "example.com ED", hashed.
+    let hashed = HASHED.lines().next().unwrap();
+    let p = f.write("kh", &format!("@cert-authority {hashed}\n"));
+    assert!(matches!(
+        ca_status(&p, "example.com", 22, ED, RSA),
+        CertAuthorityStatus::Trusted { line: 1, .. }
+    ));
+    assert!(matches!(
+        ca_status(&p, "other.com", 22, ED, RSA),
+        CertAuthorityStatus::NotTrusted { .. }
+    ));
+}

@@ -5,18 +5,31 @@
 //! A [`Connector`] is made once per host and opens any number of
 //! connections: the engine uses several at once (`--streams`), and the user
 //! must be asked for a passphrase or password at most once.
+//!
+//! A connection goes straight over TCP, through a `ProxyCommand`'s stdin
+//! and stdout, or (`ProxyJump`) over a `direct-tcpip` channel of a
+//! connection to the jump host, which is itself made by a [`Connector`]
+//! with the jump host's own configuration. Every hop's host key is checked
+//! under that hop's own name, and host certificates are accepted when an
+//! `@cert-authority` line trusts their CA for the host.
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use ferry_ssh_config::config::{standard_files, HostConfig, SshConfig, StrictHostKeyChecking};
-use ferry_ssh_config::known_hosts::{self, HostKeyStatus};
+use ferry_ssh_config::known_hosts::{self, CertAuthorityStatus, HostKeyStatus};
+use ferry_ssh_config::proxy::{parse_jumps, JumpHost};
 use russh::client;
 use russh::keys::agent::client::AgentClient;
-use russh::keys::{HashAlg, PrivateKey, PrivateKeyWithHashAlg, PublicKey};
+use russh::keys::{
+    Algorithm, Certificate, EcdsaCurve, HashAlg, PrivateKey, PrivateKeyWithHashAlg, PublicKey,
+};
 use russh::{cipher, compression, Preferred};
+use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::error::SshError;
+use crate::hostcert;
+use crate::proxy_command::ProxyCommand;
 use crate::sftp::SftpClient;
 
 /// What the command line says about SSH, on top of `ssh_config`.
@@ -41,6 +54,9 @@ pub struct ConnectOptions {
     pub interactive: bool,
     /// Compression (`-C`): zlib, as OpenSSH.
     pub compression: bool,
+    /// `-J`: jump hosts, `[user@]host[:port][,...]`; beats `ProxyJump` and
+    /// `ProxyCommand` from the files, as with `ssh -J`.
+    pub proxy_jump: Option<String>,
 }
 
 impl Default for ConnectOptions {
@@ -55,20 +71,47 @@ impl Default for ConnectOptions {
             max_packet: 32 * 1024,
             interactive: std::io::stdin().is_terminal() && std::io::stderr().is_terminal(),
             compression: false,
+            proxy_jump: None,
         }
     }
+}
+
+/// Jump hosts a chain may pass through before ferry calls it a loop (a jump
+/// host's own `ProxyJump` applies to it, so a config can point in circles).
+const MAX_HOPS: usize = 16;
+
+/// How a connection reaches the server.
+enum Route {
+    Direct,
+    /// Over a `direct-tcpip` channel of a connection made by this connector
+    /// (the last jump host, with the earlier ones as its own route).
+    Jump(Box<Connector>),
+    /// Through this command's stdin and stdout (tokens expanded).
+    Command(String),
 }
 
 /// Read buffer in front of the TCP socket.
 const READ_BUFFER: usize = 256 * 1024;
 
 /// Identity files that loaded, in the order they are tried.
-type LoadedKeys = Arc<Vec<(PathBuf, Arc<PrivateKey>)>>;
+type LoadedKeys = Arc<Vec<Identity>>;
+
+/// A private key and, if one was found for it, its user certificate.
+struct Identity {
+    path: PathBuf,
+    key: Arc<PrivateKey>,
+    /// From a `CertificateFile` that certifies this key, else
+    /// `PATH-cert.pub` beside it (as ssh looks for them).
+    cert: Option<(PathBuf, Certificate)>,
+}
 
 /// Opens authenticated connections to one host.
 pub struct Connector {
     host: HostConfig,
     opts: ConnectOptions,
+    route: Route,
+    /// Set when this connector is a jump host: its name in messages.
+    hop: Option<String>,
     /// Keys loaded (and decrypted) once, then reused by every connection.
     keys: Mutex<Option<LoadedKeys>>,
     /// The password that worked, so later connections don't ask again.
@@ -81,6 +124,8 @@ pub struct Connector {
 enum Winner {
     Agent,
     Key(usize),
+    /// The certificate of identity `i`.
+    Cert(usize),
     Password,
 }
 
@@ -88,6 +133,11 @@ enum Winner {
 pub struct SshConnection {
     handle: client::Handle<ClientHandler>,
     label: String,
+    /// The jump host connection this one runs through; open as long as
+    /// this one is.
+    via: Option<Box<SshConnection>>,
+    /// The ProxyCommand carrying this connection: killed with it.
+    proxy: Option<ProxyCommand>,
 }
 
 impl SshConnection {
@@ -118,20 +168,49 @@ impl SshConnection {
         }
     }
 
-    pub async fn close(&self) {
+    /// Say goodbye to the server, then close the jump host connection or
+    /// stop the ProxyCommand under it.
+    pub async fn close(mut self) {
         let _ = self
             .handle
             .disconnect(russh::Disconnect::ByApplication, "", "en")
             .await;
+        if let Some(via) = self.via.take() {
+            Box::pin(via.close()).await;
+        }
+        if let Some(mut p) = self.proxy.take() {
+            p.stop();
+        }
     }
 }
 
 impl Connector {
-    /// Resolve the configuration for `host` (an alias or a name).
+    /// Resolve the configuration for `host` (an alias or a name), and for
+    /// each jump host on the way to it.
     pub fn new(host: &str, opts: ConnectOptions) -> Result<Connector, SshError> {
+        Connector::build(host, opts, None, 0)
+    }
+
+    fn build(
+        host: &str,
+        opts: ConnectOptions,
+        hop: Option<String>,
+        depth: usize,
+    ) -> Result<Connector, SshError> {
+        let at_hop = |e: SshError| match &hop {
+            Some(h) => SshError::Jump {
+                hop: h.clone(),
+                source: Box::new(e),
+            },
+            None => e,
+        };
         let files = standard_files(opts.config_file.as_deref())
-            .map_err(|e| SshError::Config(e.to_string()))?;
+            .map_err(|e| at_hop(SshError::Config(e.to_string())))?;
         let mut overrides = Vec::new();
+        // -J first: it beats the files and any -o ProxyCommand, as in ssh.
+        if let Some(j) = &opts.proxy_jump {
+            overrides.push(format!("ProxyJump={j}"));
+        }
         // URL user and port beat the config files, like ssh's -l and -p.
         if let Some(u) = &opts.user {
             overrides.push(format!("User={u}"));
@@ -141,14 +220,82 @@ impl Connector {
         }
         overrides.extend(opts.options.iter().cloned());
         let host_cfg = SshConfig::resolve(host, &overrides, &files)
-            .map_err(|e| SshError::Config(e.to_string()))?;
+            .map_err(|e| at_hop(SshError::Config(e.to_string())))?;
+        let route = if let Some(jumps) = &host_cfg.proxy_jump {
+            let hops = parse_jumps(jumps).map_err(|m| at_hop(SshError::Config(m)))?;
+            if depth + hops.len() > MAX_HOPS {
+                return Err(at_hop(SshError::Config(format!(
+                    "more than {MAX_HOPS} jump hosts on the way to {host}: is there a ProxyJump loop in the configuration?"
+                ))));
+            }
+            Route::Jump(Box::new(Connector::jump(&hops, &opts, depth)?))
+        } else if let Some(cmd) = host_cfg
+            .proxy_command_line()
+            .map_err(|m| at_hop(SshError::Config(m)))?
+        {
+            Route::Command(cmd)
+        } else {
+            Route::Direct
+        };
         Ok(Connector {
             host: host_cfg,
             opts,
+            route,
+            hop,
             keys: Mutex::new(None),
             password: Mutex::new(None),
             winner: Mutex::new(None),
         })
+    }
+
+    /// The connector for the last of `hops` (the one that reaches the
+    /// target), with the earlier hops as its own `ProxyJump`. Like the
+    /// `ssh -W` that `ssh -J` runs, a jump host gets the `-F` file and its
+    /// own config block, but not `-i` or `-o` (they are for the target).
+    fn jump(hops: &[JumpHost], opts: &ConnectOptions, depth: usize) -> Result<Connector, SshError> {
+        let Some((last, before)) = hops.split_last() else {
+            return Err(SshError::Config("ProxyJump: no hosts".into()));
+        };
+        let jopts = ConnectOptions {
+            config_file: opts.config_file.clone(),
+            identity_files: Vec::new(),
+            options: Vec::new(),
+            user: last.user.clone(),
+            port: last.port,
+            // Everything the target sends crosses this connection.
+            window_size: opts.window_size,
+            max_packet: opts.max_packet,
+            interactive: opts.interactive,
+            compression: false,
+            proxy_jump: (!before.is_empty())
+                .then(|| before.iter().map(hop_spec).collect::<Vec<_>>().join(",")),
+        };
+        Connector::build(&last.host, jopts, Some(last.label()), depth + 1).map(|mut c| {
+            c.hop = Some(c.hop_label());
+            c
+        })
+    }
+
+    /// `alias (hostname:port)` or `hostname:port`, for jump-host messages.
+    fn hop_label(&self) -> String {
+        let hp = format!("{}:{}", self.host.hostname, self.host.port);
+        if self.host.host_alias == self.host.hostname {
+            hp
+        } else {
+            format!("{} ({hp})", self.host.host_alias)
+        }
+    }
+
+    /// Wrap an error of this connector's own hop (not of the hops before
+    /// it, which wrap their own) with the jump host's name.
+    fn at_hop(&self, e: SshError) -> SshError {
+        match &self.hop {
+            Some(h) => SshError::Jump {
+                hop: h.clone(),
+                source: Box::new(e),
+            },
+            None => e,
+        }
     }
 
     pub fn host_config(&self) -> &HostConfig {
@@ -206,6 +353,10 @@ impl Connector {
         let preferred = Preferred {
             cipher,
             compression,
+            // Ask for host certificates first, as ssh does; a certificate
+            // whose CA is not trusted falls back to a plain key check of the
+            // key inside it (ClientHandler::check_certificate).
+            host_key_certificates: HOST_CERT_ALGORITHMS.into(),
             ..Preferred::default()
         };
         Ok(client::Config {
@@ -219,28 +370,123 @@ impl Connector {
         })
     }
 
-    /// Open and authenticate one connection.
+    /// Open and authenticate one connection (through the jump hosts or
+    /// the ProxyCommand, if any).
     pub async fn connect(&self) -> Result<SshConnection, SshError> {
-        let config = Arc::new(self.client_config()?);
+        let config = Arc::new(self.client_config().map_err(|e| self.at_hop(e))?);
         let host = self.host.hostname.clone();
         let port = self.host.port;
-        let connect = tokio::net::TcpStream::connect((host.as_str(), port));
+        let (handle, via, mut proxy) = match &self.route {
+            Route::Direct => {
+                let stream = self.tcp(&host, port).await.map_err(|e| self.at_hop(e))?;
+                // russh reads a packet's header and body separately: 16 KB
+                // per recv on average, 66k syscalls per GiB. A large read
+                // buffer turns that into a few thousand (see
+                // docs/internals/sftp.md).
+                let stream = tokio::io::BufReader::with_capacity(READ_BUFFER, stream);
+                (self.handshake(config, stream).await, None, None)
+            }
+            Route::Jump(jump) => {
+                let via = Box::pin(jump.connect()).await?;
+                let channel = via
+                    .handle
+                    .channel_open_direct_tcpip(host.clone(), u32::from(port), "127.0.0.1", 0)
+                    .await
+                    .map_err(|e| SshError::Jump {
+                        hop: jump.hop_label(),
+                        source: Box::new(SshError::Protocol {
+                            host: format!("{host}:{port}"),
+                            message: format!(
+                                "the jump host did not open a connection to it ({e}); check that it can reach {host}:{port} and that its sshd allows TCP forwarding (AllowTcpForwarding)"
+                            ),
+                        }),
+                    })?;
+                let stream = channel.into_stream();
+                (
+                    self.handshake(config, stream).await,
+                    Some(Box::new(via)),
+                    None,
+                )
+            }
+            Route::Command(cmd) => {
+                let (proc, stream) = ProxyCommand::spawn(cmd).map_err(|e| {
+                    self.at_hop(SshError::Protocol {
+                        host: format!("{host}:{port}"),
+                        message: format!("cannot run ProxyCommand {cmd:?}: {e}"),
+                    })
+                })?;
+                let stream = tokio::io::BufReader::with_capacity(READ_BUFFER, stream);
+                (self.handshake(config, stream).await, None, Some(proc))
+            }
+        };
+        let mut handle = match handle {
+            Ok(h) => h,
+            Err(e) => {
+                let e = match (e, proxy.as_mut()) {
+                    // A command that died explains the failed handshake better
+                    // than "connection closed".
+                    (SshError::Protocol { host, message }, Some(p)) => {
+                        let message = match p.exited(std::time::Duration::from_millis(500)) {
+                            Some(st) => format!(
+                                "ProxyCommand {:?} exited ({st}) before the SSH handshake was done ({message})",
+                                p.command()
+                            ),
+                            None => format!("{message} (over ProxyCommand {:?})", p.command()),
+                        };
+                        SshError::Protocol { host, message }
+                    }
+                    (e, _) => e,
+                };
+                if let Some(via) = via {
+                    via.close().await;
+                }
+                return Err(self.at_hop(e));
+            }
+        };
+        if let Err(e) = self.authenticate(&mut handle).await {
+            if let Some(via) = via {
+                via.close().await;
+            }
+            return Err(self.at_hop(e));
+        }
+        Ok(SshConnection {
+            handle,
+            label: self.label(),
+            via,
+            proxy,
+        })
+    }
+
+    async fn tcp(&self, host: &str, port: u16) -> Result<tokio::net::TcpStream, SshError> {
+        let connect = tokio::net::TcpStream::connect((host, port));
         let stream = match self.host.connect_timeout {
             Some(t) => tokio::time::timeout(t, connect)
                 .await
                 .map_err(|_| SshError::Connect {
-                    host: host.clone(),
+                    host: host.to_string(),
                     port,
                     source: std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out"),
                 })?,
             None => connect.await,
         }
         .map_err(|source| SshError::Connect {
-            host: host.clone(),
+            host: host.to_string(),
             port,
             source,
         })?;
         let _ = stream.set_nodelay(true);
+        Ok(stream)
+    }
+
+    /// Key exchange and host key (or certificate) check over `stream`.
+    async fn handshake<R>(
+        &self,
+        config: Arc<client::Config>,
+        stream: R,
+    ) -> Result<client::Handle<ClientHandler>, SshError>
+    where
+        R: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
         let verdict = Arc::new(Mutex::new(None));
         // HostKeyAlias, when set, is the name known_hosts is searched under.
         let (kh_host, kh_port) = self.host.known_hosts_lookup();
@@ -253,27 +499,18 @@ impl Connector {
             interactive: self.opts.interactive && !self.host.batch_mode,
             verdict: verdict.clone(),
         };
-        // russh reads a packet's header and body separately: 16 KB per
-        // recv on average, 66k syscalls per GiB. A large read buffer turns
-        // that into a few thousand (see docs/internals/sftp.md).
-        let stream = tokio::io::BufReader::with_capacity(READ_BUFFER, stream);
-        let mut handle = match client::connect_stream(config, stream, handler).await {
-            Ok(h) => h,
+        match client::connect_stream(config, stream, handler).await {
+            Ok(h) => Ok(h),
             Err(e) => {
                 if let Some(why) = lock_any(&verdict).take() {
                     return Err(SshError::HostKey(why));
                 }
-                return Err(SshError::Protocol {
-                    host: format!("{host}:{port}"),
+                Err(SshError::Protocol {
+                    host: format!("{}:{}", self.host.hostname, self.host.port),
                     message: e.to_string(),
-                });
+                })
             }
-        };
-        self.authenticate(&mut handle).await?;
-        Ok(SshConnection {
-            handle,
-            label: self.label(),
-        })
+        }
     }
 
     async fn authenticate(
@@ -303,14 +540,32 @@ impl Connector {
                 tried.push("agent keys".to_string());
             }
             let keys = self.load_keys()?;
-            for (i, (path, key)) in keys.iter().enumerate() {
-                if let Some(Winner::Key(w)) = winner {
+            for (i, id) in keys.iter().enumerate() {
+                let (path, key) = (&id.path, &id.key);
+                if let Some(Winner::Key(w) | Winner::Cert(w)) = winner {
                     if w != i {
                         continue;
                     }
                 }
                 if matches!(winner, Some(Winner::Agent | Winner::Password)) {
                     break;
+                }
+                // The certificate first, as ssh offers it before the key.
+                if let Some((cert_path, cert)) = &id.cert {
+                    if matches!(winner, None | Some(Winner::Cert(_))) {
+                        let res = handle
+                            .authenticate_openssh_cert(user.clone(), key.clone(), cert.clone())
+                            .await
+                            .map_err(proto)?;
+                        if res.success() {
+                            *lock_any(&self.winner) = Some(Winner::Cert(i));
+                            return Ok(());
+                        }
+                        tried.push(format!("certificate {}", cert_path.display()));
+                    }
+                }
+                if matches!(winner, Some(Winner::Cert(_))) {
+                    continue;
                 }
                 let hash = if key.algorithm().is_rsa() {
                     rsa_hash
@@ -369,8 +624,15 @@ impl Connector {
         } else {
             format!("tried {}", tried.join(", "))
         };
+        // -i is for the target only (as with ssh -J): a jump host's key
+        // comes from its own Host block.
+        let advice = if self.hop.is_some() {
+            "give it a key with IdentityFile in its Host block of ssh_config, load one into ssh-agent, or set FERRY_PASSWORD"
+        } else {
+            "give a key with -i KEY, load it into ssh-agent, or set FERRY_PASSWORD"
+        };
         Err(SshError::Auth(format!(
-            "permission denied for {} ({tried}); give a key with -i KEY, load it into ssh-agent, or set FERRY_PASSWORD",
+            "permission denied for {} ({tried}); {advice}",
             self.label()
         )))
     }
@@ -450,10 +712,10 @@ impl Connector {
                 continue;
             }
             match russh::keys::load_secret_key(&path, None) {
-                Ok(k) => keys.push((path, Arc::new(k))),
+                Ok(k) => keys.push(self.identity(path, k)),
                 Err(russh::keys::Error::KeyIsEncrypted) => match self.passphrase_for(&path)? {
                     Some(pass) => match russh::keys::load_secret_key(&path, Some(&pass)) {
-                        Ok(k) => keys.push((path, Arc::new(k))),
+                        Ok(k) => keys.push(self.identity(path, k)),
                         Err(e) => {
                             return Err(SshError::Auth(format!(
                                 "cannot decrypt {}: {e} (wrong passphrase?)",
@@ -473,6 +735,38 @@ impl Connector {
         let keys = Arc::new(keys);
         *guard = Some(keys.clone());
         Ok(keys)
+    }
+
+    /// `key` from `path`, with the user certificate that certifies it:
+    /// the first `CertificateFile` for this key, else `PATH-cert.pub`.
+    fn identity(&self, path: PathBuf, key: PrivateKey) -> Identity {
+        let mut beside = path.clone().into_os_string();
+        beside.push("-cert.pub");
+        let beside = PathBuf::from(beside);
+        let explicit = self.host.certificate_files.iter();
+        let cert = explicit
+            .chain(std::iter::once(&beside))
+            .filter(|p| p.exists())
+            .find_map(|p| match Certificate::read_file(p) {
+                Ok(c) if c.public_key() == key.public_key().key_data() => Some((p.clone(), c)),
+                Ok(_) => None,
+                Err(e) => {
+                    tracing::warn!("cannot read certificate {}: {e}", p.display());
+                    None
+                }
+            });
+        if let Some((p, _)) = &cert {
+            tracing::info!(
+                "identity {} has certificate {}",
+                path.display(),
+                p.display()
+            );
+        }
+        Identity {
+            path,
+            key: Arc::new(key),
+            cert,
+        }
     }
 
     fn passphrase_for(&self, path: &std::path::Path) -> Result<Option<String>, SshError> {
@@ -503,6 +797,44 @@ impl Connector {
             .map(Some)
             .map_err(|e| SshError::Auth(format!("cannot read password: {e}")))
     }
+}
+
+/// Host certificate types offered, best first: the plain key types russh
+/// signs with, less `ssh-rsa` (SHA-1), which OpenSSH no longer accepts.
+const HOST_CERT_ALGORITHMS: &[Algorithm] = &[
+    Algorithm::Ed25519,
+    Algorithm::Ecdsa {
+        curve: EcdsaCurve::NistP256,
+    },
+    Algorithm::Ecdsa {
+        curve: EcdsaCurve::NistP384,
+    },
+    Algorithm::Ecdsa {
+        curve: EcdsaCurve::NistP521,
+    },
+    Algorithm::Rsa {
+        hash: Some(HashAlg::Sha512),
+    },
+    Algorithm::Rsa {
+        hash: Some(HashAlg::Sha256),
+    },
+];
+
+/// A jump host as a `ProxyJump` hop again (`[user@]host[:port]`).
+fn hop_spec(h: &JumpHost) -> String {
+    let host = if h.host.contains(':') {
+        format!("[{}]", h.host)
+    } else {
+        h.host.clone()
+    };
+    let mut s = match &h.user {
+        Some(u) => format!("{u}@{host}"),
+        None => host,
+    };
+    if let Some(p) = h.port {
+        s.push_str(&format!(":{p}"));
+    }
+    s
 }
 
 fn expand_home(p: &str) -> PathBuf {
@@ -629,6 +961,102 @@ impl ClientHandler {
     }
 }
 
+impl ClientHandler {
+    /// A host certificate: accepted when an `@cert-authority` line trusts
+    /// its CA for this host and it passes [`hostcert::validate`]. Otherwise,
+    /// as `ssh` does, the key inside it is checked as a plain host key, and
+    /// a refusal says both why the certificate and why the key were not
+    /// accepted. `@revoked` (CA, key or certificate) refuses outright.
+    fn check_certificate(&self, cert: &Certificate) -> Result<bool, russh::Error> {
+        let hp = self.host_port();
+        let inner = PublicKey::new(cert.public_key().clone(), "");
+        let ca = PublicKey::new(cert.signature_key().clone(), "");
+        let (Ok(ca_blob), Ok(key_blob), Ok(cert_blob)) =
+            (ca.to_bytes(), inner.to_bytes(), cert.to_bytes())
+        else {
+            return self.refuse(format!("cannot encode the host certificate of {hp}"));
+        };
+        let ca_desc = format!(
+            "CA {} {}",
+            ca.algorithm().as_str(),
+            known_hosts::fingerprint_sha256(&ca_blob)
+        );
+        let mut files = self.user_files.clone();
+        files.extend(self.global_files.iter().cloned());
+        let status = match known_hosts::check_cert_authority(
+            &files,
+            &self.host,
+            self.port,
+            &ca_blob,
+            &[&key_blob, &cert_blob],
+        ) {
+            Ok(s) => s,
+            Err(e) => return self.refuse(format!("cannot read known_hosts: {e}")),
+        };
+        // Why the certificate itself did not do, and whether its CA was
+        // trusted (then the certificate is wrong, which deserves a warning
+        // even if the plain key is known).
+        let (why, ca_trusted) = match status {
+            CertAuthorityStatus::Revoked {
+                path,
+                line,
+                revoked_index,
+            } => {
+                let what = match revoked_index {
+                    None => "its CA",
+                    Some(0) => "the host key it certifies",
+                    Some(_) => "the certificate itself",
+                };
+                return self.refuse(format!(
+                    "the host certificate of {hp} (signed by {ca_desc}) is refused: {what} is marked as revoked at {}:{line}; refusing to connect",
+                    path.display()
+                ));
+            }
+            CertAuthorityStatus::Trusted { path, line } => {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0);
+                match hostcert::validate(cert, &self.host, now) {
+                    Ok(()) => return Ok(true),
+                    Err(why) => (
+                        format!(
+                            "the host certificate of {hp} is signed by {ca_desc}, trusted at {}:{line}, but {why}",
+                            path.display()
+                        ),
+                        true,
+                    ),
+                }
+            }
+            CertAuthorityStatus::NotTrusted { other_authorities } => (
+                format!(
+                    "the host certificate of {hp} is signed by {ca_desc}, which no @cert-authority line for {hp} lists{}",
+                    if other_authorities > 0 {
+                        format!(" ({other_authorities} such line(s) name other CAs)")
+                    } else {
+                        String::new()
+                    }
+                ),
+                false,
+            ),
+        };
+        let accepted = self.check(&inner)?;
+        if accepted && ca_trusted {
+            // ssh prints this too: the certificate is wrong even though the
+            // key inside it is known.
+            eprintln!("ferry: warning: {why}; accepted its key, which known_hosts lists");
+        }
+        if !accepted {
+            let mut v = lock_any(&self.verdict);
+            let plain = v.take().unwrap_or_default();
+            *v = Some(format!(
+                "{why};\nits key, checked as a plain host key, is not accepted either: {plain}"
+            ));
+        }
+        Ok(accepted)
+    }
+}
+
 fn ask_yes_no(prompt: &str) -> bool {
     use std::io::{BufRead, Write};
     let Ok(tty) = std::fs::OpenOptions::new()
@@ -654,9 +1082,7 @@ impl client::Handler for ClientHandler {
     ) -> Result<bool, Self::Error> {
         match key {
             russh::keys::PublicKeyOrCertificate::PublicKey { key, .. } => self.check(key),
-            russh::keys::PublicKeyOrCertificate::Certificate(_) => {
-                self.refuse("the server presented a host certificate; ferry checks plain host keys only (set HostKeyAlgorithms to plain key types)".into())
-            }
+            russh::keys::PublicKeyOrCertificate::Certificate(cert) => self.check_certificate(cert),
         }
     }
 }

@@ -20,6 +20,25 @@ pub enum SshError {
     Auth(String),
     #[error("SSH connection to {host}: {message}")]
     Protocol { host: String, message: String },
+    /// A hop of a ProxyJump chain failed: `hop` names it, `source` says
+    /// how (and decides the exit code).
+    #[error("jump host {hop}: {source}")]
+    Jump {
+        hop: String,
+        #[source]
+        source: Box<SshError>,
+    },
+}
+
+impl SshError {
+    /// The failure itself, under any jump-host wrappers: what kind of
+    /// failure it was (host key, authentication, network...).
+    pub fn root(&self) -> &SshError {
+        match self {
+            SshError::Jump { source, .. } => source.root(),
+            other => other,
+        }
+    }
 }
 
 #[derive(Debug, Clone, thiserror::Error)]

@@ -4,7 +4,10 @@
 //! - [`Connector`] resolves `ssh_config` for a host once (files, `-o`
 //!   overrides, identities, passwords) and then opens as many connections as
 //!   the engine asks for, each checked against `known_hosts` with OpenSSH's
-//!   meaning of `StrictHostKeyChecking`.
+//!   meaning of `StrictHostKeyChecking`, `@cert-authority` host
+//!   certificates included; through `ProxyJump` hosts (each a connection
+//!   of its own, the next hop a `direct-tcpip` channel of it) or a
+//!   `ProxyCommand`.
 //! - [`SftpClient`] is one SFTP session over one SSH channel: requests are
 //!   encoded by `ferry-sftp`, written by one writer task (so concurrent
 //!   requests never interleave on the wire), and replies are matched to
@@ -13,6 +16,8 @@
 
 mod connect;
 mod error;
+mod hostcert;
+mod proxy_command;
 mod sftp;
 
 pub use connect::{ConnectOptions, Connector, SshConnection};

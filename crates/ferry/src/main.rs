@@ -104,6 +104,12 @@ struct CpArgs {
     /// ssh option, e.g. -o StrictHostKeyChecking=accept-new; may be repeated.
     #[arg(short = 'o', value_name = "KEY=VALUE")]
     ssh_option: Vec<String>,
+    /// Reach the SSH server through these jump hosts, in order, as ssh -J:
+    /// [user@]host[:port][,...]. Each hop uses its own Host block (User,
+    /// Port, IdentityFile, known_hosts) and its host key is checked under
+    /// its own name. Beats ProxyJump and ProxyCommand in ssh_config.
+    #[arg(short = 'J', value_name = "[USER@]HOST[:PORT][,...]")]
+    jump: Option<String>,
     /// Compress the SSH connection (zlib).
     #[arg(short = 'C', long)]
     compress: bool,
@@ -208,6 +214,7 @@ fn run_cp(args: CpArgs, matches: Option<&clap::ArgMatches>) -> i32 {
     opts.connect.config_file = args.ssh_config;
     opts.connect.identity_files = args.identity;
     opts.connect.options = args.ssh_option;
+    opts.connect.proxy_jump = args.jump;
     opts.connect.compression = args.compress;
     opts.compressed = args.http.compressed;
     args.http.apply(&mut opts.http);

@@ -538,6 +538,8 @@ pub struct Sshd {
     host_key_line: String,
     /// The sshd is too old for `SetEnv` in sshd_config.
     no_setenv: bool,
+    /// Lines added to sshd_config ([`Sshd::set_sshd_options`]).
+    extra_config: Vec<String>,
 }
 
 fn keygen(path: &Path, kind: &str, bits: Option<&str>, passphrase: &str) {
@@ -551,6 +553,13 @@ fn keygen(path: &Path, kind: &str, bits: Option<&str>, passphrase: &str) {
         .arg("-f")
         .arg(path);
     run_checked(&mut cmd);
+}
+
+/// A new unencrypted ed25519 key pair at `path` (and `path.pub`), e.g. a
+/// certificate authority; returns its public "type base64".
+pub fn new_ed25519_key(path: &Path) -> String {
+    keygen(path, "ed25519", None, "");
+    pubkey_line(&pub_path(path))
 }
 
 /// "type base64" of a public key file (comment dropped).
@@ -626,6 +635,7 @@ impl Sshd {
             user: current_user(),
             host_key_line,
             no_setenv: false,
+            extra_config: Vec::new(),
         };
         let mut last = String::new();
         for _ in 0..10 {
@@ -665,7 +675,52 @@ impl Sshd {
         }
     }
 
+    /// Add `lines` to sshd_config (replacing earlier ones given here) and
+    /// restart sshd on the same port, e.g. `HostCertificate FILE` or
+    /// `AllowTcpForwarding no`.
+    pub fn set_sshd_options(&mut self, lines: &[&str]) {
+        self.extra_config = lines.iter().map(|l| l.to_string()).collect();
+        self.write_sshd_config();
+        self.restart();
+    }
+
+    /// Sign this server's host key with the CA key `ca` (`ssh-keygen -s CA
+    /// -h -n PRINCIPALS -V VALIDITY`) and have sshd present the certificate.
+    pub fn use_host_certificate(&mut self, ca: &Path, principals: &str, validity: &str) {
+        let cert = self.dir.path().join("ssh_host_ed25519_key-cert.pub");
+        let _ = fs::remove_file(&cert);
+        run_checked(
+            Command::new("ssh-keygen")
+                .arg("-q")
+                .arg("-s")
+                .arg(ca)
+                .args([
+                    "-I",
+                    "ferry-test-host",
+                    "-h",
+                    "-n",
+                    principals,
+                    "-V",
+                    validity,
+                ])
+                .arg(pub_path(&self.host_key())),
+        );
+        let line = format!("HostCertificate {}", cert.display());
+        self.set_sshd_options(&[&line]);
+    }
+
+    /// The server's private host key (ed25519).
+    pub fn host_key(&self) -> PathBuf {
+        self.dir.path().join("ssh_host_ed25519_key")
+    }
+
     fn write_configs(&self) {
+        self.write_sshd_config();
+        self.write_client_config();
+        self.write_known_hosts(&self.known_hosts());
+    }
+
+    fn write_sshd_config(&self) {
         let d = self.dir.path();
         let cfg = format!(
             "Port {port}\n\
@@ -683,7 +738,7 @@ impl Sshd {
              PermitRootLogin yes\n\
              MaxStartups 100\n\
              MaxSessions 100\n\
-             {setenv}",
+             {setenv}{extra}",
             port = self.port,
             hk = d.join("ssh_host_ed25519_key").display(),
             ak = d.join("authorized_keys").display(),
@@ -699,8 +754,16 @@ impl Sshd {
             } else {
                 "SetEnv SHLVL=1\n"
             },
+            extra = self
+                .extra_config
+                .iter()
+                .map(|l| format!("{l}\n"))
+                .collect::<String>(),
         );
         write(&d.join("sshd_config"), cfg.as_bytes());
+    }
+
+    fn write_client_config(&self) {
         let client = format!(
             "Host {HOST_ALIAS}\n\
              \x20   HostName 127.0.0.1\n\
@@ -716,7 +779,6 @@ impl Sshd {
             kh = self.known_hosts().display(),
         );
         write(&self.ssh_config(), client.as_bytes());
-        self.write_known_hosts(&self.known_hosts());
     }
 
     fn spawn(&mut self) -> Result<(), StartError> {
