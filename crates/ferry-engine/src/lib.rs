@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 pub use error::TransferError;
 pub use ferry_http::{Options as HttpOptions, Version as HttpVersion};
-pub use ferry_ssh::ConnectOptions;
+pub use ferry_ssh::{ConnectOptions, MAX_CHANNEL_PACKET};
 pub use ftp::FtpOptions;
 pub use location::{FtpSpec, HttpSpec, Location, RemotePath, RemoteSpec};
 

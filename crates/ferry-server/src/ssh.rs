@@ -46,7 +46,7 @@ pub fn config(host_key: russh::keys::PrivateKey) -> russh::server::Config {
         auth_rejection_time_initial: Some(Duration::from_millis(0)),
         keys: vec![host_key],
         window_size: 32 * 1024 * 1024,
-        maximum_packet_size: 256 * 1024,
+        maximum_packet_size: ferry_ssh::MAX_CHANNEL_PACKET,
         preferred,
         max_auth_attempts: 10,
         inactivity_timeout: Some(Duration::from_secs(3600)),

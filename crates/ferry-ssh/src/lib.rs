@@ -21,5 +21,12 @@ mod proxy_command;
 mod sftp;
 
 pub use connect::{ConnectOptions, Connector, SshConnection};
+
+/// The largest channel packet to advertise or ask for. russh drops a
+/// connection whose transport packet is over 256 KiB + 33 bytes, before or
+/// after decompression; zlib (`-C`) makes random data ~0.05% larger, so a
+/// full 256 KiB channel packet of it did not fit (every `-C` upload of
+/// random data to ferry serve failed). 1 KiB of room is ten times enough.
+pub const MAX_CHANNEL_PACKET: u32 = 255 * 1024;
 pub use error::{SftpError, SshError};
 pub use sftp::{channel_writer, Handle, SftpClient, SftpInfo};

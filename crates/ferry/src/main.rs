@@ -92,7 +92,8 @@ struct CpArgs {
     /// Bytes in flight over the whole copy (tuning).
     #[arg(long, value_name = "SIZE", value_parser = parse_size, hide = true)]
     inflight: Option<u64>,
-    /// Largest SSH packet we accept from the server (tuning; default 32k).
+    /// Largest SSH packet we accept from the server (tuning; default 32k,
+    /// at most 255k).
     #[arg(long, value_name = "SIZE", value_parser = parse_size, hide = true)]
     ssh_packet: Option<u64>,
     /// ssh config file (only this file is read, as with ssh -F).
@@ -231,7 +232,7 @@ fn run_cp(args: CpArgs, matches: Option<&clap::ArgMatches>) -> i32 {
         opts.max_inflight = Some(b);
     }
     if let Some(p) = args.ssh_packet {
-        opts.connect.max_packet = p.min(1 << 20) as u32;
+        opts.connect.max_packet = p.min(u64::from(ferry_engine::MAX_CHANNEL_PACKET)) as u32;
     }
     if let Some(w) = args.window {
         opts.connect.window_size = w.min(u32::MAX as u64) as u32;
