@@ -241,8 +241,22 @@ impl StorageBackend<FtpUser> for ConfinedFs {
         _user: &FtpUser,
         path: P,
     ) -> storage::Result<Meta> {
+        // libunftp answers SIZE, MDTM, MLST and RNFR from this one call.
+        // A directory is refused: a 213 to `SIZE dir` makes clients (ours
+        // among them) take it for a file, as vsftpd's 550 does not. The
+        // cost: MLST and RNFR of a directory are refused too.
         let r = self.resolve(path.as_ref(), false)?;
-        blocking(move || Ok(Meta::from(&fs::metadata(&r.real)?))).await
+        blocking(move || {
+            let m = fs::metadata(&r.real)?;
+            if m.is_dir() {
+                return Err(Error::new(
+                    ErrorKind::PermanentFileNotAvailable,
+                    io::Error::other("a directory, not a file"),
+                ));
+            }
+            Ok(Meta::from(&m))
+        })
+        .await
     }
 
     async fn list<P: AsRef<Path> + Send + Debug>(
