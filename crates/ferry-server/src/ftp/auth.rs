@@ -8,7 +8,10 @@
 use std::fmt;
 
 use async_trait::async_trait;
-use libunftp::auth::{AuthenticationError, Authenticator, Credentials, UserDetail};
+use unftp_core::auth::{
+    AuthenticationError, Authenticator, Credentials, Principal, UserDetail, UserDetailError,
+    UserDetailProvider,
+};
 use subtle::ConstantTimeEq;
 
 /// A logged-in session's user.
@@ -79,17 +82,19 @@ impl TokenAuth {
     }
 }
 
+/// libunftp asks the [`Authenticator`] for a [`Principal`] (the name),
+/// then the [`UserDetailProvider`] for the session's user.
 #[async_trait]
-impl Authenticator<FtpUser> for TokenAuth {
+impl Authenticator for TokenAuth {
     async fn authenticate(
         &self,
         username: &str,
         creds: &Credentials,
-    ) -> Result<FtpUser, AuthenticationError> {
+    ) -> Result<Principal, AuthenticationError> {
         match self.check(username, creds.password.as_deref()) {
             Ok(u) => {
                 tracing::info!(peer = %creds.source_ip, user = %u.name, "ftp: logged in");
-                Ok(u)
+                Ok(Principal { username: u.name })
             }
             Err(why) => {
                 tracing::warn!(peer = %creds.source_ip, user = %username.escape_debug(), "ftp: login refused: {why}");
@@ -100,6 +105,20 @@ impl Authenticator<FtpUser> for TokenAuth {
 
     fn name(&self) -> &str {
         "ferry-token"
+    }
+}
+
+#[async_trait]
+impl UserDetailProvider for TokenAuth {
+    type User = FtpUser;
+
+    async fn provide_user_detail(&self, p: &Principal) -> Result<FtpUser, UserDetailError> {
+        // Only a name that passed `authenticate` gets here; anonymous was
+        // renamed `anonymous` there, and never writes.
+        Ok(FtpUser {
+            writable: self.writable && !is_anonymous(&p.username),
+            name: p.username.clone(),
+        })
     }
 }
 

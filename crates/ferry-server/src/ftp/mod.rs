@@ -14,7 +14,7 @@
 //!
 //! TLS is required for the login and for data connections unless
 //! [`FtpOptions::allow_plain`]. Implicit FTPS (TLS from the first byte, port
-//! 990) is not offered: libunftp 0.21 only speaks explicit `AUTH TLS`.
+//! 990) is not offered: libunftp 0.24 only speaks explicit `AUTH TLS`.
 //! docs/internals/server.md ("FTP") has the details and the defaults.
 pub mod auth;
 pub mod storage;
@@ -109,10 +109,11 @@ impl FtpService {
         } else {
             FtpsRequired::All
         };
-        libunftp::ServerBuilder::with_authenticator(
+        libunftp::ServerBuilder::<storage::ConfinedFs, auth::FtpUser>::with_user_detail_provider(
             Box::new(move || storage::ConfinedFs::new(root.clone())),
             self.auth.clone(),
         )
+        .authenticator(self.auth.clone())
         .greeting("ferry serve")
         .ftps(self.cert.clone(), self.key.clone())
         .ftps_required(required, required)

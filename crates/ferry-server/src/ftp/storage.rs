@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use async_trait::async_trait;
-use libunftp::storage::{self, Error, ErrorKind, Fileinfo, StorageBackend, FEATURE_RESTART};
+use unftp_core::storage::{self, Error, ErrorKind, Fileinfo, StorageBackend, FEATURE_RESTART};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 
 use super::auth::FtpUser;
