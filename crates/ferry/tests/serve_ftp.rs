@@ -474,3 +474,69 @@ fn client_killed_mid_upload_leaves_nothing_under_the_final_name() {
         "the old file is untouched"
     );
 }
+
+#[test]
+fn upload_cut_then_resume_continues_with_appe() {
+    let s = FerryServe::start_ftp(&["--writable"]);
+    let src = tempdir();
+    let local = src.path().join("big.bin");
+    let want = make_file(&local, 64 * MIB + 9, 31);
+    fs::write(s.root().join("big.bin"), b"the old version").unwrap();
+    let rpart = s.root().join(".big.bin.ferry-part");
+
+    // ferry cp uploads to .big.bin.ferry-part; killed once the server's
+    // temporary file for it has grown.
+    let mut all = args![
+        "cp",
+        "-q",
+        "--ssl-reqd",
+        "--pin",
+        format!("sha256:{}", s.cert_sha256),
+        "-u",
+        login(&s)
+    ];
+    all.extend(args![&local, s.ftp_url("")]);
+    let mut child = FerryChild::spawn(&s.home(), &all, &[]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let growing = |root: &Path| -> u64 {
+        fs::read_dir(root)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().contains(".ferry-"))
+            .map(|e| e.metadata().map(|m| m.len()).unwrap_or(0))
+            .sum()
+    };
+    while growing(&s.root()) < MIB {
+        assert!(child.try_wait().is_none(), "the upload ended before it was cut");
+        assert!(Instant::now() < deadline, "the upload never started");
+        thread::sleep(Duration::from_millis(1));
+    }
+    let _ = Command::new("kill")
+        .args(["-KILL", &child.pid().to_string()])
+        .status();
+    let _ = child.wait();
+    // The server keeps what arrived under the client's part name (a name
+    // that says "partial"), never under the final one.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !rpart.exists() {
+        assert!(Instant::now() < deadline, "no part file kept");
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(read(&s.root().join("big.bin")), b"the old version");
+    let part_meta = fs::metadata(&rpart).unwrap();
+    assert!(part_meta.len() > 0);
+
+    let o = s.ftp_cp(&args!["--resume", &local, s.ftp_url("")]);
+    assert_ok(&o, "resume upload");
+    assert_eq!(hash_file(&s.root().join("big.bin")), want);
+    assert!(!rpart.exists());
+    // APPE wrote on in place, and RNTO moved that same file to its name
+    // (a STOR from 0 would have made a new one).
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        fs::metadata(s.root().join("big.bin")).unwrap().ino(),
+        part_meta.ino(),
+        "continued with APPE, not uploaded again"
+    );
+    no_upload_leftovers(&s.root());
+}

@@ -12,8 +12,10 @@
 //! A `STOR` is written to `.NAME.ferry-upload-XXXXXXXX` beside NAME and
 //! renamed over NAME only when the data connection ended cleanly; a
 //! transfer that fails (over TLS: a connection cut without `close_notify`)
-//! removes the temporary file. `REST n` + `STOR` continues an existing
-//! file in place from byte n (at most its length: no holes).
+//! removes the temporary file, unless NAME is a ferry client's
+//! `.X.ferry-part`, a name that already says "partial": that keeps what
+//! arrived, for `APPE` to continue. `REST n` + `STOR` and `APPE` continue
+//! an existing file in place (from byte n, at most its length: no holes).
 use std::fmt::Debug;
 use std::fs::{self, OpenOptions};
 use std::io::{self, Seek, SeekFrom};
@@ -187,6 +189,15 @@ fn read_dir(root: &Root, dir: &Resolved) -> storage::Result<Vec<Fileinfo<PathBuf
     Ok(out)
 }
 
+/// Is this a name that already says its file is partial: a ferry client's
+/// `.NAME.ferry-part`? A cut STOR to one keeps what arrived, so `ferry cp
+/// --resume` can continue it with APPE; any other name gets all or nothing.
+fn is_part_name(p: &Path) -> bool {
+    p.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with('.') && n.ends_with(".ferry-part") && n.len() > 12)
+}
+
 /// A fresh `.NAME.ferry-upload-XXXXXXXX` beside `dest` (blocking).
 fn temp_file(dest: &Path) -> storage::Result<(fs::File, PathBuf)> {
     let (Some(parent), Some(name)) = (dest.parent(), dest.file_name()) else {
@@ -329,6 +340,7 @@ impl StorageBackend<FtpUser> for ConfinedFs {
             .await?;
             return Ok(receive(input, file).await?);
         }
+        let dest_real = dest.clone();
         let (file, tmp) = blocking(move || {
             if fs::symlink_metadata(&dest).is_ok_and(|m| m.is_dir()) {
                 return Err(Error::new(
@@ -358,11 +370,20 @@ impl StorageBackend<FtpUser> for ConfinedFs {
         })
         .await;
         if done.is_err() {
-            let _ = tokio::fs::remove_file(&tmp).await;
-            tracing::info!(
-                "ftp: upload to {} did not complete; nothing was written under its name",
-                path.as_ref().display()
-            );
+            let keep = is_part_name(&dest_real);
+            let kept = keep && tokio::fs::rename(&tmp, &dest_real).await.is_ok();
+            if kept {
+                tracing::info!(
+                    "ftp: upload to {} was cut; the bytes that arrived are kept there for APPE to continue",
+                    path.as_ref().display()
+                );
+            } else {
+                let _ = tokio::fs::remove_file(&tmp).await;
+                tracing::info!(
+                    "ftp: upload to {} did not complete; nothing was written under its name",
+                    path.as_ref().display()
+                );
+            }
         }
         done
     }
@@ -464,5 +485,112 @@ impl ConfinedFs {
         let mut f = tokio::fs::File::from_std(f);
         f.set_max_buf_size(IO_BUF);
         Ok(BufReader::with_capacity(IO_BUF, f))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    fn user(writable: bool) -> FtpUser {
+        FtpUser {
+            name: "u".into(),
+            writable,
+        }
+    }
+
+    /// outer/{secret, root/{f, sub/, out -> ../secret}}
+    fn setup() -> (tempfile::TempDir, ConfinedFs, PathBuf) {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("root");
+        fs::create_dir_all(root.join("sub")).unwrap();
+        fs::write(root.join("f"), b"hello").unwrap();
+        fs::write(t.path().join("secret"), b"s").unwrap();
+        symlink(t.path().join("secret"), root.join("out")).unwrap();
+        let fs_ = ConfinedFs::new(Root::new(&root).unwrap());
+        (t, fs_, root)
+    }
+
+    #[test]
+    fn part_names() {
+        assert!(is_part_name(Path::new("/x/.a.bin.ferry-part")));
+        assert!(!is_part_name(Path::new("/x/a.bin.ferry-part")));
+        assert!(!is_part_name(Path::new("/x/.ferry-part")));
+        assert!(!is_part_name(Path::new("/x/a.bin")));
+    }
+
+    #[test]
+    fn paths_out_of_the_root_are_refused() {
+        let (_t, b, _) = setup();
+        rt().block_on(async {
+            let u = user(true);
+            assert_eq!(b.metadata(&u, "/f").await.unwrap().len, 5);
+            assert_eq!(b.metadata(&u, "/sub/../f").await.unwrap().len, 5);
+            for p in ["/../secret", "../secret", "/sub/../../secret", "/out"] {
+                let e = b.metadata(&u, p).await.err().expect(p);
+                assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{p}");
+                assert!(b.get(&u, p, 0).await.is_err(), "{p}");
+            }
+            assert!(b.metadata(&u, "/a\0b").await.is_err());
+            assert!(b.cwd(&u, "/..").await.is_err());
+            assert!(b.cwd(&u, "/sub").await.is_ok());
+            assert!(b.cwd(&u, "/f").await.is_err());
+            // SIZE of a directory: 550, not its block size.
+            assert!(b.metadata(&u, "/sub").await.is_err());
+        });
+    }
+
+    #[test]
+    fn read_only_refuses_every_change() {
+        let (_t, b, root) = setup();
+        rt().block_on(async {
+            let u = user(false);
+            let data: &'static [u8] = b"new";
+            let e = b.put(&u, data, "/g", 0).await.err().unwrap();
+            assert_eq!(e.kind(), ErrorKind::PermissionDenied);
+            assert!(b.del(&u, "/f").await.is_err());
+            assert!(b.mkd(&u, "/d").await.is_err());
+            assert!(b.rmd(&u, "/sub").await.is_err());
+            assert!(b.rename(&u, "/f", "/g").await.is_err());
+        });
+        assert!(root.join("f").exists() && root.join("sub").exists());
+        assert!(!root.join("g").exists() && !root.join("d").exists());
+    }
+
+    #[test]
+    fn stor_rest_and_list() {
+        let (_t, b, root) = setup();
+        rt().block_on(async {
+            let u = user(true);
+            let data: &'static [u8] = b"0123456789";
+            assert_eq!(b.put(&u, data, "/sub/n", 0).await.unwrap(), 10);
+            let tail: &'static [u8] = b"ab";
+            b.put(&u, tail, "/sub/n", 4).await.unwrap();
+            assert_eq!(fs::read(root.join("sub/n")).unwrap(), b"0123ab");
+            // No holes: REST past the end is refused.
+            assert!(b.put(&u, tail, "/sub/n", 99).await.is_err());
+            let names: Vec<String> = b
+                .list(&u, "/")
+                .await
+                .unwrap()
+                .iter()
+                .map(|f| f.path.file_name().unwrap().to_string_lossy().into_owned())
+                .collect();
+            assert!(names.contains(&"f".to_string()) && names.contains(&"sub".to_string()));
+            // A write through a symlink out is refused.
+            assert!(b.put(&u, data, "/out", 1).await.is_err());
+            assert_eq!(fs::read(root.join("../secret")).unwrap(), b"s");
+        });
+        let left: Vec<_> = fs::read_dir(root.join("sub")).unwrap().collect();
+        assert_eq!(left.len(), 1, "no temporary left: {left:?}");
     }
 }
