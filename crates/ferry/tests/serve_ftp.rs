@@ -90,7 +90,11 @@ fn no_upload_leftovers(dir: &Path) {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| n.contains("ferry-upload") || n.contains("ferry-part"))
         .collect();
-    assert!(left.is_empty(), "left behind in {}: {left:?}", dir.display());
+    assert!(
+        left.is_empty(),
+        "left behind in {}: {left:?}",
+        dir.display()
+    );
 }
 
 #[test]
@@ -124,16 +128,17 @@ fn ferry_cp_files_and_trees_both_ways_over_ftps() {
 
     // And up again, to a new name and into a directory.
     fs::create_dir(s.root().join("up")).unwrap();
-    let o = s.ftp_cp(&args![
-        "-r",
-        out.path().join("tree"),
-        s.ftp_url("up/copy")
-    ]);
+    let o = s.ftp_cp(&args!["-r", out.path().join("tree"), s.ftp_url("up/copy")]);
     assert_ok(&o, "put -r to a new name");
     assert_same_tree(&tree, &s.root().join("up/copy"), Cmp::default(), "put -r");
     let o = s.ftp_cp(&args!["-r", out.path().join("tree"), s.ftp_url("up/")]);
     assert_ok(&o, "put -r into a dir");
-    assert_same_tree(&tree, &s.root().join("up/tree"), Cmp::default(), "put -r into");
+    assert_same_tree(
+        &tree,
+        &s.root().join("up/tree"),
+        Cmp::default(),
+        "put -r into",
+    );
 
     // Single files up, one replacing an old file.
     fs::write(s.root().join("up/big.bin"), b"old").unwrap();
@@ -208,7 +213,10 @@ fn streams_4_ranges_and_resume_of_a_partial_download() {
         if have >= MIB {
             break;
         }
-        assert!(child.try_wait().is_none(), "the copy ended before it was cut");
+        assert!(
+            child.try_wait().is_none(),
+            "the copy ended before it was cut"
+        );
         assert!(Instant::now() < deadline, "the part file never grew");
         thread::sleep(Duration::from_millis(1));
     }
@@ -252,7 +260,13 @@ fn curl_and_lftp_download_and_upload() {
     let o = curl(
         &s,
         Some(&login(&s)),
-        &args!["-r", "1000-", "-o", out.path().join("tail"), s.ftp_url("big.bin")],
+        &args![
+            "-r",
+            "1000-",
+            "-o",
+            out.path().join("tail"),
+            s.ftp_url("big.bin")
+        ],
     );
     assert_ok(&o, "curl range");
     assert_eq!(
@@ -285,8 +299,18 @@ fn curl_and_lftp_download_and_upload() {
     assert_ok(&o, "lftp");
     assert_eq!(hash_file(&out.path().join("l.bin")), big);
     assert_eq!(hash_file(&s.root().join("from lftp.bin")), big);
-    assert_same_tree(&tree, &out.path().join("ltree"), Cmp::default(), "lftp mirror");
-    assert_same_tree(&tree, &s.root().join("up tree"), Cmp::default(), "lftp mirror -R");
+    assert_same_tree(
+        &tree,
+        &out.path().join("ltree"),
+        Cmp::default(),
+        "lftp mirror",
+    );
+    assert_same_tree(
+        &tree,
+        &s.root().join("up tree"),
+        Cmp::default(),
+        "lftp mirror -R",
+    );
     no_upload_leftovers(&s.root());
 }
 
@@ -312,7 +336,11 @@ fn refusals_logins_paths_and_read_only() {
     let o = curl(&s, None, &args![s.ftp_url("f.bin")]);
     assert_code(&o, 67, "anonymous without --public");
     let o = s.ftp_cp(&args![s.ftp_url("f.bin"), out.path()]);
-    assert_ne!(o.status.code(), Some(0), "ferry as user ferry with --user alice");
+    assert_ne!(
+        o.status.code(),
+        Some(0),
+        "ferry as user ferry with --user alice"
+    );
     assert!(
         stderr_text(&o).contains(&format!("ftp://127.0.0.1:{}", s.ftp_port.unwrap())),
         "names the server: {}",
@@ -330,7 +358,11 @@ fn refusals_logins_paths_and_read_only() {
 
     // The right login works; `..` and a symlink out of the root do not.
     let alice = format!("alice:{}", s.token);
-    let o = curl(&s, Some(&alice), &args!["-o", out.path().join("ok"), s.ftp_url("f.bin")]);
+    let o = curl(
+        &s,
+        Some(&alice),
+        &args!["-o", out.path().join("ok"), s.ftp_url("f.bin")],
+    );
     assert_ok(&o, "alice");
     let o = curl(
         &s,
@@ -349,14 +381,23 @@ fn refusals_logins_paths_and_read_only() {
         Some(&alice),
         &args!["-Q", "SIZE link-out", s.ftp_url("")],
     );
-    assert_ne!(o.status.code(), Some(0), "SIZE of a symlink out: {}", describe(&o));
+    assert_ne!(
+        o.status.code(),
+        Some(0),
+        "SIZE of a symlink out: {}",
+        describe(&o)
+    );
 
     // Read-only: uploads refused with 550, ferry names the URL.
     let local = out.path().join("ok");
     let o = curl(&s, Some(&alice), &args!["-T", &local, s.ftp_url("new.bin")]);
     // libunftp answers STOR with 150 before the storage refuses it, so
     // curl sees the 550 after the data connection (or a broken pipe).
-    assert_ne!(o.status.code(), Some(0), "curl upload to a read-only server");
+    assert_ne!(
+        o.status.code(),
+        Some(0),
+        "curl upload to a read-only server"
+    );
     let mut all = args![
         "cp",
         "-q",
@@ -387,7 +428,10 @@ fn refusals_logins_paths_and_read_only() {
         log.contains("login refused") && log.contains("127.0.0.1"),
         "failed logins are logged with the peer: {log}"
     );
-    assert!(!log.contains("wrong\""), "the password is never logged: {log}");
+    assert!(
+        !log.contains("wrong\""),
+        "the password is never logged: {log}"
+    );
 }
 
 #[test]
@@ -397,11 +441,24 @@ fn public_allows_anonymous_reads_only_and_plain_when_allowed() {
     let want = make_file(&s.root().join("pub.bin"), 100_000, 8);
     let out = tempdir();
     // curl logs in as anonymous when no -u is given.
-    let o = curl(&s, None, &args!["-o", out.path().join("a"), s.ftp_url("pub.bin")]);
+    let o = curl(
+        &s,
+        None,
+        &args!["-o", out.path().join("a"), s.ftp_url("pub.bin")],
+    );
     assert_ok(&o, "anonymous read");
     assert_eq!(hash_file(&out.path().join("a")), want);
-    let o = curl(&s, None, &args!["-T", out.path().join("a"), s.ftp_url("anon.bin")]);
-    assert_ne!(o.status.code(), Some(0), "anonymous upload: {}", describe(&o));
+    let o = curl(
+        &s,
+        None,
+        &args!["-T", out.path().join("a"), s.ftp_url("anon.bin")],
+    );
+    assert_ne!(
+        o.status.code(),
+        Some(0),
+        "anonymous upload: {}",
+        describe(&o)
+    );
     assert!(!s.root().join("anon.bin").exists());
     // Plain FTP with the token works here (--ftp-allow-plain), writes too.
     let o = Command::new("curl")
@@ -413,7 +470,10 @@ fn public_allows_anonymous_reads_only_and_plain_when_allowed() {
     assert_ok(&o, "plain upload with --ftp-allow-plain");
     assert_eq!(hash_file(&s.root().join("plain.bin")), want);
     let banner = stdout_text(&s.stop_kill());
-    assert!(banner.contains("the password travels in the clear"), "{banner}");
+    assert!(
+        banner.contains("the password travels in the clear"),
+        "{banner}"
+    );
     assert!(banner.contains("anonymous may read"), "{banner}");
 }
 
@@ -446,7 +506,10 @@ fn client_killed_mid_upload_leaves_nothing_under_the_final_name() {
     };
     while tmp_len(&s.root()) < MIB {
         stdin.write_all(&chunk).unwrap();
-        assert!(Instant::now() < deadline, "the upload never reached the server");
+        assert!(
+            Instant::now() < deadline,
+            "the upload never reached the server"
+        );
         thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(read(&s.root().join("final.bin")), b"the old version");
@@ -507,7 +570,10 @@ fn upload_cut_then_resume_continues_with_appe() {
             .sum()
     };
     while growing(&s.root()) < MIB {
-        assert!(child.try_wait().is_none(), "the upload ended before it was cut");
+        assert!(
+            child.try_wait().is_none(),
+            "the upload ended before it was cut"
+        );
         assert!(Instant::now() < deadline, "the upload never started");
         thread::sleep(Duration::from_millis(1));
     }

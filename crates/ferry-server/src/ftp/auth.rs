@@ -8,11 +8,11 @@
 use std::fmt;
 
 use async_trait::async_trait;
+use subtle::ConstantTimeEq;
 use unftp_core::auth::{
     AuthenticationError, Authenticator, Credentials, Principal, UserDetail, UserDetailError,
     UserDetailProvider,
 };
-use subtle::ConstantTimeEq;
 
 /// A logged-in session's user.
 #[derive(Debug, Clone, PartialEq, Eq)]

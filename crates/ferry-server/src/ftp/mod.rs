@@ -100,9 +100,7 @@ impl FtpService {
         Ok(svc)
     }
 
-    fn build(
-        &self,
-    ) -> Result<libunftp::Server<storage::ConfinedFs, auth::FtpUser>, String> {
+    fn build(&self) -> Result<libunftp::Server<storage::ConfinedFs, auth::FtpUser>, String> {
         let root = self.root.clone();
         let required = if self.opts.allow_plain {
             FtpsRequired::None

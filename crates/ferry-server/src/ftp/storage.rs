@@ -24,8 +24,8 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use async_trait::async_trait;
-use unftp_core::storage::{self, Error, ErrorKind, Fileinfo, StorageBackend, FEATURE_RESTART};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
+use unftp_core::storage::{self, Error, ErrorKind, Fileinfo, StorageBackend, FEATURE_RESTART};
 
 use super::auth::FtpUser;
 use crate::confine::{ConfineError, Resolved, Root};
@@ -205,10 +205,7 @@ fn temp_file(dest: &Path) -> storage::Result<(fs::File, PathBuf)> {
     };
     let name = name.to_string_lossy();
     for _ in 0..8 {
-        let tmp = parent.join(format!(
-            ".{name}{UPLOAD_MARK}{:08x}",
-            rand::random::<u32>()
-        ));
+        let tmp = parent.join(format!(".{name}{UPLOAD_MARK}{:08x}", rand::random::<u32>()));
         match OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -536,7 +533,7 @@ mod tests {
             assert_eq!(b.metadata(&u, "/f").await.unwrap().len, 5);
             assert_eq!(b.metadata(&u, "/sub/../f").await.unwrap().len, 5);
             for p in ["/../secret", "../secret", "/sub/../../secret", "/out"] {
-                let e = b.metadata(&u, p).await.err().expect(p);
+                let e = b.metadata(&u, p).await.expect_err(p);
                 assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{p}");
                 assert!(b.get(&u, p, 0).await.is_err(), "{p}");
             }
@@ -555,7 +552,7 @@ mod tests {
         rt().block_on(async {
             let u = user(false);
             let data: &'static [u8] = b"new";
-            let e = b.put(&u, data, "/g", 0).await.err().unwrap();
+            let e = b.put(&u, data, "/g", 0).await.unwrap_err();
             assert_eq!(e.kind(), ErrorKind::PermissionDenied);
             assert!(b.del(&u, "/f").await.is_err());
             assert!(b.mkd(&u, "/d").await.is_err());
