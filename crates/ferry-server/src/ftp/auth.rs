@@ -4,7 +4,8 @@
 //!
 //! A refused login is logged with the peer's address and the user name,
 //! never the password; the reply (`530 Authentication failed`) is the same
-//! for every reason, and no file is looked at before a login succeeds.
+//! for every reason, comes after [`FAILED_LOGIN_PAUSE`], and no file is
+//! looked at before a login succeeds.
 use std::fmt;
 
 use async_trait::async_trait;
@@ -13,6 +14,9 @@ use unftp_core::auth::{
     AuthenticationError, Authenticator, Credentials, Principal, UserDetail, UserDetailError,
     UserDetailProvider,
 };
+
+/// How long a refused login waits before its `530`.
+pub const FAILED_LOGIN_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A logged-in session's user.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,6 +102,10 @@ impl Authenticator for TokenAuth {
             }
             Err(why) => {
                 tracing::warn!(peer = %creds.source_ip, user = %username.escape_debug(), "ftp: login refused: {why}");
+                // One guess per second per connection (and --max-connections
+                // connections): slow enough for a 192-bit token to be safe,
+                // and a human who mistyped barely notices.
+                tokio::time::sleep(FAILED_LOGIN_PAUSE).await;
                 Err(AuthenticationError::BadPassword)
             }
         }
