@@ -388,16 +388,19 @@ fn refusals_logins_paths_and_read_only() {
         describe(&o)
     );
 
-    // Read-only: uploads refused with 550, ferry names the URL.
-    let local = out.path().join("ok");
+    // Read-only: uploads refused with 550, ferry names the URL. libunftp
+    // answers STOR with 150 before the storage refuses it; the server
+    // reads the data to the end so the client sees the 550, not a broken
+    // pipe (8 MiB: more than the socket buffers hold).
+    let local = out.path().join("big");
+    make_file(&local, 8 * MIB, 12);
     let o = curl(&s, Some(&alice), &args!["-T", &local, s.ftp_url("new.bin")]);
-    // libunftp answers STOR with 150 before the storage refuses it, so
-    // curl sees the 550 after the data connection (or a broken pipe).
     assert_ne!(
         o.status.code(),
         Some(0),
         "curl upload to a read-only server"
     );
+    assert!(stderr_text(&o).contains("550"), "{}", describe(&o));
     let mut all = args![
         "cp",
         "-q",
@@ -413,6 +416,7 @@ fn refusals_logins_paths_and_read_only() {
     let err = stderr_text(&o);
     assert!(err.contains("ftp://127.0.0.1:"), "names the URL: {err}");
     assert!(err.contains("550"), "gives the reply: {err}");
+    assert!(!err.contains("--resume"), "a refusal, not a cut: {err}");
     let o = curl(&s, Some(&alice), &args!["-Q", "DELE f.bin", s.ftp_url("")]);
     assert_ne!(o.status.code(), Some(0), "DELE on read-only");
     let o = curl(&s, Some(&alice), &args!["-Q", "MKD d", s.ftp_url("")]);

@@ -312,45 +312,25 @@ impl StorageBackend<FtpUser> for ConfinedFs {
         path: P,
         start_pos: u64,
     ) -> storage::Result<u64> {
-        writable(user)?;
         let client = path.as_ref().to_path_buf();
-        let r = self.resolve(&client, true)?;
-        let dest = r.real.clone();
-        if start_pos > 0 {
-            // REST n + STOR: continue the file in place.
-            let file = blocking(move || {
-                let mut f = OpenOptions::new()
-                    .write(true)
-                    .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-                    .open(&dest)?;
-                let m = f.metadata()?;
-                if !m.is_file() || start_pos > m.len() {
-                    return Err(Error::new(
-                        ErrorKind::PermanentFileNotAvailable,
-                        io::Error::other("REST offset past the end of the file"),
-                    ));
-                }
-                f.set_len(start_pos)?;
-                f.seek(SeekFrom::Start(start_pos))?;
-                Ok(f)
-            })
-            .await?;
-            return Ok(receive(input, file).await?);
-        }
-        let dest_real = dest.clone();
-        let (file, tmp) = blocking(move || {
-            if fs::symlink_metadata(&dest).is_ok_and(|m| m.is_dir()) {
-                return Err(Error::new(
-                    ErrorKind::PermanentFileNotAvailable,
-                    io::Error::other("a directory has this name"),
-                ));
+        let (file, fresh) = match self.prepare_put(user, &client, start_pos).await {
+            Ok(t) => t,
+            Err(e) => {
+                // libunftp has already answered 150 and the client is
+                // sending. Closing now would reset the connection under
+                // it (ferry cp, curl: "broken pipe", the 550 never read);
+                // read to the end instead, so the client gets the 550.
+                let mut input = input;
+                let _ = tokio::io::copy(&mut input, &mut tokio::io::sink()).await;
+                return Err(e);
             }
-            temp_file(&dest)
-        })
-        .await?;
+        };
         let received = receive(input, file).await;
+        let Some((tmp, r)) = fresh else {
+            return Ok(received?);
+        };
         let root = self.root.clone();
-        let tmp2 = tmp.clone();
+        let (tmp2, dest) = (tmp.clone(), r.real.clone());
         let done = blocking(move || {
             let n = received?;
             // Checked again: a symlink swapped in above the name meanwhile
@@ -367,8 +347,7 @@ impl StorageBackend<FtpUser> for ConfinedFs {
         })
         .await;
         if done.is_err() {
-            let keep = is_part_name(&dest_real);
-            let kept = keep && tokio::fs::rename(&tmp, &dest_real).await.is_ok();
+            let kept = is_part_name(&dest) && tokio::fs::rename(&tmp, &dest).await.is_ok();
             if kept {
                 tracing::info!(
                     "ftp: upload to {} was cut; the bytes that arrived are kept there for APPE to continue",
@@ -456,7 +435,56 @@ impl StorageBackend<FtpUser> for ConfinedFs {
     }
 }
 
+/// Where an upload's bytes go: the open file, and for a fresh upload the
+/// temporary name and the final one.
+type PutTarget = (fs::File, Option<(PathBuf, Resolved)>);
+
 impl ConfinedFs {
+    /// Every check an upload can fail before a byte is written: writable,
+    /// confined, not a directory; then the file to write.
+    async fn prepare_put(
+        &self,
+        user: &FtpUser,
+        client: &Path,
+        start_pos: u64,
+    ) -> storage::Result<PutTarget> {
+        writable(user)?;
+        let r = self.resolve(client, true)?;
+        let dest = r.real.clone();
+        if start_pos > 0 {
+            // REST n + STOR, or APPE: continue the file in place.
+            let file = blocking(move || {
+                let mut f = OpenOptions::new()
+                    .write(true)
+                    .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+                    .open(&dest)?;
+                let m = f.metadata()?;
+                if !m.is_file() || start_pos > m.len() {
+                    return Err(Error::new(
+                        ErrorKind::PermanentFileNotAvailable,
+                        io::Error::other("REST offset past the end of the file"),
+                    ));
+                }
+                f.set_len(start_pos)?;
+                f.seek(SeekFrom::Start(start_pos))?;
+                Ok(f)
+            })
+            .await?;
+            return Ok((file, None));
+        }
+        let (file, tmp) = blocking(move || {
+            if fs::symlink_metadata(&dest).is_ok_and(|m| m.is_dir()) {
+                return Err(Error::new(
+                    ErrorKind::PermanentFileNotAvailable,
+                    io::Error::other("a directory has this name"),
+                ));
+            }
+            temp_file(&dest)
+        })
+        .await?;
+        Ok((file, Some((tmp, r))))
+    }
+
     /// Open a regular file for RETR at `start_pos`, behind a large buffer.
     async fn open_read(
         &self,
