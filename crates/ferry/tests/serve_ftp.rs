@@ -610,3 +610,27 @@ fn upload_cut_then_resume_continues_with_appe() {
     );
     no_upload_leftovers(&s.root());
 }
+
+#[test]
+fn sigterm_closes_the_ftp_listener_and_idle_sessions_after_the_grace() {
+    use std::io::{BufRead, BufReader};
+    use std::net::TcpStream;
+    let mut s = FerryServe::start_ftp(&["--grace", "1"]);
+    let port = s.ftp_port.unwrap();
+    // An idle control connection: greeted, then silent.
+    let c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut r = BufReader::new(c.try_clone().unwrap());
+    let mut greeting = String::new();
+    r.read_line(&mut greeting).unwrap();
+    assert!(greeting.starts_with("220 "), "{greeting}");
+    let o = s.sigterm(Duration::from_secs(30));
+    assert_eq!(o.status.code(), Some(0), "{}", describe(&o));
+    let err = stderr_text(&o);
+    assert!(err.contains("SIGTERM"), "{err}");
+    assert!(err.contains("closing 1 connection"), "{err}");
+    // Gone: the session is closed and the listener too.
+    let mut rest = String::new();
+    assert_eq!(r.read_line(&mut rest).unwrap_or(0), 0, "{rest}");
+    assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
+}
