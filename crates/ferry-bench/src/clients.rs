@@ -413,8 +413,14 @@ pub fn command(
                     true,
                 ),
             };
-            let open = match ep.proto {
-                Proto::Ftp => format!("open -u anonymous, ftp://127.0.0.1:{}", ep.port),
+            let open = match (ep.proto, &ep.token) {
+                // ferry serve: explicit TLS required, the token as password.
+                (Proto::Ftp, Some(t)) => format!(
+                    "set ftp:ssl-force true; set ftp:ssl-protect-data true; set ssl:ca-file \"{}\"; open -u ferry,{t} ftp://127.0.0.1:{}",
+                    ep.cacert.display(),
+                    ep.port
+                ),
+                (Proto::Ftp, None) => format!("open -u anonymous, ftp://127.0.0.1:{}", ep.port),
                 _ => format!(
                     "set sftp:connect-program \"ssh -a -x -F {}\"; open -u {}, sftp://127.0.0.1:{}",
                     ep.ssh_config.display(),
@@ -453,10 +459,15 @@ pub fn command(
             plan(c, true)
         }
         "ferry-ftp" | "ferry-ftp-s8" => {
-            // Anonymous login (vsftpd's bench config); -r both ways, -P at
-            // its FTP default (8 control connections).
+            // Anonymous login (vsftpd's bench config), or TLS and the token
+            // (ferry serve); -r both ways, -P at its FTP default (8 control
+            // connections).
             let mut c = Command::new(&p.ferry);
             c.args(["cp", "-q", "-r"]);
+            if let Some(t) = &ep.token {
+                c.args(["--ssl-reqd", "--cacert"]).arg(&ep.cacert);
+                c.arg("-u").arg(format!("ferry:{t}"));
+            }
             if client.id == "ferry-ftp-s8" {
                 c.args(["--streams", "8"]);
             }
@@ -501,8 +512,15 @@ pub fn command(
             if client.id == "curl-Z" {
                 c.arg("--parallel");
             }
-            if let Some(t) = &ep.token {
-                c.arg("-H").arg(format!("Authorization: Bearer {t}"));
+            match (ep.proto, &ep.token) {
+                (Proto::Ftp, Some(t)) => {
+                    c.args(["--ssl-reqd", "--cacert"]).arg(&ep.cacert);
+                    c.arg("-u").arg(format!("ferry:{t}"));
+                }
+                (_, Some(t)) => {
+                    c.arg("-H").arg(format!("Authorization: Bearer {t}"));
+                }
+                (_, None) => {}
             }
             c.arg("-K").arg(&list);
             plan(c, true)

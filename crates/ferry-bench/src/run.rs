@@ -778,16 +778,28 @@ fn endpoints(
         }
         Err(_) => {}
     }
-    // FTP: vsftpd. Its passive data connections go straight to the server,
-    // around the link emulator, so under a profile FTP is not measured.
+    // FTP: ferry serve (TLS required, the token as the password), vsftpd.
+    // Passive data connections go straight to the server, around the link
+    // emulator, so under a profile FTP is not measured.
+    let ftp_na =
+        "FTP data connections would bypass the link emulator: FTP is measured on loopback only";
+    if let (Ok(f), Some(fp)) = (
+        &servers.ferry,
+        servers.ferry.as_ref().ok().and_then(|f| f.ftp_port),
+    ) {
+        let mut e = base(ServerKind::FerryServe, Proto::Ftp, fp, String::new());
+        e.cacert = f.cert_pem.clone();
+        e.token = Some(f.token.clone());
+        if profile.link().is_some() {
+            e.unavailable = Some(ftp_na.into());
+        }
+        out.push((ServerKind::FerryServe, Proto::Ftp, Ok(e)));
+    }
     match &servers.vsftpd {
         Ok(v) => {
             let mut e = base(ServerKind::Vsftpd, Proto::Ftp, v.port, srv_prefix.clone());
             if profile.link().is_some() {
-                e.unavailable = Some(
-                    "FTP data connections would bypass the link emulator: FTP is measured on loopback only"
-                        .into(),
-                );
+                e.unavailable = Some(ftp_na.into());
             }
             out.push((ServerKind::Vsftpd, Proto::Ftp, Ok(e)));
         }

@@ -134,12 +134,15 @@ pub fn self_signed_cert(dir: &Path) -> Result<(PathBuf, PathBuf)> {
     Ok((cert, key))
 }
 
-/// `ferry serve srv/ --sftp 127.0.0.1:0 --https 127.0.0.1:0 --writable`.
+/// `ferry serve srv/ --sftp 127.0.0.1:0 --https 127.0.0.1:0 --ftp 127.0.0.1:0
+/// --writable`.
 #[derive(Debug)]
 pub struct FerryServe {
     pub guard: Guard,
     pub sftp_port: u16,
     pub https_port: Option<u16>,
+    /// FTP with TLS required; the password is `token`.
+    pub ftp_port: Option<u16>,
     pub hostkey_line: String,
     pub cert_sha256: String,
     pub cert_pem: PathBuf,
@@ -161,6 +164,8 @@ impl FerryServe {
                 "--sftp",
                 "127.0.0.1:0",
                 "--https",
+                "127.0.0.1:0",
+                "--ftp",
                 "127.0.0.1:0",
                 "--writable",
             ])
@@ -187,6 +192,7 @@ impl FerryServe {
             guard,
             sftp_port: 0,
             https_port: None,
+            ftp_port: None,
             hostkey_line: String::new(),
             cert_sha256: String::new(),
             cert_pem: state.join("tls-cert.pem"),
@@ -205,6 +211,7 @@ impl FerryServe {
             match k {
                 "sftp" => s.sftp_port = port().unwrap_or(0),
                 "https" => s.https_port = port(),
+                "ftp" => s.ftp_port = port(),
                 "hostkey-line" => s.hostkey_line = v.to_string(),
                 "cert" => s.cert_sha256 = v.trim_start_matches("sha256:").to_string(),
                 "token" => s.token = v.to_string(),

@@ -1,6 +1,6 @@
-//! ferry's embedded server: one directory served over SFTP (SSH) and HTTPS
-//! (HTTP/1.1 and HTTP/2), with real authentication and every path
-//! confined to the directory.
+//! ferry's embedded server: one directory served over SFTP (SSH), HTTPS
+//! (HTTP/1.1 and HTTP/2) and, when asked, FTP with explicit TLS, with real
+//! authentication and every path confined to the directory.
 //!
 //! - [`Server::start`] binds the listeners (so address errors surface
 //!   before anything is printed), loads or creates the server's
@@ -10,7 +10,7 @@
 //!   the cores (docs/internals/server.md).
 //! - [`Root`] maps every client path into the served directory or refuses
 //!   it; [`sftp`] is the SFTP v3 server over `ferry-sftp`'s codec; [`http`]
-//!   is the HTTPS side.
+//!   is the HTTPS side; [`ftp`] is FTP/FTPS over libunftp.
 //! - [`Server::shutdown`] stops accepting and gives running transfers a
 //!   grace period.
 //!
@@ -24,6 +24,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod confine;
+pub mod ftp;
 pub mod http;
 pub mod identity;
 mod readnow;
@@ -51,6 +52,9 @@ pub struct ServeOptions {
     pub https: Option<SocketAddr>,
     /// Plain HTTP, only when asked.
     pub http: Option<SocketAddr>,
+    /// FTP with explicit TLS (`AUTH TLS`), only when asked.
+    pub ftp: Option<SocketAddr>,
+    pub ftp_opts: ftp::FtpOptions,
     pub writable: bool,
     pub state_dir: PathBuf,
     pub authorized_keys: PathBuf,
@@ -78,6 +82,8 @@ impl ServeOptions {
             sftp: Some(SocketAddr::from(([127, 0, 0, 1], 2222))),
             https: Some(SocketAddr::from(([127, 0, 0, 1], 8443))),
             http: None,
+            ftp: None,
+            ftp_opts: ftp::FtpOptions::default(),
             writable: false,
             state_dir: identity::default_state_dir(),
             authorized_keys: home.join(".ssh").join("authorized_keys"),
@@ -114,6 +120,15 @@ pub enum ServeError {
 enum Job {
     Ssh(std::net::TcpStream, SocketAddr),
     Http(std::net::TcpStream, SocketAddr, Proto),
+    Ftp(std::net::TcpStream, SocketAddr),
+}
+
+/// Which listener a connection came in on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Ssh,
+    Http(Proto),
+    Ftp,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,6 +152,8 @@ pub struct Server {
     pub sftp_addr: Option<SocketAddr>,
     pub https_addr: Option<SocketAddr>,
     pub http_addr: Option<SocketAddr>,
+    pub ftp_addr: Option<SocketAddr>,
+    ftp_allow_plain: bool,
     root: PathBuf,
     writable: bool,
     public: bool,
@@ -177,9 +194,19 @@ impl Server {
         let ssh_l = opts.sftp.map(|a| bind(a, "SFTP")).transpose()?;
         let https_l = opts.https.map(|a| bind(a, "HTTPS")).transpose()?;
         let http_l = opts.http.map(|a| bind(a, "HTTP")).transpose()?;
+        let ftp_l = opts.ftp.map(|a| bind(a, "FTP")).transpose()?;
         let local =
             |l: &Option<std::net::TcpListener>| l.as_ref().and_then(|l| l.local_addr().ok());
         let (sftp_addr, https_addr, http_addr) = (local(&ssh_l), local(&https_l), local(&http_l));
+        let ftp_addr = local(&ftp_l);
+        let (cert_path, key_path) = match &opts.tls_cert {
+            Some((c, k)) => (c.clone(), k.clone()),
+            None => (
+                opts.state_dir.join("tls-cert.pem"),
+                opts.state_dir.join("tls-key.pem"),
+            ),
+        };
+        let cert_path = std::path::absolute(&cert_path).unwrap_or(cert_path);
 
         let (stop_tx, stopping) = tokio::sync::watch::channel(false);
         let shared = Arc::new(Shared {
@@ -190,6 +217,25 @@ impl Server {
             stopping,
             digests: Arc::new(http::digest::Digests::new()),
         });
+        let ftp = if ftp_l.is_some() {
+            Some(Arc::new(
+                ftp::FtpService::new(
+                    root.clone(),
+                    ftp::auth::TokenAuth {
+                        token: identity.token.clone(),
+                        user: opts.user.clone(),
+                        writable: opts.writable,
+                        public: opts.public,
+                    },
+                    cert_path.clone(),
+                    key_path,
+                    opts.ftp_opts.clone(),
+                )
+                .map_err(ServeError::Setup)?,
+            ))
+        } else {
+            None
+        };
         let sftp_cfg = Arc::new(sftp::SessionConfig {
             root,
             writable: opts.writable,
@@ -235,6 +281,7 @@ impl Server {
             let sftp_cfg = sftp_cfg.clone();
             let https = https.clone();
             let plain = plain.clone();
+            let ftp = ftp.clone();
             let worker_live = live.clone();
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -285,6 +332,17 @@ impl Server {
                                         svc.serve(s, peer).await;
                                     });
                                 }
+                                Job::Ftp(s, peer) => {
+                                    let Some(svc) = ftp.clone() else { continue };
+                                    tokio::spawn(async move {
+                                        let _live = live;
+                                        let Ok(s) = tokio::net::TcpStream::from_std(s) else {
+                                            return;
+                                        };
+                                        let _ = s.set_nodelay(true);
+                                        svc.serve(s, peer).await;
+                                    });
+                                }
                             }
                         }
                         // The acceptor has stopped (shutdown). Returning
@@ -313,7 +371,7 @@ impl Server {
                 .name("ferry-accept".into())
                 .spawn(move || {
                     rt.block_on(accept_loop(
-                        [ssh_l, https_l, http_l],
+                        [ssh_l, https_l, http_l, ftp_l],
                         workers,
                         stop,
                         live,
@@ -327,16 +385,12 @@ impl Server {
             sftp_addr,
             https_addr,
             http_addr,
+            ftp_addr,
+            ftp_allow_plain: opts.ftp_opts.allow_plain,
             root: opts.root,
             writable: opts.writable,
             public: opts.public,
-            cert_path: {
-                let c = match &opts.tls_cert {
-                    Some((c, _)) => c.clone(),
-                    None => opts.state_dir.join("tls-cert.pem"),
-                };
-                std::path::absolute(&c).unwrap_or(c)
-            },
+            cert_path,
             stop,
             stop_tx,
             live,
@@ -360,6 +414,9 @@ impl Server {
         }
         if let Some(a) = self.http_addr {
             b.push_str(&format!("http {a}\n"));
+        }
+        if let Some(a) = self.ftp_addr {
+            b.push_str(&format!("ftp {a}\n"));
         }
         b.push_str(&format!(
             "hostkey {}\n",
@@ -413,6 +470,26 @@ impl Server {
                 host_port(a),
             ));
         }
+        if let Some(a) = self.ftp_addr {
+            let hp = host_port(a);
+            let (cert, token) = (&self.identity.cert_sha256, &self.identity.token);
+            if self.ftp_allow_plain {
+                b.push_str(&format!(
+                    "  FTP    ftp://{hp}/   TLS offered (AUTH TLS), plain FTP allowed: without TLS the password travels in the clear\n"
+                ));
+            } else {
+                b.push_str(&format!(
+                    "  FTP    ftp://{hp}/   TLS required (AUTH TLS), certificate sha256:{cert}\n"
+                ));
+            }
+            b.push_str(&format!(
+                "         user: any name, password: the token\n         ferry cp --ssl-reqd --pin sha256:{cert} -u ferry:{token} ftp://{hp}/FILE .\n         curl --ssl-reqd --cacert {} -u ferry:{token} -O ftp://{hp}/FILE\n",
+                self.cert_path.display(),
+            ));
+            if self.public {
+                b.push_str("         (--public: user anonymous may read, never write)\n");
+            }
+        }
         b
     }
 
@@ -446,17 +523,18 @@ fn host_port(a: SocketAddr) -> String {
 }
 
 async fn accept_loop(
-    listeners: [Option<std::net::TcpListener>; 3],
+    listeners: [Option<std::net::TcpListener>; 4],
     workers: Vec<tokio::sync::mpsc::UnboundedSender<(Job, Live)>>,
     stop: Arc<AtomicBool>,
     live: Arc<AtomicUsize>,
     max: usize,
 ) {
-    let [ssh_l, https_l, http_l] = listeners;
+    let [ssh_l, https_l, http_l, ftp_l] = listeners;
     let to_tokio = |l: Option<std::net::TcpListener>| {
         l.and_then(|l| tokio::net::TcpListener::from_std(l).ok())
     };
     let (ssh_l, https_l, http_l) = (to_tokio(ssh_l), to_tokio(https_l), to_tokio(http_l));
+    let ftp_l = to_tokio(ftp_l);
     async fn accept(
         l: &Option<tokio::net::TcpListener>,
     ) -> std::io::Result<(tokio::net::TcpStream, SocketAddr)> {
@@ -469,9 +547,10 @@ async fn accept_loop(
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     loop {
         let (res, kind) = tokio::select! {
-            r = accept(&ssh_l) => (r, None),
-            r = accept(&https_l) => (r, Some(Proto::Https)),
-            r = accept(&http_l) => (r, Some(Proto::Http)),
+            r = accept(&ssh_l) => (r, Kind::Ssh),
+            r = accept(&https_l) => (r, Kind::Http(Proto::Https)),
+            r = accept(&http_l) => (r, Kind::Http(Proto::Http)),
+            r = accept(&ftp_l) => (r, Kind::Ftp),
             _ = tick.tick() => {
                 if stop.load(Ordering::Acquire) {
                     return;
@@ -501,8 +580,9 @@ async fn accept_loop(
         live.fetch_add(1, Ordering::AcqRel);
         let guard = Live(live.clone());
         let job = match kind {
-            None => Job::Ssh(std_stream, peer),
-            Some(p) => Job::Http(std_stream, peer, p),
+            Kind::Ssh => Job::Ssh(std_stream, peer),
+            Kind::Http(p) => Job::Http(std_stream, peer, p),
+            Kind::Ftp => Job::Ftp(std_stream, peer),
         };
         if workers.is_empty() {
             return;

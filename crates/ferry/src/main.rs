@@ -44,7 +44,7 @@ enum Cmd {
     /// Copy files between local paths and sftp:// URLs (or scp-style host:path), http(s):// or ftp(s):// URLs.
     #[command(arg_required_else_help = true)]
     Cp(CpArgs),
-    /// Serve a directory over SFTP (SSH) and HTTPS, authenticated, read-only by default.
+    /// Serve a directory over SFTP (SSH), HTTPS and, with --ftp, FTPS; authenticated, read-only by default.
     Serve(serve::ServeArgs),
     /// The scorecard: ferry and the installed peers (OpenSSH, curl, aria2,
     /// lftp, rclone; sshd, nginx, vsftpd) on the standard data sets,
@@ -167,7 +167,9 @@ fn init_logging(verbose: u8) {
         // suppaftp logs a failed TLS shutdown as an error; ferry reports
         // the failure itself.
         0 => "warn,suppaftp=off",
-        1 => "info,russh=warn",
+        // libunftp (ferry serve --ftp) logs every command at info, with
+        // its whole session state in the span.
+        1 => "info,russh=warn,libunftp=warn",
         _ => "debug",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("FERRY_LOG")

@@ -20,6 +20,22 @@ pub struct ServeArgs {
     /// Also serve plain, unencrypted HTTP on this address.
     #[arg(long, value_name = "ADDR")]
     http: Option<SocketAddr>,
+    /// Also serve FTP on this address, with explicit TLS (AUTH TLS) required
+    /// for the login and every transfer. User: any name (or --user);
+    /// password: the token. Implicit FTPS (port 990 style) is not offered.
+    #[arg(long, value_name = "ADDR")]
+    ftp: Option<SocketAddr>,
+    /// Let FTP clients log in and transfer without TLS too. Passwords (the
+    /// token) and data then travel in the clear.
+    #[arg(long, requires = "ftp")]
+    ftp_allow_plain: bool,
+    /// Ports for FTP passive data connections.
+    #[arg(long, value_name = "LO-HI", default_value = "49152-65535", value_parser = ferry_server::ftp::parse_port_range)]
+    ftp_passive_ports: std::ops::RangeInclusive<u16>,
+    /// Close an FTP session after this many seconds without a command (a
+    /// running transfer keeps it open).
+    #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+    ftp_idle_timeout: u64,
     /// Do not serve SFTP.
     #[arg(long)]
     no_sftp: bool,
@@ -39,10 +55,12 @@ pub struct ServeArgs {
     /// Public keys allowed to log in over SSH [default: ~/.ssh/authorized_keys].
     #[arg(long, value_name = "FILE")]
     authorized_keys: Option<PathBuf>,
-    /// Only this SSH user name may log in (default: any, with an authorized key).
+    /// Only this user name may log in over SSH and FTP (default: any, with an
+    /// authorized key or, over FTP, the token).
     #[arg(long, value_name = "NAME")]
     user: Option<String>,
-    /// HTTPS bearer token [default: generated once, kept in the state directory].
+    /// HTTPS bearer token, also the FTP password [default: generated once,
+    /// kept in the state directory].
     #[arg(
         long,
         value_name = "TOKEN",
@@ -50,7 +68,8 @@ pub struct ServeArgs {
         hide_env_values = true
     )]
     token: Option<String>,
-    /// Let anyone read over HTTP(S) without the token (writes still need it).
+    /// Let anyone read over HTTP(S) without the token, and over FTP as user
+    /// `anonymous` (writes still need it).
     #[arg(long)]
     public: bool,
     /// A real TLS certificate chain (PEM) instead of the self-signed one.
@@ -75,6 +94,10 @@ pub fn run(args: ServeArgs) -> i32 {
     opts.sftp = (!args.no_sftp).then_some(args.sftp);
     opts.https = (!args.no_https).then_some(args.https);
     opts.http = args.http;
+    opts.ftp = args.ftp;
+    opts.ftp_opts.allow_plain = args.ftp_allow_plain;
+    opts.ftp_opts.passive_ports = args.ftp_passive_ports;
+    opts.ftp_opts.idle_timeout = Duration::from_secs(args.ftp_idle_timeout.max(1));
     opts.writable = args.writable;
     if let Some(d) = args.state_dir {
         opts.state_dir = d;
@@ -92,8 +115,10 @@ pub fn run(args: ServeArgs) -> i32 {
     opts.tls_cert = args.tls_cert.zip(args.tls_key);
     opts.max_connections = args.max_connections.max(1);
     opts.sftp_limits.max_handles = args.max_handles.max(1);
-    if opts.sftp.is_none() && opts.https.is_none() && opts.http.is_none() {
-        eprintln!("ferry serve: nothing to serve (--no-sftp and --no-https without --http)");
+    if opts.sftp.is_none() && opts.https.is_none() && opts.http.is_none() && opts.ftp.is_none() {
+        eprintln!(
+            "ferry serve: nothing to serve (--no-sftp and --no-https without --http or --ftp)"
+        );
         return 2;
     }
     if opts.sftp.is_some() && !opts.authorized_keys.exists() {

@@ -1,6 +1,7 @@
 //! `ferry serve` started as a real process on 127.0.0.1 port 0, with its
 //! own served root, state directory and client key in a temporary
-//! directory; its banner parsed; killed by PID when dropped.
+//! directory; its banner parsed; killed by PID when dropped. FTP is on
+//! when the arguments have `--ftp ADDR` ([`FerryServe::start_ftp`]).
 use std::ffi::OsString;
 use std::fs;
 use std::io::{BufRead, BufReader, Read};
@@ -20,6 +21,7 @@ pub struct FerryServe {
     pub sftp_port: Option<u16>,
     pub https_port: Option<u16>,
     pub http_port: Option<u16>,
+    pub ftp_port: Option<u16>,
     pub hostkey_line: String,
     pub hostkey_fp: String,
     pub cert_sha256: String,
@@ -52,6 +54,7 @@ impl FerryServe {
             sftp_port: None,
             https_port: None,
             http_port: None,
+            ftp_port: None,
             hostkey_line: String::new(),
             hostkey_fp: String::new(),
             cert_sha256: String::new(),
@@ -118,6 +121,7 @@ impl FerryServe {
                         "sftp" => self.sftp_port = port_of(v),
                         "https" => self.https_port = port_of(v),
                         "http" => self.http_port = port_of(v),
+                        "ftp" => self.ftp_port = port_of(v),
                         "hostkey" => self.hostkey_fp = v.to_string(),
                         "hostkey-line" => self.hostkey_line = v.to_string(),
                         "cert" => self.cert_sha256 = v.trim_start_matches("sha256:").to_string(),
@@ -143,6 +147,13 @@ impl FerryServe {
             )
             .unwrap_or_else(|e| panic!("known_hosts: {e}"));
         }
+    }
+
+    /// [`FerryServe::start`] with FTP on 127.0.0.1 port 0 too.
+    pub fn start_ftp(args: &[&str]) -> FerryServe {
+        let mut all = vec!["--ftp", "127.0.0.1:0"];
+        all.extend_from_slice(args);
+        FerryServe::start(&all)
     }
 
     /// Kill and start again on the same root, state and ports (clients'
@@ -192,6 +203,36 @@ impl FerryServe {
             self.https_port.unwrap_or(0),
             path.trim_start_matches('/')
         )
+    }
+
+    /// `ftp://127.0.0.1:PORT/path` (the path as given: percent-encode it).
+    pub fn ftp_url(&self, path: &str) -> String {
+        format!(
+            "ftp://127.0.0.1:{}/{}",
+            self.ftp_port.unwrap_or(0),
+            path.trim_start_matches('/')
+        )
+    }
+
+    /// `ferry cp -q --ssl-reqd --pin sha256:CERT -u ferry:TOKEN ARGS...`:
+    /// FTPS with the token as the password.
+    pub fn ftp_cp(&self, args: &[OsString]) -> Output {
+        let mut all = args![
+            "cp",
+            "-q",
+            "--ssl-reqd",
+            "--pin",
+            format!("sha256:{}", self.cert_sha256),
+            "-u",
+            format!("ferry:{}", self.token),
+        ];
+        all.extend(args.iter().cloned());
+        ferry_in(&self.home(), &all, &[])
+    }
+
+    /// The served certificate (PEM), for `curl --cacert`.
+    pub fn cert_pem(&self) -> PathBuf {
+        self.dir.path().join("state/tls-cert.pem")
     }
 
     /// `ferry cp -q --pin sha256:CERT [--token TOKEN] ARGS...` over HTTPS.
