@@ -862,21 +862,28 @@ impl http_body::Body for FileBody {
             return Poll::Ready(None);
         }
         let n = self.left.min(UPLOAD_PIECE) as usize;
-        let mut buf = vec![0u8; n];
+        // The piece starts half a page off the page offset rustls copies
+        // it to (crate::tls::PLAINTEXT_PAGE_OFFSET).
+        let mut buf: Vec<u8> = Vec::with_capacity(n + 4096);
+        let skew = crate::tls::skew_to(&buf, 0, crate::tls::PLAINTEXT_PAGE_OFFSET);
+        buf.resize(skew + n, 0);
         // A local read from the page cache: cheap enough to do in place.
-        match self.file.read_at(&mut buf, self.at) {
+        let Some(dst) = buf.get_mut(skew..) else {
+            return Poll::Ready(Some(Err(std::io::Error::other("internal: upload buffer"))));
+        };
+        match self.file.read_at(dst, self.at) {
             Ok(0) => Poll::Ready(Some(Err(std::io::Error::new(
                 std::io::ErrorKind::UnexpectedEof,
                 "the file shrank during the upload",
             )))),
             Ok(k) => {
-                buf.truncate(k);
+                buf.truncate(skew + k);
                 self.at += k as u64;
                 self.left -= k as u64;
                 if let Some(p) = &self.progress {
                     p(k as u64);
                 }
-                Poll::Ready(Some(Ok(Frame::data(Bytes::from(buf)))))
+                Poll::Ready(Some(Ok(Frame::data(Bytes::from(buf).slice(skew..)))))
             }
             Err(e) => Poll::Ready(Some(Err(e))),
         }
