@@ -248,6 +248,25 @@ pub fn handshake_error(origin: &str, e: std::io::Error) -> HttpError {
     }
 }
 
+/// How many bytes to leave at the front of `buf` (which must have 4 KiB of
+/// spare capacity for it) so that what follows a `head` of `head` bytes
+/// starts at `page_offset` within a 4 KiB page.
+pub fn skew_to(buf: &[u8], head: usize, page_offset: usize) -> usize {
+    let at = (buf.as_ptr() as usize).wrapping_add(head) % 4096;
+    (page_offset % 4096 + 4096 - at) % 4096
+}
+
+/// Where plaintext headed for rustls should start within a 4 KiB page. rustls copies each record's
+/// plaintext into a fresh buffer, 5 bytes past the start of a block that
+/// mimalloc places on a page boundary (16 KiB records fall in its 20 KiB
+/// size class). When the source also starts on a page boundary, the
+/// destination runs 5 bytes ahead of it modulo 4 KiB, and every load
+/// waits on a store to the same page offset ("4K aliasing"): that copy
+/// alone was a third of ferry serve's CPU on an HTTP/1.1 download. ferry
+/// serve's file bodies and ferry cp's upload bodies are read to here. Half a
+/// page apart, the copy runs at memory speed.
+pub const PLAINTEXT_PAGE_OFFSET: usize = 2048 + 5;
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -269,22 +288,3 @@ mod tests {
         assert!(parse_pin(&format!("sha256:{}", "zz".repeat(32))).is_err());
     }
 }
-
-/// How many bytes to leave at the front of `buf` (which must have 4 KiB of
-/// spare capacity for it) so that what follows a `head` of `head` bytes
-/// starts at `page_offset` within a 4 KiB page.
-pub fn skew_to(buf: &[u8], head: usize, page_offset: usize) -> usize {
-    let at = (buf.as_ptr() as usize).wrapping_add(head) % 4096;
-    (page_offset % 4096 + 4096 - at) % 4096
-}
-
-/// Where plaintext headed for rustls should start within a 4 KiB page. rustls copies each record's
-/// plaintext into a fresh buffer, 5 bytes past the start of a block that
-/// mimalloc places on a page boundary (16 KiB records fall in its 20 KiB
-/// size class). When the source also starts on a page boundary, the
-/// destination runs 5 bytes ahead of it modulo 4 KiB, and every load
-/// waits on a store to the same page offset ("4K aliasing"): that copy
-/// alone was a third of ferry serve's CPU on an HTTP/1.1 download. ferry
-/// serve's file bodies and ferry cp's upload bodies are read to here. Half a
-/// page apart, the copy runs at memory speed.
-pub const PLAINTEXT_PAGE_OFFSET: usize = 2048 + 5;
