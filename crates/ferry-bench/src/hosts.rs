@@ -104,7 +104,13 @@ impl Tuning {
             v.extend(["-P".to_string(), p.to_string()]);
         }
         if let Some(c) = self.chunk {
-            v.extend(["--chunk".to_string(), c.to_string()]);
+            // ferry cp reads "256k" as 262144.
+            let c = if c % 1024 == 0 {
+                format!("{}k", c / 1024)
+            } else {
+                c.to_string()
+            };
+            v.extend(["--chunk".to_string(), c]);
         }
         if let Some(d) = self.depth {
             v.extend(["--depth".to_string(), d.to_string()]);
@@ -123,32 +129,7 @@ impl Tuning {
 
     /// "--streams 4 -P 16 --chunk 256k", or "defaults".
     pub fn describe(&self) -> String {
-        let mut v = Vec::new();
-        if let Some(s) = self.streams {
-            v.push(format!("--streams {s}"));
-        }
-        if let Some(p) = self.parallel {
-            v.push(format!("-P {p}"));
-        }
-        if let Some(c) = self.chunk {
-            v.push(if c % 1024 == 0 {
-                format!("--chunk {}k", c / 1024)
-            } else {
-                format!("--chunk {c}")
-            });
-        }
-        if let Some(d) = self.depth {
-            v.push(format!("--depth {d}"));
-        }
-        if let Some(h) = self.http {
-            v.push(h.flag().to_string());
-        }
-        if self.compressed == Some(true) {
-            v.push("--compressed".to_string());
-        }
-        if self.compress == Some(true) {
-            v.push("-C".to_string());
-        }
+        let v = self.flags();
         if v.is_empty() {
             "defaults".into()
         } else {
