@@ -20,24 +20,6 @@ use std::time::{Duration, Instant};
 use common::serve::FerryServe;
 use common::*;
 
-fn have(prog: &str) -> bool {
-    Command::new(prog)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-macro_rules! need {
-    ($prog:expr) => {
-        if !have($prog) {
-            eprintln!("SKIP: {} is not installed", $prog);
-            return;
-        }
-    };
-}
-
 /// Names that break naive clients: spaces, unicode, a leading dot, empty
 /// files and an empty directory, a nested directory.
 fn odd_tree(root: &Path) {

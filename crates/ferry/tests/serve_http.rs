@@ -19,28 +19,6 @@ use std::time::{Duration, Instant};
 use common::serve::FerryServe;
 use common::*;
 
-fn have(prog: &str) -> bool {
-    Command::new(prog)
-        .arg(if prog == "openssl" {
-            "version"
-        } else {
-            "--version"
-        })
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-macro_rules! need {
-    ($prog:expr) => {
-        if !have($prog) {
-            eprintln!("SKIP: {} is not installed", $prog);
-            return;
-        }
-    };
-}
-
 /// How a request authenticates.
 #[derive(Clone, Copy)]
 enum Tok<'a> {

@@ -22,6 +22,31 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tempfile::TempDir;
 
+/// Whether `prog` runs (`--version`; `openssl version`).
+pub fn have(prog: &str) -> bool {
+    Command::new(prog)
+        .arg(if prog == "openssl" {
+            "version"
+        } else {
+            "--version"
+        })
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Skip the test (return) when `prog` is not installed.
+#[allow(unused_macros)]
+macro_rules! need {
+    ($prog:expr) => {
+        if !$crate::common::have($prog) {
+            eprintln!("SKIP: {} is not installed", $prog);
+            return;
+        }
+    };
+}
+
 pub const SSHD_BIN: &str = "/usr/sbin/sshd";
 pub const SFTP_SERVER: &str = "/usr/lib/openssh/sftp-server";
 /// Passphrase of [`Sshd::key_encrypted`].
