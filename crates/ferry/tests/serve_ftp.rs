@@ -202,10 +202,7 @@ fn streams_4_ranges_and_resume_of_a_partial_download() {
         assert!(Instant::now() < deadline, "the part file never grew");
         thread::sleep(Duration::from_millis(1));
     }
-    let _ = Command::new("kill")
-        .args(["-KILL", &child.pid().to_string()])
-        .status();
-    let _ = child.wait();
+    let _ = child.kill();
     let had = fs::metadata(&part).unwrap().len();
     assert!(!dst.exists(), "nothing under the final name");
     let o = s.ftp_cp(&args!["--resume", "--json", s.ftp_url("big.bin"), &dst]);
@@ -499,9 +496,7 @@ fn client_killed_mid_upload_leaves_nothing_under_the_final_name() {
         thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(read(&s.root().join("final.bin")), b"the old version");
-    let _ = Command::new("kill")
-        .args(["-KILL", &child.id().to_string()])
-        .status();
+    let _ = child.kill();
     let _ = child.wait();
     drop(stdin);
     // The server notices the cut and removes its temporary file.
@@ -563,10 +558,7 @@ fn upload_cut_then_resume_continues_with_appe() {
         assert!(Instant::now() < deadline, "the upload never started");
         thread::sleep(Duration::from_millis(1));
     }
-    let _ = Command::new("kill")
-        .args(["-KILL", &child.pid().to_string()])
-        .status();
-    let _ = child.wait();
+    let _ = child.kill();
     // The server keeps what arrived under the client's part name (a name
     // that says "partial"), never under the final one.
     let deadline = Instant::now() + Duration::from_secs(30);

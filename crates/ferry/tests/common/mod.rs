@@ -456,6 +456,12 @@ impl FerryChild {
         self.child.id()
     }
 
+    /// SIGKILL it (a client cut off mid-copy) and collect what it said.
+    pub fn kill(mut self) -> Output {
+        let _ = self.child.kill();
+        self.wait()
+    }
+
     /// `Some(status)` once the process has exited.
     pub fn try_wait(&mut self) -> Option<ExitStatus> {
         self.child.try_wait().ok().flatten()
