@@ -334,7 +334,7 @@ fn longname(name: &str, m: &fs::Metadata) -> String {
         perms.push(if bits & 2 != 0 { 'w' } else { '-' });
         perms.push(if bits & 1 != 0 { 'x' } else { '-' });
     }
-    let (y, mo, d, h, mi) = civil(m.mtime());
+    let (y, mo, d, h, mi, _) = ferry_sftp::civil(m.mtime());
     const MONTHS: [&str; 12] = [
         "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
     ];
@@ -346,23 +346,6 @@ fn longname(name: &str, m: &fs::Metadata) -> String {
         m.gid(),
         m.size()
     )
-}
-
-/// (year, month, day, hour, minute) in UTC from a Unix time.
-fn civil(t: i64) -> (i64, u32, u32, u32, u32) {
-    let days = t.div_euclid(86400);
-    let secs = t.rem_euclid(86400);
-    // Howard Hinnant's days-to-civil.
-    let z = days + 719468;
-    let era = z.div_euclid(146097);
-    let doe = z - era * 146097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d, (secs / 3600) as u32, ((secs % 3600) / 60) as u32)
 }
 
 fn apply_attrs(path: &std::path::Path, file: Option<&File>, a: &FileAttrs) -> io::Result<()> {
@@ -1092,8 +1075,8 @@ mod tests {
 
     #[test]
     fn civil_dates() {
-        assert_eq!(civil(0), (1970, 1, 1, 0, 0));
-        assert_eq!(civil(1_700_000_000), (2023, 11, 14, 22, 13));
+        assert_eq!(ferry_sftp::civil(0), (1970, 1, 1, 0, 0, 0));
+        assert_eq!(ferry_sftp::civil(1_700_000_000), (2023, 11, 14, 22, 13, 20));
     }
 
     #[test]

@@ -50,7 +50,7 @@ mod packet;
 mod table;
 mod wire;
 
-pub use attrs::FileAttrs;
+pub use attrs::{civil, FileAttrs};
 pub use consts::StatusCode;
 pub use ext::{Limits, Statvfs};
 pub use framer::{FrameError, Framer};
