@@ -15,6 +15,8 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 
+use ferry_http::tls::{skew_to, PLAINTEXT_PAGE_OFFSET};
+
 /// How a file may be read on the async thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Inline {
@@ -43,10 +45,10 @@ impl Inline {
 /// say turns `how` into [`Inline::Never`].
 ///
 /// The bytes start at offset [`Placed::skew`] of the returned buffer, so
-/// that they sit at [`SRC_PAGE_OFFSET`] within a 4 KiB page (see there).
+/// that they sit at [`PLAINTEXT_PAGE_OFFSET`] within a 4 KiB page (see there).
 pub fn read_now(file: &File, at: u64, n: usize, how: &mut Inline) -> io::Result<Placed> {
     let mut buf: Vec<u8> = Vec::with_capacity(n + 4096);
-    let skew = skew_to(&buf, 0, SRC_PAGE_OFFSET);
+    let skew = skew_to(&buf, 0, PLAINTEXT_PAGE_OFFSET);
     buf.resize(skew + n, 0);
     let mut got = 0;
     while got < n && *how != Inline::Never {
@@ -97,8 +99,6 @@ impl Placed {
     }
 }
 
-pub use ferry_http::tls::{skew_to, PLAINTEXT_PAGE_OFFSET as SRC_PAGE_OFFSET};
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -113,7 +113,7 @@ mod tests {
         let mut how = Inline::for_file(&file);
         let buf = read_now(&file, 6, 5, &mut how).unwrap();
         let at = buf.buf.as_ptr() as usize + buf.skew;
-        assert_eq!(at % 4096, SRC_PAGE_OFFSET);
+        assert_eq!(at % 4096, PLAINTEXT_PAGE_OFFSET);
         if how != Inline::Never {
             assert_eq!(buf.data(), b"world");
             let buf = read_now(&file, 6, 100, &mut how).unwrap();

@@ -534,9 +534,9 @@ impl Session {
                 // page offset: 13 bytes off (the DATA header in front on a
                 // page-aligned buffer), the kernel's copy stalled on 4K
                 // aliasing and took a third of the server's CPU
-                // (readnow::SRC_PAGE_OFFSET has the story).
+                // (ferry_http::tls::PLAINTEXT_PAGE_OFFSET has the story).
                 let mut buf: Vec<u8> = Vec::with_capacity(4096 + DATA_PREFIX_LEN + len);
-                let skew = crate::readnow::skew_to(&buf, DATA_PREFIX_LEN, 2048);
+                let skew = ferry_http::tls::skew_to(&buf, DATA_PREFIX_LEN, 2048);
                 let head = skew + DATA_PREFIX_LEN;
                 buf.resize(head, 0);
                 // pread may return short; fill what the file has.
