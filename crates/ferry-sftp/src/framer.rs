@@ -25,8 +25,15 @@ impl std::fmt::Display for FrameError {
 
 impl std::error::Error for FrameError {}
 
+/// Reassembles packets. Bytes pushed with [`Framer::push_bytes`] are kept
+/// as they came while nothing else is buffered, and the packets that lie
+/// whole inside them are returned as slices of them, without a copy; only
+/// a packet that spans pieces is copied together.
 #[derive(Debug)]
 pub struct Framer {
+    /// Received, not yet returned; the front of the stream.
+    head: Bytes,
+    /// The rest of the stream: always empty while `head` is not.
     buf: BytesMut,
     max_len: u32,
 }
@@ -35,25 +42,71 @@ impl Framer {
     /// `max_len`: the largest packet accepted, length field excluded.
     pub fn new(max_len: u32) -> Self {
         Framer {
-            buf: BytesMut::with_capacity(64 * 1024),
+            head: Bytes::new(),
+            buf: BytesMut::new(),
             max_len,
         }
     }
 
     /// Append bytes received from the peer.
     pub fn push(&mut self, data: &[u8]) {
+        self.spill();
         self.buf.extend_from_slice(data);
+    }
+
+    /// Append bytes received from the peer, keeping them without a copy
+    /// when nothing else is buffered.
+    pub fn push_bytes(&mut self, data: Bytes) {
+        if self.head.is_empty() && self.buf.is_empty() {
+            self.head = data;
+        } else {
+            self.push(&data);
+        }
+    }
+
+    /// Move `head` into `buf` (the copy that a packet spanning two pieces
+    /// needs).
+    fn spill(&mut self) {
+        if !self.head.is_empty() {
+            let head = std::mem::take(&mut self.head);
+            self.buf.extend_from_slice(&head);
+        }
     }
 
     /// Bytes received but not yet returned as a frame.
     pub fn buffered(&self) -> usize {
-        self.buf.len()
+        self.head.len() + self.buf.len()
     }
 
     /// The next complete packet (type byte first, length prefix removed), if
     /// one is in. Errors are final: the stream cannot be resynchronised.
     pub fn next_frame(&mut self) -> Result<Option<Bytes>, FrameError> {
-        let Some(&[a, b, c, d]) = self.buf.get(..4) else {
+        if !self.head.is_empty() {
+            match self.frame_len(&self.head)? {
+                Some(len) if self.head.len() >= 4 + len => {
+                    self.head.advance(4);
+                    return Ok(Some(self.head.split_to(len)));
+                }
+                _ => self.spill(),
+            }
+        }
+        let Some(len) = self.frame_len(&self.buf)? else {
+            return Ok(None);
+        };
+        let total = 4 + len;
+        if self.buf.len() < total {
+            // Reserve once for the whole packet instead of growing in steps.
+            self.buf.reserve(total - self.buf.len());
+            return Ok(None);
+        }
+        self.buf.advance(4);
+        Ok(Some(self.buf.split_to(len).freeze()))
+    }
+
+    /// The length of the packet at the start of `data`, once its four
+    /// bytes are in, checked against the limit.
+    fn frame_len(&self, data: &[u8]) -> Result<Option<usize>, FrameError> {
+        let Some(&[a, b, c, d]) = data.get(..4) else {
             return Ok(None);
         };
         let len = u32::from_be_bytes([a, b, c, d]);
@@ -66,13 +119,6 @@ impl Framer {
                 max: self.max_len,
             });
         }
-        let total = 4 + len as usize;
-        if self.buf.len() < total {
-            // Reserve once for the whole packet instead of growing in steps.
-            self.buf.reserve(total - self.buf.len());
-            return Ok(None);
-        }
-        self.buf.advance(4);
-        Ok(Some(self.buf.split_to(len as usize).freeze()))
+        Ok(Some(len as usize))
     }
 }

@@ -568,6 +568,78 @@ fn framer_reassembles_packets_split_anywhere() {
     }
 }
 
+#[test]
+fn framer_push_bytes_reassembles_split_anywhere_and_mixed() {
+    let mut stream = BytesMut::new();
+    for i in 0..50u32 {
+        Response::Data {
+            id: i,
+            data: Bytes::from(vec![i as u8; i as usize * 37]),
+        }
+        .encode(&mut stream);
+    }
+    let stream = stream.freeze();
+    for step in [1usize, 3, 7, 4096, 1 << 20] {
+        for mixed in [false, true] {
+            let mut f = Framer::new(1 << 20);
+            let mut got = vec![];
+            let mut at = 0;
+            let mut n = 0;
+            while at < stream.len() {
+                let end = (at + step).min(stream.len());
+                if mixed && n % 2 == 1 {
+                    f.push(&stream[at..end]);
+                } else {
+                    f.push_bytes(stream.slice(at..end));
+                }
+                at = end;
+                n += 1;
+                while let Some(fr) = f.next_frame().unwrap() {
+                    got.push(Response::decode(fr).unwrap());
+                }
+            }
+            assert_eq!(got.len(), 50, "step {step} mixed {mixed}");
+            for (i, r) in got.iter().enumerate() {
+                assert_eq!(r.id(), Some(i as u32));
+                match r {
+                    Response::Data { data, .. } => assert_eq!(data.len(), i * 37),
+                    other => panic!("{other:?}"),
+                }
+            }
+            assert_eq!(f.buffered(), 0);
+        }
+    }
+}
+
+#[test]
+fn framer_push_bytes_returns_whole_packets_without_copy() {
+    let mut stream = BytesMut::new();
+    for i in 0..3u32 {
+        Response::Data {
+            id: i,
+            data: Bytes::from(vec![7u8; 1000]),
+        }
+        .encode(&mut stream);
+    }
+    let stream = stream.freeze();
+    let mut f = Framer::new(1 << 20);
+    f.push_bytes(stream.clone());
+    let mut at = 0;
+    while let Some(fr) = f.next_frame().unwrap() {
+        // Each frame is a view into the pushed buffer, after its length.
+        assert_eq!(fr.as_ptr(), stream[at + 4..].as_ptr());
+        at += 4 + fr.len();
+    }
+    assert_eq!(at, stream.len());
+    // Hostile lengths are refused on the zero-copy path as well.
+    let mut f = Framer::new(1024);
+    f.push_bytes(Bytes::from_static(&[0x7f, 0xff, 0xff, 0xff, 1]));
+    assert!(matches!(f.next_frame(), Err(FrameError::TooLong { .. })));
+    let mut f = Framer::new(1024);
+    f.push_bytes(Bytes::from_static(&[0, 0, 0, 0]));
+    assert_eq!(f.next_frame(), Err(FrameError::Empty));
+}
+
 // --- request table -------------------------------------------------------
 
 #[test]
