@@ -329,6 +329,12 @@ pub struct SSHBuffer {
     // Sequence numbers are on 32 bits and wrap.
     // https://tools.ietf.org/html/rfc4253#section-6.4
     pub seqn: Wrapping<u32>,
+    /// ferry: reading side only. Bytes received from the socket and not yet
+    /// taken as a packet: one `read` of the socket can bring several.
+    pub readahead: bytes::BytesMut,
+    /// ferry: reading side only. The packet `cipher::read` returned, decrypted,
+    /// padding removed: a piece split off `readahead`, not a copy.
+    pub incoming: bytes::BytesMut,
 }
 
 impl SSHBuffer {
@@ -338,6 +344,8 @@ impl SSHBuffer {
             len: 0,
             bytes: 0,
             seqn: Wrapping(0),
+            readahead: bytes::BytesMut::new(),
+            incoming: bytes::BytesMut::new(),
         }
     }
 
@@ -387,7 +395,9 @@ impl PacketBytesWriter {
 /// Uses Vec<u8> (not CryptoVec/mlocked) because incoming network data is not secret.
 #[derive(Debug)]
 pub(crate) struct IncomingSshPacket {
-    pub buffer: Vec<u8>,
+    /// ferry: `Bytes`, so that channel data can be handed on as a slice of
+    /// the packet instead of a copy.
+    pub buffer: bytes::Bytes,
     pub seqn: Wrapping<u32>,
 }
 
@@ -615,4 +625,30 @@ impl PacketWriter {
         }
         Ok(())
     }
+}
+
+/// ferry: a length-prefixed SSH string read from `r` as a slice of `whole`
+/// (the packet `r` reads from), without copying. Copies when `r` does not
+/// point into `whole`.
+pub(crate) fn shared_string(
+    r: &mut &[u8],
+    whole: &bytes::Bytes,
+) -> Result<bytes::Bytes, ssh_encoding::Error> {
+    use ssh_encoding::Decode;
+    let len = u32::decode(r)? as usize;
+    if len > r.len() {
+        return Err(ssh_encoding::Error::Length);
+    }
+    let (data, rest) = r.split_at(len);
+    *r = rest;
+    if data.is_empty() {
+        return Ok(bytes::Bytes::new());
+    }
+    let range = whole.as_ptr_range();
+    let inside = range.start <= data.as_ptr() && data.as_ptr_range().end <= range.end;
+    Ok(if inside {
+        whole.slice_ref(data)
+    } else {
+        bytes::Bytes::copy_from_slice(data)
+    })
 }

@@ -191,6 +191,19 @@ impl<S: From<(ChannelId, ChannelMsg)>> std::fmt::Debug for ChannelWriteHalf<S> {
 }
 
 impl<S: From<(ChannelId, ChannelMsg)> + Send + Sync + 'static> ChannelWriteHalf<S> {
+    /// ferry: the largest packet of channel data the peer accepts (its
+    /// CHANNEL_OPEN_CONFIRMATION), so that a caller can size its messages
+    /// to fit one packet.
+    pub fn max_packet_size(&self) -> u32 {
+        self.max_packet_size
+    }
+
+    /// ferry: the peer's window as it stands now (its initial window
+    /// before any data was sent).
+    pub async fn window_size(&self) -> u32 {
+        *self.window_size.value.lock().await
+    }
+
     /// Returns the min between the maximum packet size and the
     /// remaining window size in the channel.
     pub async fn writable_packet_size(&self) -> usize {

@@ -292,20 +292,48 @@ pub(crate) trait SealingKey {
     }
 }
 
+/// ferry: how much one read of the socket may bring in at most (and at
+/// least asks room for): several packets of 32 KiB, or one of 255 KiB.
+const READAHEAD: usize = 512 * 1024;
+
+/// ferry: read from `stream` until `readahead` holds `n` bytes, as much as
+/// the socket has each time (up to READAHEAD), so that a packet is then
+/// split off without a copy and small packets cost no system call each.
+async fn fill<R: AsyncRead + Unpin>(
+    stream: &mut R,
+    readahead: &mut bytes::BytesMut,
+    n: usize,
+) -> Result<(), Error> {
+    while readahead.len() < n {
+        let room = readahead.capacity() - readahead.len();
+        let missing = n - readahead.len();
+        if room < missing || room < READAHEAD / 4 {
+            readahead.reserve(missing.max(READAHEAD));
+        }
+        if stream.read_buf(readahead).await? == 0 {
+            return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+        }
+    }
+    Ok(())
+}
+
+/// Read one packet into `buffer.incoming` (decrypted, padding removed) and
+/// return its length. ferry: the bytes come from `buffer.readahead`, which
+/// is filled with whatever the socket has; the packet is split off it and
+/// decrypted where it lies.
 pub(crate) async fn read<R: AsyncRead + Unpin>(
     stream: &mut R,
     buffer: &mut SSHBuffer,
     cipher: &mut (dyn OpeningKey + Send),
 ) -> Result<usize, Error> {
+    let l = cipher.packet_length_to_read_for_block_length();
     if buffer.len == 0 {
-        let mut len = vec![0; cipher.packet_length_to_read_for_block_length()];
-
-        stream.read_exact(&mut len).await?;
+        fill(stream, &mut buffer.readahead, l).await?;
+        #[allow(clippy::indexing_slicing)] // fill checked the length
+        let len = buffer.readahead[..l].to_vec();
         trace!("reading, len = {len:?}");
         {
             let seqn = buffer.seqn.0;
-            buffer.buffer.clear();
-            buffer.buffer.extend_from_slice(&len);
             trace!("reading, seqn = {seqn:?}");
             let len = cipher.decrypt_packet_length(seqn, &len);
             let len = BigEndian::read_u32(&len) as usize;
@@ -331,17 +359,14 @@ pub(crate) async fn read<R: AsyncRead + Unpin>(
         }
     }
 
-    buffer.buffer.resize(buffer.len + 4, 0);
-    trace!("read_exact {:?}", buffer.len + 4);
-
-    let l = cipher.packet_length_to_read_for_block_length();
-
-    #[allow(clippy::indexing_slicing)] // length checked
-    stream.read_exact(&mut buffer.buffer[l..]).await?;
+    let want = buffer.len + 4;
+    trace!("read_exact {want:?}");
+    fill(stream, &mut buffer.readahead, want).await?;
+    let mut packet = buffer.readahead.split_to(want);
 
     trace!("read_exact done");
     let seqn = buffer.seqn.0;
-    let plaintext = cipher.open(seqn, &mut buffer.buffer)?;
+    let plaintext = cipher.open(seqn, &mut packet)?;
 
     let padding_length = *plaintext.first().to_owned().unwrap_or(&0) as usize;
     trace!("reading, padding_length {padding_length:?}");
@@ -358,7 +383,8 @@ pub(crate) async fn read<R: AsyncRead + Unpin>(
     buffer.len = 0;
 
     // Remove the padding
-    buffer.buffer.resize(plaintext_end + 4, 0);
+    packet.truncate(plaintext_end + 4);
+    buffer.incoming = packet;
 
     Ok(plaintext_end + 4)
 }
@@ -411,7 +437,7 @@ mod tests {
             .unwrap();
 
         #[allow(clippy::indexing_slicing)]
-        let payload = &buffer.buffer[5..n];
+        let payload = &buffer.incoming[5..n];
         assert_eq!(payload, [52]);
     }
 }

@@ -71,13 +71,24 @@ impl Session {
             pkt.buffer.len()
         );
 
-        self.process_packet(client, &pkt.buffer).await
+        self.process_packet_shared(client, &pkt.buffer).await
     }
 
     pub(crate) async fn process_packet<H: Handler>(
         &mut self,
         client: &mut H,
         buf: &[u8],
+    ) -> Result<(), H::Error> {
+        self.process_packet_shared(client, &Bytes::copy_from_slice(buf))
+            .await
+    }
+
+    /// ferry: as `process_packet`, with the packet as `Bytes` so that
+    /// CHANNEL_DATA is handed on as a slice of it, not a copy.
+    pub(crate) async fn process_packet_shared<H: Handler>(
+        &mut self,
+        client: &mut H,
+        buf: &Bytes,
     ) -> Result<(), H::Error> {
         // If we've successfully read a packet.
         trace!("process_packet buf = {:?} bytes", buf.len());
@@ -480,7 +491,7 @@ impl Session {
     async fn client_read_authenticated<H: Handler>(
         &mut self,
         client: &mut H,
-        buf: &[u8],
+        buf: &Bytes,
     ) -> Result<(), H::Error> {
         match buf.split_first() {
             Some((&msg::CHANNEL_OPEN_CONFIRMATION, mut reader)) => {
@@ -590,7 +601,7 @@ impl Session {
             Some((&msg::CHANNEL_DATA, mut r)) => {
                 trace!("channel_data");
                 let channel_num = map_err!(ChannelId::decode(&mut r))?;
-                let data = map_err!(Bytes::decode(&mut r))?;
+                let data = map_err!(crate::sshbuffer::shared_string(&mut r, buf))?;
                 map_err!(ensure_end(&r))?;
                 if !self.common.is_established_channel(channel_num) {
                     return Ok(());

@@ -1228,12 +1228,8 @@ where
 
     let (handle_sender, session_receiver) = channel(10);
     let (session_sender, handle_receiver) = unbounded_channel();
-    if config.maximum_packet_size > 65535 {
-        error!(
-            "Maximum packet size ({:?}) should not larger than a TCP packet (65535)",
-            config.maximum_packet_size
-        );
-    }
+    // ferry: no error for packets over 64 KiB. An SSH packet is not a TCP
+    // packet; OpenSSH accepts up to 256 KiB and ferry asks for 255 KiB.
     let channel_buffer_size = config.channel_buffer_size;
     let mut session = Session::new(
         config.window_size,
@@ -1291,24 +1287,28 @@ async fn start_reading<R: AsyncRead + Unpin>(
 }
 
 impl Session {
-    fn maybe_decompress(&mut self, buffer: &SSHBuffer) -> Result<IncomingSshPacket, Error> {
+    fn maybe_decompress(&mut self, buffer: &mut SSHBuffer) -> Result<IncomingSshPacket, Error> {
         if let Some(ref mut enc) = self.common.encrypted {
-            let mut decomp = Vec::new();
-            Ok(IncomingSshPacket {
-                #[allow(clippy::indexing_slicing)] // length checked
-                buffer: enc.decompress.decompress(
-                    &buffer.buffer[5..],
-                    &mut decomp,
-                )?.into(),
-                seqn: buffer.seqn,
-            })
-        } else {
-            Ok(IncomingSshPacket {
-                #[allow(clippy::indexing_slicing)] // length checked
-                buffer: buffer.buffer[5..].into(),
-                seqn: buffer.seqn,
-            })
+            if !matches!(enc.decompress, crate::compression::Decompress::None) {
+                let mut decomp = Vec::new();
+                return Ok(IncomingSshPacket {
+                    #[allow(clippy::indexing_slicing)] // length checked
+                    buffer: bytes::Bytes::copy_from_slice(
+                        enc.decompress.decompress(&buffer.incoming[5..], &mut decomp)?,
+                    ),
+                    seqn: buffer.seqn,
+                });
+            }
         }
+        // ferry: hand the packet's own buffer on instead of copying it; the
+        // next packet is read into a new one.
+        if buffer.incoming.len() < 5 {
+            return Err(Error::IndexOutOfBounds);
+        }
+        Ok(IncomingSshPacket {
+            buffer: std::mem::take(&mut buffer.incoming).freeze().slice(5..),
+            seqn: buffer.seqn,
+        })
     }
 
     fn new(
@@ -1439,11 +1439,11 @@ impl Session {
 
                     std::mem::swap(&mut opening_cipher, &mut self.common.remote_to_local);
 
-                    if buffer.buffer.len() < 5 {
+                    if buffer.incoming.len() < 5 {
                         break
                     }
 
-                    let mut pkt = self.maybe_decompress(&buffer)?;
+                    let mut pkt = self.maybe_decompress(&mut buffer)?;
                     if !pkt.buffer.is_empty() {
                         #[allow(clippy::indexing_slicing)] // length checked
                         if pkt.buffer[0] == crate::msg::DISCONNECT {
@@ -2414,7 +2414,7 @@ mod tests {
             r = &mut event_loop => panic!("event loop ended before rekeying: {:?}", r.map(drop)),
             r = tokio::time::timeout(Duration::from_secs(5), packet) => {
                 r.ok()?.unwrap();
-                buffer.buffer.get(5).copied()
+                buffer.incoming.get(5).copied()
             }
         }
     }
@@ -2547,8 +2547,8 @@ mod tests {
     #[cfg(feature = "flate2")]
     fn incoming_packet(compressed: Vec<u8>) -> SSHBuffer {
         let mut buffer = SSHBuffer::new();
-        buffer.buffer.extend_from_slice(&[0; 5]);
-        buffer.buffer.extend_from_slice(&compressed);
+        buffer.incoming.extend_from_slice(&[0; 5]);
+        buffer.incoming.extend_from_slice(&compressed);
         buffer
     }
 
@@ -2558,8 +2558,8 @@ mod tests {
         let mut session = authenticated_session();
         let mut handler = TestHandler;
         let mut kex_done_signal = None;
-        let buffer = incoming_packet(compressed_debug_payload(200 * 1024));
-        let mut pkt: IncomingSshPacket = session.maybe_decompress(&buffer).unwrap();
+        let mut buffer = incoming_packet(compressed_debug_payload(200 * 1024));
+        let mut pkt: IncomingSshPacket = session.maybe_decompress(&mut buffer).unwrap();
 
         super::reply(&mut session, &mut handler, &mut kex_done_signal, &mut pkt)
             .await
@@ -2573,9 +2573,9 @@ mod tests {
     fn oversized_compressed_debug_is_rejected_before_client_ignores_it() {
         let mut session = authenticated_session();
         let oversized = crate::cipher::MAXIMUM_DECOMPRESSED_PACKET_LEN + 1024;
-        let buffer = incoming_packet(compressed_debug_payload(oversized));
+        let mut buffer = incoming_packet(compressed_debug_payload(oversized));
 
-        let err = session.maybe_decompress(&buffer).unwrap_err();
+        let err = session.maybe_decompress(&mut buffer).unwrap_err();
         assert!(
             matches!(err, crate::Error::PacketSize(len) if len > crate::cipher::MAXIMUM_DECOMPRESSED_PACKET_LEN)
         );

@@ -39,13 +39,24 @@ impl Session {
         handler: &mut H,
         pkt: &mut IncomingSshPacket,
     ) -> Result<(), H::Error> {
-        self.process_packet(handler, &pkt.buffer).await
+        self.process_packet_shared(handler, &pkt.buffer).await
     }
 
     pub(crate) async fn process_packet<H: Handler + Send>(
         &mut self,
         handler: &mut H,
         buf: &[u8],
+    ) -> Result<(), H::Error> {
+        self.process_packet_shared(handler, &Bytes::copy_from_slice(buf))
+            .await
+    }
+
+    /// ferry: as `process_packet`, with the packet as `Bytes` so that
+    /// CHANNEL_DATA is handed on as a slice of it, not a copy.
+    pub(crate) async fn process_packet_shared<H: Handler + Send>(
+        &mut self,
+        handler: &mut H,
+        buf: &Bytes,
     ) -> Result<(), H::Error> {
         let rejection_wait_until =
             tokio::time::Instant::now() + self.common.config.auth_rejection_time;
@@ -153,10 +164,10 @@ impl Session {
                         .init_compress(self.common.packet_writer.compress());
                 }
                 enc.state = EncryptedState::Authenticated;
-                self.server_read_authenticated(handler, *msg, &mut r).await
+                self.server_read_authenticated(handler, *msg, &mut r, buf).await
             }
             (EncryptedState::Authenticated, Some((msg, mut r))) => {
-                self.server_read_authenticated(handler, *msg, &mut r).await
+                self.server_read_authenticated(handler, *msg, &mut r, buf).await
             }
             _ => Ok(()),
         }
@@ -1433,11 +1444,12 @@ async fn reply_userauth_info_response(
 }
 
 impl Session {
-    async fn server_read_authenticated<H: Handler + Send, R: Reader>(
+    async fn server_read_authenticated<H: Handler + Send>(
         &mut self,
         handler: &mut H,
         msg: u8,
-        r: &mut R,
+        r: &mut &[u8],
+        whole: &Bytes,
     ) -> Result<(), H::Error> {
         match msg {
             msg::CHANNEL_OPEN => self.server_handle_channel_open(handler, r).await,
@@ -1485,7 +1497,7 @@ impl Session {
                     Some(map_err!(u32::decode(r))?)
                 };
                 trace!("handler.data {ext:?} {channel_num:?}");
-                let data = map_err!(Bytes::decode(r))?;
+                let data = map_err!(crate::sshbuffer::shared_string(r, whole))?;
                 map_err!(ensure_end(r))?;
                 let target = self.target_window_size;
 

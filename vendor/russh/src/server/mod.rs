@@ -948,12 +948,8 @@ pub trait Server {
         let shutdown_tx2 = shutdown_tx.clone();
 
         let fut = async move {
-            if config.maximum_packet_size > 65535 {
-                error!(
-                    "Maximum packet size ({:?}) should not larger than a TCP packet (65535)",
-                    config.maximum_packet_size
-                );
-            }
+            // ferry: no error for packets over 64 KiB. An SSH packet is not a TCP
+            // packet; OpenSSH accepts up to 256 KiB and ferry asks for 255 KiB.
 
             let (error_tx, mut error_rx) = mpsc::unbounded_channel();
 

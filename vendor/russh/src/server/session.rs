@@ -472,24 +472,28 @@ impl Handle {
 }
 
 impl Session {
-    fn maybe_decompress(&mut self, buffer: &SSHBuffer) -> Result<IncomingSshPacket, Error> {
+    fn maybe_decompress(&mut self, buffer: &mut SSHBuffer) -> Result<IncomingSshPacket, Error> {
         if let Some(ref mut enc) = self.common.encrypted {
-            let mut decomp = Vec::new();
-            Ok(IncomingSshPacket {
-                #[allow(clippy::indexing_slicing)] // length checked
-                buffer: enc.decompress.decompress(
-                    &buffer.buffer[5..],
-                    &mut decomp,
-                )?.into(),
-                seqn: buffer.seqn,
-            })
-        } else {
-            Ok(IncomingSshPacket {
-                #[allow(clippy::indexing_slicing)] // length checked
-                buffer: buffer.buffer[5..].into(),
-                seqn: buffer.seqn,
-            })
+            if !matches!(enc.decompress, crate::compression::Decompress::None) {
+                let mut decomp = Vec::new();
+                return Ok(IncomingSshPacket {
+                    #[allow(clippy::indexing_slicing)] // length checked
+                    buffer: bytes::Bytes::copy_from_slice(
+                        enc.decompress.decompress(&buffer.incoming[5..], &mut decomp)?,
+                    ),
+                    seqn: buffer.seqn,
+                });
+            }
         }
+        // ferry: hand the packet's own buffer on instead of copying it; the
+        // next packet is read into a new one.
+        if buffer.incoming.len() < 5 {
+            return Err(Error::IndexOutOfBounds);
+        }
+        Ok(IncomingSshPacket {
+            buffer: std::mem::take(&mut buffer.incoming).freeze().slice(5..),
+            seqn: buffer.seqn,
+        })
     }
 
     /// Dispatch a single message received on the session's internal channel
@@ -720,12 +724,12 @@ impl Session {
                         Ok((_, stream_read, buffer, opening_cipher)) => (stream_read, buffer, opening_cipher),
                         Err(e) => return Err(e.into())
                     };
-                    if buffer.buffer.len() < 5 {
+                    if buffer.incoming.len() < 5 {
                         is_reading = Some((stream_read, buffer, opening_cipher));
                         break
                     }
 
-                    let mut pkt = self.maybe_decompress(&buffer)?;
+                    let mut pkt = self.maybe_decompress(&mut buffer)?;
 
                     match pkt.buffer.first() {
                         None => (),
@@ -1688,8 +1692,8 @@ mod tests {
 
     fn incoming_packet(compressed: Vec<u8>) -> SSHBuffer {
         let mut buffer = SSHBuffer::new();
-        buffer.buffer.extend_from_slice(&[0; 5]);
-        buffer.buffer.extend_from_slice(&compressed);
+        buffer.incoming.extend_from_slice(&[0; 5]);
+        buffer.incoming.extend_from_slice(&compressed);
         buffer
     }
 
@@ -1697,8 +1701,8 @@ mod tests {
     async fn compressed_debug_is_ignored_after_server_parses_it() {
         let mut session = authenticated_session();
         let mut handler = TestHandler;
-        let buffer = incoming_packet(compressed_debug_payload(200 * 1024));
-        let mut pkt: IncomingSshPacket = session.maybe_decompress(&buffer).unwrap();
+        let mut buffer = incoming_packet(compressed_debug_payload(200 * 1024));
+        let mut pkt: IncomingSshPacket = session.maybe_decompress(&mut buffer).unwrap();
 
         super::super::reply(&mut session, &mut handler, &mut pkt)
             .await
@@ -1710,11 +1714,11 @@ mod tests {
     #[test]
     fn oversized_compressed_debug_is_rejected_before_server_ignores_it() {
         let mut session = authenticated_session();
-        let buffer = incoming_packet(compressed_debug_payload(
+        let mut buffer = incoming_packet(compressed_debug_payload(
             crate::cipher::MAXIMUM_DECOMPRESSED_PACKET_LEN + 1024,
         ));
 
-        let err = session.maybe_decompress(&buffer).unwrap_err();
+        let err = session.maybe_decompress(&mut buffer).unwrap_err();
         assert!(
             matches!(err, crate::Error::PacketSize(len) if len > crate::cipher::MAXIMUM_DECOMPRESSED_PACKET_LEN)
         );
@@ -1829,7 +1833,7 @@ mod tests {
         let result = tokio::time::timeout(Duration::from_secs(5), packet).await;
         event_loop.abort();
         result.ok()?.unwrap();
-        buffer.buffer.get(5).copied()
+        buffer.incoming.get(5).copied()
     }
 
     #[tokio::test]
