@@ -206,7 +206,7 @@ where
         let msg = read_half.wait().await;
         match msg {
             Some(ChannelMsg::Data { data }) => {
-                framer.push(&data);
+                framer.push_bytes(data);
                 loop {
                     let frame = match framer.next_frame() {
                         Ok(Some(f)) => f,

@@ -48,7 +48,8 @@ pub struct ConnectOptions {
     /// download at window/RTT (about 100 MB/s at 20 ms); see
     /// docs/internals/sftp.md for how the default was chosen.
     pub window_size: u32,
-    /// Largest SSH packet we accept.
+    /// Largest SSH channel packet we accept (default 255 KiB: a READ reply
+    /// then fits one packet; docs/internals/sftp.md).
     pub max_packet: u32,
     /// May we prompt on the terminal (passwords, passphrases, new host keys)?
     pub interactive: bool,
@@ -68,7 +69,7 @@ impl Default for ConnectOptions {
             user: None,
             port: None,
             window_size: 64 * 1024 * 1024,
-            max_packet: 32 * 1024,
+            max_packet: crate::MAX_CHANNEL_PACKET,
             interactive: std::io::stdin().is_terminal() && std::io::stderr().is_terminal(),
             compression: false,
             proxy_jump: None,
@@ -89,9 +90,6 @@ enum Route {
     /// Through this command's stdin and stdout (tokens expanded).
     Command(String),
 }
-
-/// Read buffer in front of the TCP socket.
-const READ_BUFFER: usize = 256 * 1024;
 
 /// Identity files that loaded, in the order they are tried.
 type LoadedKeys = Arc<Vec<Identity>>;
@@ -138,6 +136,8 @@ pub struct SshConnection {
     via: Option<Box<SshConnection>>,
     /// The ProxyCommand carrying this connection: killed with it.
     proxy: Option<ProxyCommand>,
+    /// The largest channel packet we told the server we accept.
+    max_packet: u32,
 }
 
 impl SshConnection {
@@ -153,7 +153,7 @@ impl SshConnection {
             .request_subsystem(true, "sftp")
             .await
             .map_err(|e| self.protocol(e))?;
-        SftpClient::start(channel, max_in_flight)
+        SftpClient::start(channel, max_in_flight, self.max_packet)
             .await
             .map_err(|e| SshError::Protocol {
                 host: self.label.clone(),
@@ -378,12 +378,10 @@ impl Connector {
         let port = self.host.port;
         let (handle, via, mut proxy) = match &self.route {
             Route::Direct => {
+                // No BufReader: ferry's russh reads ahead into its own
+                // buffer and takes packets out of it without a copy
+                // (vendor/russh/FERRY-PATCH.md).
                 let stream = self.tcp(&host, port).await.map_err(|e| self.at_hop(e))?;
-                // russh reads a packet's header and body separately: 16 KB
-                // per recv on average, 66k syscalls per GiB. A large read
-                // buffer turns that into a few thousand (see
-                // docs/internals/sftp.md).
-                let stream = tokio::io::BufReader::with_capacity(READ_BUFFER, stream);
                 (self.handshake(config, stream).await, None, None)
             }
             Route::Jump(jump) => {
@@ -415,7 +413,6 @@ impl Connector {
                         message: format!("cannot run ProxyCommand {cmd:?}: {e}"),
                     })
                 })?;
-                let stream = tokio::io::BufReader::with_capacity(READ_BUFFER, stream);
                 (self.handshake(config, stream).await, None, Some(proc))
             }
         };
@@ -454,6 +451,7 @@ impl Connector {
             label: self.label(),
             via,
             proxy,
+            max_packet: self.opts.max_packet,
         })
     }
 

@@ -36,6 +36,13 @@ pub struct SftpInfo {
     pub version: u32,
     pub extensions: Vec<(String, String)>,
     pub limits: Option<Limits>,
+    /// The largest channel packet we accept from the server (0: unknown).
+    pub packet_in: u32,
+    /// The largest channel packet the server accepts from us (0: unknown).
+    pub packet_out: u32,
+    /// The server's initial window for our data on this channel: what an
+    /// upload over one connection may have in flight (OpenSSH: 2 MiB).
+    pub window_out: u32,
 }
 
 impl SftpInfo {
@@ -84,14 +91,19 @@ const COALESCE: usize = 64 * 1024;
 
 impl SftpClient {
     /// Start SFTP on a channel whose "sftp" subsystem is already requested.
+    /// `packet_in` is the largest channel packet we advertised (0 if not
+    /// known).
     pub async fn start<S>(
         channel: russh::Channel<S>,
         max_in_flight: usize,
+        packet_in: u32,
     ) -> Result<SftpClient, SftpError>
     where
         S: From<(russh::ChannelId, ChannelMsg)> + Send + Sync + 'static,
     {
         let (mut read_half, write_half) = channel.split();
+        let packet_out = write_half.max_packet_size();
+        let window_out = write_half.window_size().await;
         let mut init = BytesMut::new();
         Request::Init {
             version: SFTP_VERSION,
@@ -113,7 +125,7 @@ impl SftpClient {
                 break Response::decode(frame).map_err(|e| SftpError::Protocol(e.to_string()))?;
             }
             match read_half.wait().await {
-                Some(ChannelMsg::Data { data }) => framer.push(&data),
+                Some(ChannelMsg::Data { data }) => framer.push_bytes(data),
                 Some(ChannelMsg::ExtendedData { data, .. }) => {
                     tracing::warn!("server: {}", String::from_utf8_lossy(&data).trim_end())
                 }
@@ -158,6 +170,9 @@ impl SftpClient {
                 version,
                 extensions,
                 limits: None,
+                packet_in,
+                packet_out,
+                window_out,
             },
             limits: std::sync::OnceLock::new(),
         });
@@ -621,7 +636,7 @@ async fn reader(
     let why = loop {
         match read_half.wait().await {
             Some(ChannelMsg::Data { data }) => {
-                framer.push(&data);
+                framer.push_bytes(data);
                 let Some(inner) = inner.upgrade() else {
                     return;
                 };

@@ -92,8 +92,8 @@ struct CpArgs {
     /// Bytes in flight over the whole copy (tuning).
     #[arg(long, value_name = "SIZE", value_parser = parse_size, hide = true)]
     inflight: Option<u64>,
-    /// Largest SSH packet we accept from the server (tuning; default 32k,
-    /// at most 255k).
+    /// Largest SSH packet we accept from the server (tuning; default and
+    /// maximum 255k).
     #[arg(long, value_name = "SIZE", value_parser = parse_size, hide = true)]
     ssh_packet: Option<u64>,
     /// ssh config file (only this file is read, as with ssh -F).
