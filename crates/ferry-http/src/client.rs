@@ -656,7 +656,13 @@ impl Client {
             .initial_connection_window_size(o.h2_connection_window)
             .max_frame_size(o.h2_max_frame)
             .adaptive_window(false)
-            .max_send_buf_size(1 << 20)
+            // What one stream may queue beyond what was written: each
+            // upload stream runs that far ahead of the socket. 1 MiB let
+            // every one of `-P 64` PUTs read its whole 1 MB file at once
+            // (ferry cp's RSS 107 MB for 100 x 1 MB, against 64 MB now);
+            // 256 KiB still keeps a single upload's pipe full
+            // (docs/internals/http.md, "Uploads").
+            .max_send_buf_size(256 << 10)
             .handshake::<_, Body>(io)
             .await
             .map_err(|e| {
