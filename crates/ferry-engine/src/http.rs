@@ -533,7 +533,13 @@ async fn single(
     p: &Paths,
     prior: Option<Partial>,
 ) -> Result<u64, TransferError> {
-    let part_len = std::fs::metadata(&p.tmp).map(|m| m.len()).unwrap_or(0);
+    // Only a resume looks at a part file left by an earlier run (one stat
+    // per file less for the rest; open_part truncates it anyway).
+    let part_len = if ctx.resume {
+        std::fs::metadata(&p.tmp).map(|m| m.len()).unwrap_or(0)
+    } else {
+        0
+    };
     let mut have = 0;
     let mut if_range = None;
     if let Some(pr) = &prior {
@@ -661,8 +667,14 @@ async fn single(
     let mut at = have;
     let moved_before = have;
     // HTTP/2 DATA frames are small (nginx sends 8 KiB): gather them so a
-    // write call moves WRITE_BUF, not one frame.
-    let mut buf: Vec<u8> = Vec::with_capacity(WRITE_BUF);
+    // write call moves WRITE_BUF, not one frame. A body of known size gets
+    // no more than it needs (1000 small files in flight took a fresh 1 MiB
+    // each).
+    let left = total.map(|t| t.saturating_sub(have));
+    let mut buf: Vec<u8> = Vec::with_capacity(match left {
+        Some(l) if identity => (l as usize).min(WRITE_BUF),
+        _ => WRITE_BUF,
+    });
     loop {
         let piece = match resp.chunk().await {
             Ok(Some(c)) => c,
@@ -672,6 +684,19 @@ async fn single(
                 return Err(kept(e.into(), &p.tmp));
             }
         };
+        // A whole (small) body in one frame is written as it came, without
+        // the copy into `buf`.
+        if identity && buf.is_empty() && total == Some(at + piece.len() as u64) {
+            if let Some(hs) = hasher.as_mut() {
+                hs.update(&piece);
+            }
+            write_at(&file, &piece, at, &p.tmp)?;
+            at += piece.len() as u64;
+            stats
+                .bytes_done
+                .fetch_add(piece.len() as u64, Ordering::Relaxed);
+            continue;
+        }
         let n = if identity {
             buf.extend_from_slice(&piece);
             piece.len()
@@ -846,7 +871,13 @@ async fn segmented(
     let mtime = last_modified(&head.headers);
     let expect_digest = ferry_http::digest::expected(&head.headers);
     drop(head);
-    let part_len = std::fs::metadata(&p.tmp).map(|m| m.len()).unwrap_or(0);
+    // Only a resume looks at a part file left by an earlier run (one stat
+    // per file less for the rest; open_part truncates it anyway).
+    let part_len = if ctx.resume {
+        std::fs::metadata(&p.tmp).map(|m| m.len()).unwrap_or(0)
+    } else {
+        0
+    };
     let mut done = Vec::new();
     if let Some(pr) = prior {
         if pr.validator.is_some() && pr.validator == val && pr.size == Some(size) {

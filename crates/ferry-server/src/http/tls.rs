@@ -1,4 +1,5 @@
-//! The TLS server configuration: rustls on aws-lc-rs, TLS 1.3 and 1.2,
+//! The TLS server configuration: rustls with `ferry_http::tls::provider()`
+//! (ring's ciphers, aws-lc-rs's key exchange), TLS 1.3 and 1.2,
 //! ALPN `h2` then `http/1.1`, no client certificates, no 0-RTT (early data
 //! could be replayed; a file server gains nothing from it).
 use std::io;
