@@ -541,16 +541,22 @@ fn framer_refuses_huge_length_before_buffering() {
     assert_eq!(f.next_frame(), Err(FrameError::Empty));
 }
 
-#[test]
-fn framer_reassembles_packets_split_anywhere() {
+/// `n` DATA replies back to back; reply `i` carries `len(i)` bytes.
+fn data_replies(n: u32, len: impl Fn(u32) -> usize) -> Bytes {
     let mut stream = BytesMut::new();
-    for i in 0..50u32 {
+    for i in 0..n {
         Response::Data {
             id: i,
-            data: Bytes::from(vec![i as u8; i as usize * 37]),
+            data: Bytes::from(vec![i as u8; len(i)]),
         }
         .encode(&mut stream);
     }
+    stream.freeze()
+}
+
+#[test]
+fn framer_reassembles_packets_split_anywhere() {
+    let stream = data_replies(50, |i| i as usize * 37);
     for step in [1usize, 3, 7, 4096] {
         let mut f = Framer::new(1 << 20);
         let mut got = vec![];
@@ -570,15 +576,7 @@ fn framer_reassembles_packets_split_anywhere() {
 
 #[test]
 fn framer_push_bytes_reassembles_split_anywhere_and_mixed() {
-    let mut stream = BytesMut::new();
-    for i in 0..50u32 {
-        Response::Data {
-            id: i,
-            data: Bytes::from(vec![i as u8; i as usize * 37]),
-        }
-        .encode(&mut stream);
-    }
-    let stream = stream.freeze();
+    let stream = data_replies(50, |i| i as usize * 37);
     for step in [1usize, 3, 7, 4096, 1 << 20] {
         for mixed in [false, true] {
             let mut f = Framer::new(1 << 20);
@@ -613,15 +611,7 @@ fn framer_push_bytes_reassembles_split_anywhere_and_mixed() {
 
 #[test]
 fn framer_push_bytes_returns_whole_packets_without_copy() {
-    let mut stream = BytesMut::new();
-    for i in 0..3u32 {
-        Response::Data {
-            id: i,
-            data: Bytes::from(vec![7u8; 1000]),
-        }
-        .encode(&mut stream);
-    }
-    let stream = stream.freeze();
+    let stream = data_replies(3, |_| 1000);
     let mut f = Framer::new(1 << 20);
     f.push_bytes(stream.clone());
     let mut at = 0;
