@@ -90,7 +90,8 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N")]
     pub runs: Option<usize>,
     /// Network profiles: loopback, lan (1 ms RTT, 10 Gbit/s), wan (20 ms,
-    /// 1 Gbit/s), far (100 ms), emulated by a delaying proxy.
+    /// 1 Gbit/s), rtt20 (20 ms, no cap), far (100 ms), emulated by a
+    /// delaying proxy.
     #[arg(
         long,
         value_delimiter = ',',

@@ -385,6 +385,24 @@ const LOOP: &[&str] = &["loopback"];
 
 const GOALS: &[Goal] = &[
     Goal {
+        issue: 2,
+        num: ("ferry", ServerKind::Sshd),
+        den: ("sftp", ServerKind::Sshd),
+        want: 2.0,
+        sets: &["huge", "small"],
+        directions: BOTH,
+        profiles: LOOP,
+    },
+    Goal {
+        issue: 2,
+        num: ("ferry", ServerKind::Sshd),
+        den: ("sftp", ServerKind::Sshd),
+        want: 3.0,
+        sets: &["huge"],
+        directions: DOWN,
+        profiles: &["rtt20"],
+    },
+    Goal {
         issue: 3,
         num: ("ferry", ServerKind::FerryServe),
         den: ("sftp", ServerKind::Sshd),

@@ -33,8 +33,11 @@ impl Profile {
             "loopback" => (0.0, None),
             "lan" => (1.0, Some(10_000)),
             "wan" => (20.0, Some(1_000)),
+            // The SFTP issue's long link: the delay alone, so that what
+            // limits a client is its windows, not a bandwidth cap.
+            "rtt20" => (20.0, None),
             "far" => (100.0, None),
-            other => bail!("unknown profile {other:?}: choose from loopback, lan, wan, far"),
+            other => bail!("unknown profile {other:?}: choose from loopback, lan, wan, rtt20, far"),
         };
         Ok(Profile {
             name: name.to_string(),
