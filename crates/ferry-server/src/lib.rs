@@ -24,6 +24,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod confine;
+pub mod fskind;
 pub mod ftp;
 pub mod http;
 pub mod identity;
@@ -70,6 +71,9 @@ pub struct ServeOptions {
     /// Connections at once, per protocol.
     pub max_connections: usize,
     pub sftp_limits: SftpLimits,
+    /// SFTP metadata calls on the blocking pool even on a local
+    /// filesystem (`fskind`); off: decided by the filesystem.
+    pub metadata_in_pool: bool,
     /// Threads serving connections; 0: one per core.
     pub threads: usize,
 }
@@ -93,6 +97,7 @@ impl ServeOptions {
             tls_cert: None,
             max_connections: 64,
             sftp_limits: SftpLimits::default(),
+            metadata_in_pool: false,
             threads: 0,
         }
     }
@@ -236,10 +241,16 @@ impl Server {
         } else {
             None
         };
+        let inline_metadata = !opts.metadata_in_pool && fskind::is_local(root.path());
+        tracing::info!(
+            inline_metadata,
+            "SFTP metadata calls on the session's thread"
+        );
         let sftp_cfg = Arc::new(sftp::SessionConfig {
             root,
             writable: opts.writable,
             limits: opts.sftp_limits.clone(),
+            inline_metadata,
         });
         let ssh_cfg = Arc::new(ssh::config(identity.host_key.clone()));
         let policy = Arc::new(ssh::AuthPolicy {

@@ -64,6 +64,9 @@ pub struct SessionConfig {
     pub root: Root,
     pub writable: bool,
     pub limits: SftpLimits,
+    /// Make metadata calls on the session's thread instead of the
+    /// blocking pool (a local filesystem: `crate::fskind`).
+    pub inline_metadata: bool,
 }
 
 /// The budget is counted in units of this many bytes.
@@ -426,11 +429,17 @@ fn apply_attrs(path: &std::path::Path, file: Option<&File>, a: &FileAttrs) -> io
     Ok(())
 }
 
-async fn blocking<T, F>(f: F) -> Result<T, (StatusCode, String)>
+/// Run a metadata call (open, stat, rename, ...): on the caller's thread
+/// when `inline` (a local filesystem, where it takes microseconds and a
+/// handoff to the pool costs more), else on the blocking pool.
+async fn blocking<T, F>(inline: bool, f: F) -> Result<T, (StatusCode, String)>
 where
     F: FnOnce() -> Result<T, (StatusCode, String)> + Send + 'static,
     T: Send + 'static,
 {
+    if inline {
+        return f();
+    }
     match tokio::task::spawn_blocking(f).await {
         Ok(r) => r,
         Err(e) => Err((StatusCode::FAILURE, format!("internal error: {e}"))),
@@ -671,9 +680,10 @@ impl Session {
                 }
                 let r = self.resolve(&path, false)?;
                 let real = r.real.clone();
-                let rd =
-                    blocking(move || fs::read_dir(&r.real).map_err(|e| io_err(&r.virtual_path, e)))
-                        .await?;
+                let rd = blocking(self.cfg.inline_metadata, move || {
+                    fs::read_dir(&r.real).map_err(|e| io_err(&r.virtual_path, e))
+                })
+                .await?;
                 let h = self.handles.insert(Handle::Dir(Arc::new(OpenDir {
                     path: real,
                     entries: Mutex::new(Some(rd)),
@@ -685,11 +695,11 @@ impl Session {
                     Some(Handle::Dir(d)) => d.clone(),
                     _ => return Err((StatusCode::FAILURE, "invalid directory handle".into())),
                 };
-                blocking(move || readdir_batch(id, &d)).await
+                blocking(self.cfg.inline_metadata, move || readdir_batch(id, &d)).await
             }
             Request::Stat { id, path } => {
                 let r = self.resolve(&path, false)?;
-                blocking(move || {
+                blocking(self.cfg.inline_metadata, move || {
                     let m = fs::metadata(&r.real).map_err(|e| io_err(&r.virtual_path, e))?;
                     Ok(Response::Attrs {
                         id,
@@ -700,7 +710,7 @@ impl Session {
             }
             Request::Lstat { id, path } => {
                 let r = self.resolve(&path, true)?;
-                blocking(move || {
+                blocking(self.cfg.inline_metadata, move || {
                     let m =
                         fs::symlink_metadata(&r.real).map_err(|e| io_err(&r.virtual_path, e))?;
                     Ok(Response::Attrs {
@@ -713,7 +723,7 @@ impl Session {
             Request::Fstat { id, handle } => {
                 let f = self.file(&handle)?;
                 Self::quiesce(&f).await;
-                blocking(move || {
+                blocking(self.cfg.inline_metadata, move || {
                     let m = f.file.metadata().map_err(|e| io_err("fstat", e))?;
                     Ok(Response::Attrs {
                         id,
@@ -725,7 +735,7 @@ impl Session {
             Request::Setstat { id, path, attrs } => {
                 self.writable()?;
                 let r = self.resolve(&path, false)?;
-                blocking(move || {
+                blocking(self.cfg.inline_metadata, move || {
                     apply_attrs(&r.real, None, &attrs).map_err(|e| io_err(&r.virtual_path, e))?;
                     Ok(ok(id))
                 })
@@ -735,7 +745,7 @@ impl Session {
                 self.writable()?;
                 let f = self.file(&handle)?;
                 Self::quiesce(&f).await;
-                blocking(move || {
+                blocking(self.cfg.inline_metadata, move || {
                     apply_attrs(std::path::Path::new(""), Some(&f.file), &attrs)
                         .map_err(|e| io_err("fsetstat", e))?;
                     Ok(ok(id))
@@ -745,7 +755,7 @@ impl Session {
             Request::Remove { id, path } => {
                 self.writable()?;
                 let r = self.resolve(&path, true)?;
-                blocking(move || {
+                blocking(self.cfg.inline_metadata, move || {
                     fs::remove_file(&r.real).map_err(|e| io_err(&r.virtual_path, e))?;
                     Ok(ok(id))
                 })
@@ -754,7 +764,7 @@ impl Session {
             Request::Mkdir { id, path, attrs } => {
                 self.writable()?;
                 let r = self.resolve(&path, true)?;
-                blocking(move || {
+                blocking(self.cfg.inline_metadata, move || {
                     use std::os::unix::fs::DirBuilderExt;
                     fs::DirBuilder::new()
                         .mode(attrs.permissions.unwrap_or(0o777) & 0o7777)
@@ -773,7 +783,7 @@ impl Session {
                         "/: cannot remove the served directory".into(),
                     ));
                 }
-                blocking(move || {
+                blocking(self.cfg.inline_metadata, move || {
                     fs::remove_dir(&r.real).map_err(|e| io_err(&r.virtual_path, e))?;
                     Ok(ok(id))
                 })
@@ -790,7 +800,7 @@ impl Session {
             Request::Readlink { id, path } => {
                 let r = self.resolve(&path, true)?;
                 let root = self.cfg.root.clone();
-                blocking(move || {
+                blocking(self.cfg.inline_metadata, move || {
                     let target = fs::read_link(&r.real).map_err(|e| io_err(&r.virtual_path, e))?;
                     let shown = if target.is_absolute() {
                         root.virtual_of(&target)
@@ -842,7 +852,7 @@ impl Session {
         let mode = attrs.permissions.unwrap_or(0o666) & 0o7777;
         let read = flags.contains(OpenFlags::READ);
         let append = flags.contains(OpenFlags::APPEND);
-        let opened = blocking(move || {
+        let opened = blocking(self.cfg.inline_metadata, move || {
             // A whole-file upload goes to a temporary name first, unless
             // the client already writes to a temporary name of its own
             // (ferry's `.NAME.ferry-part`, WinSCP's `NAME.filepart`): that
@@ -916,7 +926,7 @@ impl Session {
                     None => Ok(ok(id)),
                     Some((temp, final_path)) => {
                         let root = self.cfg.root.clone();
-                        blocking(move || {
+                        blocking(self.cfg.inline_metadata, move || {
                             let shown = root
                                 .virtual_of(&final_path)
                                 .unwrap_or_else(|| final_path.display().to_string());
@@ -943,7 +953,7 @@ impl Session {
                 "/: cannot rename the served directory".into(),
             ));
         }
-        blocking(move || {
+        blocking(self.cfg.inline_metadata, move || {
             if !overwrite && fs::symlink_metadata(&b.real).is_ok() {
                 return Err((
                     StatusCode::FAILURE,
@@ -974,18 +984,23 @@ impl Session {
             }
             Extended::Statvfs { path } => {
                 let r = self.resolve(&path, false)?;
-                blocking(move || statvfs_reply(id, &r.real).map_err(|e| io_err(&r.virtual_path, e)))
-                    .await
+                blocking(self.cfg.inline_metadata, move || {
+                    statvfs_reply(id, &r.real).map_err(|e| io_err(&r.virtual_path, e))
+                })
+                .await
             }
             Extended::Fstatvfs { handle } => {
                 let _ = self.file(&handle)?;
                 let root = self.cfg.root.path().to_path_buf();
-                blocking(move || statvfs_reply(id, &root).map_err(|e| io_err("fstatvfs", e))).await
+                blocking(self.cfg.inline_metadata, move || {
+                    statvfs_reply(id, &root).map_err(|e| io_err("fstatvfs", e))
+                })
+                .await
             }
             Extended::Fsync { handle } => {
                 let f = self.file(&handle)?;
                 Self::quiesce(&f).await;
-                blocking(move || {
+                blocking(self.cfg.inline_metadata, move || {
                     f.file.sync_all().map_err(|e| io_err("fsync", e))?;
                     Ok(ok(id))
                 })
@@ -995,7 +1010,7 @@ impl Session {
                 self.writable()?;
                 let a = self.resolve(&from, true)?;
                 let b = self.resolve(&to, true)?;
-                blocking(move || {
+                blocking(self.cfg.inline_metadata, move || {
                     fs::hard_link(&a.real, &b.real).map_err(|e| io_err(&b.virtual_path, e))?;
                     Ok(ok(id))
                 })

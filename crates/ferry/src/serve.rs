@@ -84,6 +84,11 @@ pub struct ServeArgs {
     /// Most open files per SFTP session.
     #[arg(long, value_name = "N", default_value_t = 1024)]
     max_handles: usize,
+    /// Make SFTP metadata calls (open, stat, rename, ...) on the blocking
+    /// pool even on a local filesystem (tuning; network and FUSE
+    /// filesystems always use it).
+    #[arg(long, hide = true)]
+    metadata_in_pool: bool,
     /// Seconds running transfers get to finish after Ctrl-C or SIGTERM.
     #[arg(long, value_name = "SECONDS", default_value_t = 10)]
     grace: u64,
@@ -115,6 +120,7 @@ pub fn run(args: ServeArgs) -> i32 {
     opts.tls_cert = args.tls_cert.zip(args.tls_key);
     opts.max_connections = args.max_connections.max(1);
     opts.sftp_limits.max_handles = args.max_handles.max(1);
+    opts.metadata_in_pool = args.metadata_in_pool;
     if opts.sftp.is_none() && opts.https.is_none() && opts.http.is_none() && opts.ftp.is_none() {
         eprintln!(
             "ferry serve: nothing to serve (--no-sftp and --no-https without --http or --ftp)"

@@ -81,7 +81,18 @@ fn banner_and_identity_persist_across_restarts() {
 
 #[test]
 fn ferry_cp_both_ways_file_and_tree() {
-    let s = FerryServe::start(&["--writable"]);
+    cp_both_ways_file_and_tree(&["--writable"]);
+}
+
+/// The same with every metadata call on the blocking pool, as on a
+/// network filesystem (the default on a local one is the session's thread).
+#[test]
+fn ferry_cp_both_ways_with_metadata_in_pool() {
+    cp_both_ways_file_and_tree(&["--writable", "--metadata-in-pool"]);
+}
+
+fn cp_both_ways_file_and_tree(serve_args: &[&str]) {
+    let s = FerryServe::start(serve_args);
     let local = tempdir();
     let big = local.path().join("big.bin");
     let want = make_file(&big, 40 * 1024 * 1024 + 123, 1);
