@@ -1,15 +1,17 @@
 //! Is the served directory on a local filesystem?
 //!
-//! On one, the SFTP server makes its metadata system calls (open, stat,
-//! rename, close, mkdir, ...) on the session's own thread, as OpenSSH's
+//! On one, the SFTP and HTTP servers make their metadata system calls
+//! (path checks, open, stat, rename, close, mkdir, ...) on the
+//! connection's own thread, as OpenSSH's
 //! sftp-server and nginx do: they take microseconds from the dentry and
 //! inode caches, and handing each to the blocking pool cost more than the
 //! call itself. 1000 x 20 kB uploaded to ferry serve on tmpfs: 0.188 s
 //! with every call on the pool, 0.122 s with metadata on the session's
 //! thread, server CPU 0.176 -> 0.098 s (docs/internals/server.md). On a
 //! network or FUSE filesystem a metadata call can wait for a peer, so
-//! there it stays on the pool. File data (READ and WRITE) always goes to
-//! the pool.
+//! there it stays on the pool. File data (SFTP READ and WRITE, HTTP
+//! bodies) always goes to the pool; the one exception is HTTP's digest of
+//! a small file (up to 256 KiB) hashed when it is opened.
 
 use std::path::Path;
 

@@ -71,7 +71,7 @@ pub struct ServeOptions {
     /// Connections at once, per protocol.
     pub max_connections: usize,
     pub sftp_limits: SftpLimits,
-    /// SFTP metadata calls on the blocking pool even on a local
+    /// SFTP and HTTP metadata calls on the blocking pool even on a local
     /// filesystem (`fskind`); off: decided by the filesystem.
     pub metadata_in_pool: bool,
     /// Threads serving connections; 0: one per core.
@@ -114,6 +114,9 @@ pub struct Shared {
     pub stopping: tokio::sync::watch::Receiver<bool>,
     /// Content digests of served files (`Repr-Digest`), when known.
     pub digests: Arc<http::digest::Digests>,
+    /// Metadata calls on the connection's thread (a local filesystem:
+    /// `fskind`), not the blocking pool.
+    pub inline_metadata: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -213,6 +216,10 @@ impl Server {
         };
         let cert_path = std::path::absolute(&cert_path).unwrap_or(cert_path);
 
+        // SFTP and HTTP make their metadata calls on the connection's
+        // thread on a local filesystem (fskind.rs).
+        let inline_metadata = !opts.metadata_in_pool && fskind::is_local(root.path());
+        tracing::info!(inline_metadata, "metadata calls on the connection's thread");
         let (stop_tx, stopping) = tokio::sync::watch::channel(false);
         let shared = Arc::new(Shared {
             root: root.clone(),
@@ -221,6 +228,7 @@ impl Server {
             public: opts.public,
             stopping,
             digests: Arc::new(http::digest::Digests::new()),
+            inline_metadata,
         });
         let ftp = if ftp_l.is_some() {
             Some(Arc::new(
@@ -241,11 +249,6 @@ impl Server {
         } else {
             None
         };
-        let inline_metadata = !opts.metadata_in_pool && fskind::is_local(root.path());
-        tracing::info!(
-            inline_metadata,
-            "SFTP metadata calls on the session's thread"
-        );
         let sftp_cfg = Arc::new(sftp::SessionConfig {
             root,
             writable: opts.writable,

@@ -84,8 +84,8 @@ pub struct ServeArgs {
     /// Most open files per SFTP session.
     #[arg(long, value_name = "N", default_value_t = 1024)]
     max_handles: usize,
-    /// Make SFTP metadata calls (open, stat, rename, ...) on the blocking
-    /// pool even on a local filesystem (tuning; network and FUSE
+    /// Make SFTP and HTTP metadata calls (open, stat, rename, ...) on the
+    /// blocking pool even on a local filesystem (tuning; network and FUSE
     /// filesystems always use it).
     #[arg(long, hide = true)]
     metadata_in_pool: bool,

@@ -343,7 +343,8 @@ pub async fn put(shared: &Shared, req: Request<Incoming>, peer: SocketAddr) -> R
     }
     let decoded: Vec<u8> = resolved.virtual_path.as_bytes().to_vec();
     let root = shared.root.clone();
-    let place = match tokio::task::spawn_blocking(move || place(&root, &decoded)).await {
+    let inline = shared.inline_metadata;
+    let place = match super::meta(inline, move || place(&root, &decoded)).await {
         Ok(Ok(p)) => p,
         Ok(Err(r)) => return refuse(req, r.response()).await,
         Err(e) => {
@@ -352,7 +353,7 @@ pub async fn put(shared: &Shared, req: Request<Incoming>, peer: SocketAddr) -> R
         }
     };
     match range {
-        None => put_whole(place, req, declared, peer).await,
+        None => put_whole(place, req, declared, peer, inline).await,
         Some(PutRange::Status { total }) => {
             let part = place.part();
             let state = tokio::task::spawn_blocking(move || part_state(&part))
@@ -400,10 +401,11 @@ async fn put_whole(
     req: Request<Incoming>,
     declared: Option<u64>,
     peer: SocketAddr,
+    inline: bool,
 ) -> Response<RespBody> {
     let (file, tmp) = {
         let p = place.clone();
-        match tokio::task::spawn_blocking(move || temp_file(&p)).await {
+        match super::meta(inline, move || temp_file(&p)).await {
             Ok(Ok(x)) => x,
             Ok(Err(r)) => return refuse(req, r.response()).await,
             Err(e) => return refuse(req, io_refusal(&io::Error::other(e), &place.shown)).await,
@@ -422,7 +424,7 @@ async fn put_whole(
         return text(StatusCode::BAD_REQUEST, "less data than Content-Length\n");
     }
     let dest = place.dest.clone();
-    let done = tokio::task::spawn_blocking(move || {
+    let done = super::meta(inline, move || {
         drop(file);
         fs::rename(&tmp, &dest)
     })
@@ -534,7 +536,7 @@ pub async fn delete(shared: &Shared, req: &Request<Incoming>) -> Response<RespBo
         return text(StatusCode::FORBIDDEN, "cannot delete the root\n");
     }
     let shown = resolved.virtual_path.clone();
-    let r = tokio::task::spawn_blocking(move || -> io::Result<()> {
+    let r = super::meta(shared.inline_metadata, move || -> io::Result<()> {
         let m = fs::symlink_metadata(&resolved.real)?;
         if m.is_dir() {
             fs::remove_dir(&resolved.real)
@@ -565,7 +567,10 @@ pub async fn mkcol(shared: &Shared, req: &Request<Incoming>) -> Response<RespBod
         Err(resp) => return resp,
     };
     let shown = resolved.virtual_path.clone();
-    let r = tokio::task::spawn_blocking(move || fs::create_dir(&resolved.real)).await;
+    let r = super::meta(shared.inline_metadata, move || {
+        fs::create_dir(&resolved.real)
+    })
+    .await;
     match join(r) {
         Ok(()) => text(StatusCode::CREATED, "created\n"),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => text(
