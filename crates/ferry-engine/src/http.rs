@@ -82,14 +82,22 @@ pub(crate) fn copy(
     }
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, TransferError> {
+/// The runtime an HTTP copy runs on. One thread unless `--streams` asks
+/// for several connections: every DATA frame of an HTTP/2 stream crossed
+/// from the connection task's thread to the file task's with two workers,
+/// and one thread moved the small set 15% faster (from nginx 234.5 ->
+/// 270.5 MB/s) and the huge file no slower (996 -> 1030 MB/s; `--streams
+/// 8` over h2 906 -> 972). Several HTTP/1.1 connections (`--streams N`)
+/// decrypt in parallel on two workers: one thread was 12% slower there
+/// (docs/internals/http.md, "Runtime").
+fn runtime(opts: &CopyOptions) -> Result<tokio::runtime::Runtime, TransferError> {
     // FERRY_HTTP_THREADS (tuning): 0 runs everything on this thread;
-    // N > 0 uses N worker threads (default 2: TLS and HTTP/2 framing on
-    // one, writing files on the other).
+    // N > 0 uses N worker threads.
+    let default = if opts.streams.unwrap_or(1) > 1 { 2 } else { 0 };
     let threads = std::env::var("FERRY_HTTP_THREADS")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
-        .unwrap_or(2);
+        .unwrap_or(default);
     let mut b = if threads == 0 {
         tokio::runtime::Builder::new_current_thread()
     } else {
@@ -181,7 +189,7 @@ fn download(
     }
     let https = sources.first().is_some_and(|s| s.url.https);
     let into = dest_is_dir || dest_wants_dir;
-    runtime()?.block_on(async {
+    runtime(opts)?.block_on(async {
         // The plan (listings with -r) is made by one task that hands each
         // file over as soon as its directory is listed, so downloads start
         // while the rest of the tree is still being walked.
@@ -1182,7 +1190,7 @@ fn upload(
     let total: u64 = files.iter().map(|f| f.2).sum();
     let big = files.iter().any(|f| f.2 >= NO_RESUME_BELOW);
     let resume = opts.resume;
-    runtime()?.block_on(async {
+    runtime(opts)?.block_on(async {
         mkcol_all(&client, &collections).await?;
         // Ranged PUTs only to a server that says it takes them: one that
         // ignored Content-Range would store the rest as the whole file.
