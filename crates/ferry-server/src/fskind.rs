@@ -39,6 +39,20 @@ pub fn is_local(path: &Path) -> bool {
     }
 }
 
+/// Run a metadata call: on the caller's thread when `inline` (a local
+/// filesystem, [`is_local`]), else on the blocking pool. The SFTP and HTTP
+/// servers both go through here.
+pub(crate) async fn run<T, F>(inline: bool, f: F) -> Result<T, tokio::task::JoinError>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    if inline {
+        return Ok(f());
+    }
+    tokio::task::spawn_blocking(f).await
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -429,23 +429,6 @@ fn apply_attrs(path: &std::path::Path, file: Option<&File>, a: &FileAttrs) -> io
     Ok(())
 }
 
-/// Run a metadata call (open, stat, rename, ...): on the caller's thread
-/// when `inline` (a local filesystem, where it takes microseconds and a
-/// handoff to the pool costs more), else on the blocking pool.
-async fn blocking<T, F>(inline: bool, f: F) -> Result<T, (StatusCode, String)>
-where
-    F: FnOnce() -> Result<T, (StatusCode, String)> + Send + 'static,
-    T: Send + 'static,
-{
-    if inline {
-        return f();
-    }
-    match tokio::task::spawn_blocking(f).await {
-        Ok(r) => r,
-        Err(e) => Err((StatusCode::FAILURE, format!("internal error: {e}"))),
-    }
-}
-
 fn is_client_temp(path: &std::path::Path) -> bool {
     path.file_name()
         .and_then(|n| n.to_str())
@@ -495,6 +478,21 @@ impl Session {
             Ok(())
         } else {
             Err(read_only())
+        }
+    }
+
+    /// Run a metadata call (open, stat, rename, ...) where the filesystem
+    /// says (`crate::fskind`): on this thread on a local one, where it
+    /// takes microseconds and a handoff to the pool costs more, else on
+    /// the blocking pool.
+    async fn blocking<T, F>(&self, f: F) -> Result<T, (StatusCode, String)>
+    where
+        F: FnOnce() -> Result<T, (StatusCode, String)> + Send + 'static,
+        T: Send + 'static,
+    {
+        match crate::fskind::run(self.cfg.inline_metadata, f).await {
+            Ok(r) => r,
+            Err(e) => Err((StatusCode::FAILURE, format!("internal error: {e}"))),
         }
     }
 
@@ -680,10 +678,9 @@ impl Session {
                 }
                 let r = self.resolve(&path, false)?;
                 let real = r.real.clone();
-                let rd = blocking(self.cfg.inline_metadata, move || {
-                    fs::read_dir(&r.real).map_err(|e| io_err(&r.virtual_path, e))
-                })
-                .await?;
+                let rd = self
+                    .blocking(move || fs::read_dir(&r.real).map_err(|e| io_err(&r.virtual_path, e)))
+                    .await?;
                 let h = self.handles.insert(Handle::Dir(Arc::new(OpenDir {
                     path: real,
                     entries: Mutex::new(Some(rd)),
@@ -695,11 +692,11 @@ impl Session {
                     Some(Handle::Dir(d)) => d.clone(),
                     _ => return Err((StatusCode::FAILURE, "invalid directory handle".into())),
                 };
-                blocking(self.cfg.inline_metadata, move || readdir_batch(id, &d)).await
+                self.blocking(move || readdir_batch(id, &d)).await
             }
             Request::Stat { id, path } => {
                 let r = self.resolve(&path, false)?;
-                blocking(self.cfg.inline_metadata, move || {
+                self.blocking(move || {
                     let m = fs::metadata(&r.real).map_err(|e| io_err(&r.virtual_path, e))?;
                     Ok(Response::Attrs {
                         id,
@@ -710,7 +707,7 @@ impl Session {
             }
             Request::Lstat { id, path } => {
                 let r = self.resolve(&path, true)?;
-                blocking(self.cfg.inline_metadata, move || {
+                self.blocking(move || {
                     let m =
                         fs::symlink_metadata(&r.real).map_err(|e| io_err(&r.virtual_path, e))?;
                     Ok(Response::Attrs {
@@ -723,7 +720,7 @@ impl Session {
             Request::Fstat { id, handle } => {
                 let f = self.file(&handle)?;
                 Self::quiesce(&f).await;
-                blocking(self.cfg.inline_metadata, move || {
+                self.blocking(move || {
                     let m = f.file.metadata().map_err(|e| io_err("fstat", e))?;
                     Ok(Response::Attrs {
                         id,
@@ -735,7 +732,7 @@ impl Session {
             Request::Setstat { id, path, attrs } => {
                 self.writable()?;
                 let r = self.resolve(&path, false)?;
-                blocking(self.cfg.inline_metadata, move || {
+                self.blocking(move || {
                     apply_attrs(&r.real, None, &attrs).map_err(|e| io_err(&r.virtual_path, e))?;
                     Ok(ok(id))
                 })
@@ -745,7 +742,7 @@ impl Session {
                 self.writable()?;
                 let f = self.file(&handle)?;
                 Self::quiesce(&f).await;
-                blocking(self.cfg.inline_metadata, move || {
+                self.blocking(move || {
                     apply_attrs(std::path::Path::new(""), Some(&f.file), &attrs)
                         .map_err(|e| io_err("fsetstat", e))?;
                     Ok(ok(id))
@@ -755,7 +752,7 @@ impl Session {
             Request::Remove { id, path } => {
                 self.writable()?;
                 let r = self.resolve(&path, true)?;
-                blocking(self.cfg.inline_metadata, move || {
+                self.blocking(move || {
                     fs::remove_file(&r.real).map_err(|e| io_err(&r.virtual_path, e))?;
                     Ok(ok(id))
                 })
@@ -764,7 +761,7 @@ impl Session {
             Request::Mkdir { id, path, attrs } => {
                 self.writable()?;
                 let r = self.resolve(&path, true)?;
-                blocking(self.cfg.inline_metadata, move || {
+                self.blocking(move || {
                     use std::os::unix::fs::DirBuilderExt;
                     fs::DirBuilder::new()
                         .mode(attrs.permissions.unwrap_or(0o777) & 0o7777)
@@ -783,7 +780,7 @@ impl Session {
                         "/: cannot remove the served directory".into(),
                     ));
                 }
-                blocking(self.cfg.inline_metadata, move || {
+                self.blocking(move || {
                     fs::remove_dir(&r.real).map_err(|e| io_err(&r.virtual_path, e))?;
                     Ok(ok(id))
                 })
@@ -800,7 +797,7 @@ impl Session {
             Request::Readlink { id, path } => {
                 let r = self.resolve(&path, true)?;
                 let root = self.cfg.root.clone();
-                blocking(self.cfg.inline_metadata, move || {
+                self.blocking(move || {
                     let target = fs::read_link(&r.real).map_err(|e| io_err(&r.virtual_path, e))?;
                     let shown = if target.is_absolute() {
                         root.virtual_of(&target)
@@ -852,56 +849,57 @@ impl Session {
         let mode = attrs.permissions.unwrap_or(0o666) & 0o7777;
         let read = flags.contains(OpenFlags::READ);
         let append = flags.contains(OpenFlags::APPEND);
-        let opened = blocking(self.cfg.inline_metadata, move || {
-            // A whole-file upload goes to a temporary name first, unless
-            // the client already writes to a temporary name of its own
-            // (ferry's `.NAME.ferry-part`, WinSCP's `NAME.filepart`): that
-            // file must survive a disconnect so `--resume` can continue it.
-            if write && create && trunc && !excl && !append && !is_client_temp(&r.real) {
-                if let Ok(m) = fs::metadata(&r.real) {
-                    if m.is_dir() {
-                        return Err((
-                            StatusCode::FAILURE,
-                            format!("{}: is a directory", r.virtual_path),
-                        ));
+        let opened = self
+            .blocking(move || {
+                // A whole-file upload goes to a temporary name first, unless
+                // the client already writes to a temporary name of its own
+                // (ferry's `.NAME.ferry-part`, WinSCP's `NAME.filepart`): that
+                // file must survive a disconnect so `--resume` can continue it.
+                if write && create && trunc && !excl && !append && !is_client_temp(&r.real) {
+                    if let Ok(m) = fs::metadata(&r.real) {
+                        if m.is_dir() {
+                            return Err((
+                                StatusCode::FAILURE,
+                                format!("{}: is a directory", r.virtual_path),
+                            ));
+                        }
                     }
+                    let temp = temp_name_for(&r.real);
+                    let file = OpenOptions::new()
+                        .read(read)
+                        .write(true)
+                        .create_new(true)
+                        .mode(mode)
+                        .custom_flags(libc_o_nofollow())
+                        .open(&temp)
+                        .map_err(|e| io_err(&r.virtual_path, e))?;
+                    return Ok((file, Some((temp, r.real))));
                 }
-                let temp = temp_name_for(&r.real);
-                let file = OpenOptions::new()
-                    .read(read)
-                    .write(true)
-                    .create_new(true)
-                    .mode(mode)
-                    .custom_flags(libc_o_nofollow())
-                    .open(&temp)
-                    .map_err(|e| io_err(&r.virtual_path, e))?;
-                return Ok((file, Some((temp, r.real))));
-            }
-            let mut o = OpenOptions::new();
-            o.read(read || !write)
-                .write(write && !append)
-                .append(append);
-            if create {
-                if excl {
-                    o.create_new(true);
-                } else {
-                    o.create(true);
+                let mut o = OpenOptions::new();
+                o.read(read || !write)
+                    .write(write && !append)
+                    .append(append);
+                if create {
+                    if excl {
+                        o.create_new(true);
+                    } else {
+                        o.create(true);
+                    }
+                    o.mode(mode);
                 }
-                o.mode(mode);
-            }
-            if trunc {
-                o.truncate(true);
-            }
-            let file = o.open(&r.real).map_err(|e| io_err(&r.virtual_path, e))?;
-            if file.metadata().map(|m| m.is_dir()).unwrap_or(false) {
-                return Err((
-                    StatusCode::FAILURE,
-                    format!("{}: is a directory", r.virtual_path),
-                ));
-            }
-            Ok((file, None))
-        })
-        .await?;
+                if trunc {
+                    o.truncate(true);
+                }
+                let file = o.open(&r.real).map_err(|e| io_err(&r.virtual_path, e))?;
+                if file.metadata().map(|m| m.is_dir()).unwrap_or(false) {
+                    return Err((
+                        StatusCode::FAILURE,
+                        format!("{}: is a directory", r.virtual_path),
+                    ));
+                }
+                Ok((file, None))
+            })
+            .await?;
         let (file, temp) = opened;
         let h = self.handles.insert(Handle::File(Arc::new(OpenFile {
             file,
@@ -926,7 +924,7 @@ impl Session {
                     None => Ok(ok(id)),
                     Some((temp, final_path)) => {
                         let root = self.cfg.root.clone();
-                        blocking(self.cfg.inline_metadata, move || {
+                        self.blocking(move || {
                             let shown = root
                                 .virtual_of(&final_path)
                                 .unwrap_or_else(|| final_path.display().to_string());
@@ -953,7 +951,7 @@ impl Session {
                 "/: cannot rename the served directory".into(),
             ));
         }
-        blocking(self.cfg.inline_metadata, move || {
+        self.blocking(move || {
             if !overwrite && fs::symlink_metadata(&b.real).is_ok() {
                 return Err((
                     StatusCode::FAILURE,
@@ -984,7 +982,7 @@ impl Session {
             }
             Extended::Statvfs { path } => {
                 let r = self.resolve(&path, false)?;
-                blocking(self.cfg.inline_metadata, move || {
+                self.blocking(move || {
                     statvfs_reply(id, &r.real).map_err(|e| io_err(&r.virtual_path, e))
                 })
                 .await
@@ -992,15 +990,13 @@ impl Session {
             Extended::Fstatvfs { handle } => {
                 let _ = self.file(&handle)?;
                 let root = self.cfg.root.path().to_path_buf();
-                blocking(self.cfg.inline_metadata, move || {
-                    statvfs_reply(id, &root).map_err(|e| io_err("fstatvfs", e))
-                })
-                .await
+                self.blocking(move || statvfs_reply(id, &root).map_err(|e| io_err("fstatvfs", e)))
+                    .await
             }
             Extended::Fsync { handle } => {
                 let f = self.file(&handle)?;
                 Self::quiesce(&f).await;
-                blocking(self.cfg.inline_metadata, move || {
+                self.blocking(move || {
                     f.file.sync_all().map_err(|e| io_err("fsync", e))?;
                     Ok(ok(id))
                 })
@@ -1010,7 +1006,7 @@ impl Session {
                 self.writable()?;
                 let a = self.resolve(&from, true)?;
                 let b = self.resolve(&to, true)?;
-                blocking(self.cfg.inline_metadata, move || {
+                self.blocking(move || {
                     fs::hard_link(&a.real, &b.real).map_err(|e| io_err(&b.virtual_path, e))?;
                     Ok(ok(id))
                 })

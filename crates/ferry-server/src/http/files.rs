@@ -77,11 +77,12 @@ pub async fn get(shared: &Shared, req: Request<Incoming>) -> Response<RespBody> 
     let digests = shared.digests.clone();
     // Inline on a local filesystem, as the path check was: a file of up
     // to digest::INLINE_MAX without a known digest is hashed here too.
-    let opened = match super::meta(shared.inline_metadata, move || open(&real, &digests)).await {
-        Ok(Ok(o)) => o,
-        Ok(Err(e)) => return io_refusal(&e, &shown),
-        Err(e) => return io_refusal(&io::Error::other(e), &shown),
-    };
+    let opened =
+        match crate::fskind::run(shared.inline_metadata, move || open(&real, &digests)).await {
+            Ok(Ok(o)) => o,
+            Ok(Err(e)) => return io_refusal(&e, &shown),
+            Err(e) => return io_refusal(&io::Error::other(e), &shown),
+        };
     let head = req.method() == Method::HEAD;
     match opened {
         Opened::Other => text(

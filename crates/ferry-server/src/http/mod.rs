@@ -355,7 +355,7 @@ pub(crate) async fn resolve(
     }
     let trailing = decoded.ends_with(b"/");
     let root = shared.root.clone();
-    let r = meta(shared.inline_metadata, move || {
+    let r = crate::fskind::run(shared.inline_metadata, move || {
         root.resolve(&decoded, no_follow)
     })
     .await;
@@ -367,21 +367,6 @@ pub(crate) async fn resolve(
             &format!("internal error: {e}\n"),
         )),
     }
-}
-
-/// Run a metadata call (path checks, open, rename, mkdir, ...): on this
-/// thread when the served directory is on a local filesystem, where it
-/// takes microseconds and the handoff to the blocking pool and back cost
-/// more, else on the pool (`crate::fskind`, docs/internals/server.md).
-pub(crate) async fn meta<T, F>(inline: bool, f: F) -> Result<T, tokio::task::JoinError>
-where
-    F: FnOnce() -> T + Send + 'static,
-    T: Send + 'static,
-{
-    if inline {
-        return Ok(f());
-    }
-    tokio::task::spawn_blocking(f).await
 }
 
 /// A confinement refusal as an HTTP answer. Messages name only the

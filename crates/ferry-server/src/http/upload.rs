@@ -344,7 +344,7 @@ pub async fn put(shared: &Shared, req: Request<Incoming>, peer: SocketAddr) -> R
     let decoded: Vec<u8> = resolved.virtual_path.as_bytes().to_vec();
     let root = shared.root.clone();
     let inline = shared.inline_metadata;
-    let place = match super::meta(inline, move || place(&root, &decoded)).await {
+    let place = match crate::fskind::run(inline, move || place(&root, &decoded)).await {
         Ok(Ok(p)) => p,
         Ok(Err(r)) => return refuse(req, r.response()).await,
         Err(e) => {
@@ -405,7 +405,7 @@ async fn put_whole(
 ) -> Response<RespBody> {
     let (file, tmp) = {
         let p = place.clone();
-        match super::meta(inline, move || temp_file(&p)).await {
+        match crate::fskind::run(inline, move || temp_file(&p)).await {
             Ok(Ok(x)) => x,
             Ok(Err(r)) => return refuse(req, r.response()).await,
             Err(e) => return refuse(req, io_refusal(&io::Error::other(e), &place.shown)).await,
@@ -424,7 +424,7 @@ async fn put_whole(
         return text(StatusCode::BAD_REQUEST, "less data than Content-Length\n");
     }
     let dest = place.dest.clone();
-    let done = super::meta(inline, move || {
+    let done = crate::fskind::run(inline, move || {
         drop(file);
         fs::rename(&tmp, &dest)
     })
@@ -536,7 +536,7 @@ pub async fn delete(shared: &Shared, req: &Request<Incoming>) -> Response<RespBo
         return text(StatusCode::FORBIDDEN, "cannot delete the root\n");
     }
     let shown = resolved.virtual_path.clone();
-    let r = super::meta(shared.inline_metadata, move || -> io::Result<()> {
+    let r = crate::fskind::run(shared.inline_metadata, move || -> io::Result<()> {
         let m = fs::symlink_metadata(&resolved.real)?;
         if m.is_dir() {
             fs::remove_dir(&resolved.real)
@@ -567,7 +567,7 @@ pub async fn mkcol(shared: &Shared, req: &Request<Incoming>) -> Response<RespBod
         Err(resp) => return resp,
     };
     let shown = resolved.virtual_path.clone();
-    let r = super::meta(shared.inline_metadata, move || {
+    let r = crate::fskind::run(shared.inline_metadata, move || {
         fs::create_dir(&resolved.real)
     })
     .await;
