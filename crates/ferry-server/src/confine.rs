@@ -180,7 +180,7 @@ impl Root {
                     }
                     return Ok(out);
                 }
-                Err(e) if e.raw_os_error() == Some(20) => {
+                Err(e) if e.kind() == io::ErrorKind::NotADirectory => {
                     // ENOTDIR: a file used as a directory.
                     return Err(ConfineError::NotFound(shown.to_string()));
                 }
@@ -213,7 +213,7 @@ impl Root {
                         return Err(ConfineError::NotFound(shown.to_string()));
                     }
                 }
-                Err(e) if e.raw_os_error() == Some(20) => {
+                Err(e) if e.kind() == io::ErrorKind::NotADirectory => {
                     // ENOTDIR: a file used as a directory.
                     return Err(ConfineError::NotFound(shown.to_string()));
                 }

@@ -390,17 +390,13 @@ pub(crate) fn refusal(e: &ConfineError) -> Response<RespBody> {
 pub(crate) fn io_refusal(e: &std::io::Error, shown: &str) -> Response<RespBody> {
     use std::io::ErrorKind as K;
     match e.kind() {
-        K::NotFound => text(
+        K::NotFound | K::NotADirectory => text(
             StatusCode::NOT_FOUND,
             &format!("{shown}: no such file or directory\n"),
         ),
         K::PermissionDenied => text(
             StatusCode::FORBIDDEN,
             &format!("{shown}: permission denied\n"),
-        ),
-        _ if e.raw_os_error() == Some(20) => text(
-            StatusCode::NOT_FOUND,
-            &format!("{shown}: no such file or directory\n"),
         ),
         _ => {
             tracing::warn!("HTTP {shown}: {e}");

@@ -171,7 +171,7 @@ impl Refused {
         match self {
             Refused::Confine(e) => super::refusal(e),
             Refused::Status(s, m) => text(*s, &format!("{m}\n")),
-            Refused::Io(e, shown) if e.raw_os_error() == Some(20) => text(
+            Refused::Io(e, shown) if e.kind() == io::ErrorKind::NotADirectory => text(
                 StatusCode::CONFLICT,
                 &format!("{shown}: a parent is a file\n"),
             ),
