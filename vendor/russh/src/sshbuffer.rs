@@ -627,6 +627,37 @@ impl PacketWriter {
     }
 }
 
+impl SSHBuffer {
+    /// ferry: the packet `cipher::read` left in `incoming`, without its
+    /// 5-byte header. With compression on it is inflated into a new
+    /// buffer; otherwise the packet's own buffer is handed on, not copied,
+    /// and the next packet is read into a new one. Client and server both
+    /// take their packets here.
+    pub(crate) fn take_incoming(
+        &mut self,
+        decompress: Option<&mut crate::compression::Decompress>,
+    ) -> Result<IncomingSshPacket, crate::Error> {
+        if self.incoming.len() < 5 {
+            return Err(crate::Error::IndexOutOfBounds);
+        }
+        let decompress =
+            decompress.filter(|d| !matches!(d, crate::compression::Decompress::None));
+        if let Some(d) = decompress {
+            let mut decomp = Vec::new();
+            #[allow(clippy::indexing_slicing)] // length checked
+            let plain = d.decompress(&self.incoming[5..], &mut decomp)?;
+            return Ok(IncomingSshPacket {
+                buffer: Bytes::copy_from_slice(plain),
+                seqn: self.seqn,
+            });
+        }
+        Ok(IncomingSshPacket {
+            buffer: std::mem::take(&mut self.incoming).freeze().slice(5..),
+            seqn: self.seqn,
+        })
+    }
+}
+
 /// ferry: a length-prefixed SSH string read from `r` as a slice of `whole`
 /// (the packet `r` reads from), without copying. Copies when `r` does not
 /// point into `whole`.

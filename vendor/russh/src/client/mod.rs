@@ -1288,27 +1288,8 @@ async fn start_reading<R: AsyncRead + Unpin>(
 
 impl Session {
     fn maybe_decompress(&mut self, buffer: &mut SSHBuffer) -> Result<IncomingSshPacket, Error> {
-        if let Some(ref mut enc) = self.common.encrypted {
-            if !matches!(enc.decompress, crate::compression::Decompress::None) {
-                let mut decomp = Vec::new();
-                return Ok(IncomingSshPacket {
-                    #[allow(clippy::indexing_slicing)] // length checked
-                    buffer: bytes::Bytes::copy_from_slice(
-                        enc.decompress.decompress(&buffer.incoming[5..], &mut decomp)?,
-                    ),
-                    seqn: buffer.seqn,
-                });
-            }
-        }
-        // ferry: hand the packet's own buffer on instead of copying it; the
-        // next packet is read into a new one.
-        if buffer.incoming.len() < 5 {
-            return Err(Error::IndexOutOfBounds);
-        }
-        Ok(IncomingSshPacket {
-            buffer: std::mem::take(&mut buffer.incoming).freeze().slice(5..),
-            seqn: buffer.seqn,
-        })
+        // ferry: shared with the server (`SSHBuffer::take_incoming`).
+        buffer.take_incoming(self.common.encrypted.as_mut().map(|enc| &mut enc.decompress))
     }
 
     fn new(
