@@ -329,13 +329,14 @@ pub(crate) async fn read<R: AsyncRead + Unpin>(
     let l = cipher.packet_length_to_read_for_block_length();
     if buffer.len == 0 {
         fill(stream, &mut buffer.readahead, l).await?;
+        // ferry: the encrypted length is read where it lies, no copy.
         #[allow(clippy::indexing_slicing)] // fill checked the length
-        let len = buffer.readahead[..l].to_vec();
+        let len = &buffer.readahead[..l];
         trace!("reading, len = {len:?}");
         {
             let seqn = buffer.seqn.0;
             trace!("reading, seqn = {seqn:?}");
-            let len = cipher.decrypt_packet_length(seqn, &len);
+            let len = cipher.decrypt_packet_length(seqn, len);
             let len = BigEndian::read_u32(&len) as usize;
 
             if len > MAXIMUM_PACKET_LEN {
