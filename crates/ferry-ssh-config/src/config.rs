@@ -197,6 +197,10 @@ pub struct HostConfig {
     pub hash_known_hosts: bool,
     /// `HostKeyAlias`: the name to look up in known_hosts instead of the host.
     pub host_key_alias: Option<String>,
+    /// `RevokedHostKeys`: host keys listed in this file are refused, and
+    /// every host key is refused when the file cannot be read (OpenSSH's
+    /// rule). See [`crate::known_hosts::revoked_in`].
+    pub revoked_host_keys: Option<PathBuf>,
     pub password_authentication: bool,
     pub pubkey_authentication: bool,
     pub kbd_interactive_authentication: bool,
@@ -363,6 +367,7 @@ enum Setting {
     StrictHostKeyChecking(StrictHostKeyChecking),
     HashKnownHosts(bool),
     HostKeyAlias(String),
+    RevokedHostKeys(Option<String>),
     PasswordAuthentication(bool),
     PubkeyAuthentication(bool),
     KbdInteractiveAuthentication(bool),
@@ -582,6 +587,7 @@ fn parse_setting(line: &Line<'_>) -> Result<Setting, String> {
         }
         "hashknownhosts" => Setting::HashKnownHosts(boolean()?),
         "hostkeyalias" => Setting::HostKeyAlias(one()?.to_string()),
+        "revokedhostkeys" => Setting::RevokedHostKeys(none_or(one()?)),
         "passwordauthentication" => Setting::PasswordAuthentication(boolean()?),
         "pubkeyauthentication" => {
             let v = one()?;
@@ -871,6 +877,7 @@ struct Values {
     strict: Option<StrictHostKeyChecking>,
     hash_known_hosts: Option<bool>,
     host_key_alias: Option<String>,
+    revoked_host_keys: Option<(Option<String>, Origin)>,
     password_auth: Option<bool>,
     pubkey_auth: Option<bool>,
     kbd_auth: Option<bool>,
@@ -924,6 +931,7 @@ impl Values {
             Setting::StrictHostKeyChecking(v) => first(&mut self.strict, v),
             Setting::HashKnownHosts(v) => first(&mut self.hash_known_hosts, v),
             Setting::HostKeyAlias(v) => first(&mut self.host_key_alias, v),
+            Setting::RevokedHostKeys(v) => first(&mut self.revoked_host_keys, (v, origin.clone())),
             Setting::PasswordAuthentication(v) => first(&mut self.password_auth, v),
             Setting::PubkeyAuthentication(v) => first(&mut self.pubkey_auth, v),
             Setting::KbdInteractiveAuthentication(v) => first(&mut self.kbd_auth, v),
@@ -1288,6 +1296,10 @@ fn finish(alias: &str, v: Values, env: &Environment) -> Result<HostConfig, Confi
                 .map(|f| Path::new(SYSTEM_CONFIG_DIR).join(f))
                 .collect()
         });
+    let revoked_host_keys = match &v.revoked_host_keys {
+        Some((Some(f), origin)) => Some(expand_path(f, origin, "RevokedHostKeys")?),
+        _ => None,
+    };
     let identity_agent = match &v.identity_agent {
         Some((a, origin)) => {
             let special = a.eq_ignore_ascii_case("none")
@@ -1320,6 +1332,7 @@ fn finish(alias: &str, v: Values, env: &Environment) -> Result<HostConfig, Confi
         strict_host_key_checking: v.strict.unwrap_or_default(),
         hash_known_hosts: v.hash_known_hosts.unwrap_or(false),
         host_key_alias: v.host_key_alias,
+        revoked_host_keys,
         password_authentication: v.password_auth.unwrap_or(true),
         pubkey_authentication: v.pubkey_auth.unwrap_or(true),
         kbd_interactive_authentication: v.kbd_auth.unwrap_or(true),

@@ -401,6 +401,19 @@ fn value_parsing() {
     assert_eq!(c.number_of_password_prompts, 1);
     assert!(!c.kbd_interactive_authentication);
 
+    // RevokedHostKeys: first one wins, `~` expands, `none` means none.
+    let c = h.resolve(
+        "RevokedHostKeys ~/.ssh/revoked\nRevokedHostKeys /etc/other\n",
+        "x",
+    );
+    assert_eq!(c.revoked_host_keys, Some(h.path(".ssh/revoked")));
+    assert!(!c.ignored.contains(&"revokedhostkeys".to_string()));
+    assert_eq!(
+        h.resolve("RevokedHostKeys none\n", "x").revoked_host_keys,
+        None
+    );
+    assert_eq!(h.resolve("", "x").revoked_host_keys, None);
+
     let c = h.resolve("Port 2222\nProxyJump jump@gw:22\n", "x");
     assert_eq!(c.known_hosts_lookup(), ("x".to_string(), 2222));
     assert_eq!(c.proxy_jump.as_deref(), Some("jump@gw:22"));

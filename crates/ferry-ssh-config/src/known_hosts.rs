@@ -246,6 +246,50 @@ fn read_known_hosts(path: &Path) -> io::Result<Option<String>> {
     }
 }
 
+/// The magic that starts an OpenSSH binary Key Revocation List
+/// (PROTOCOL.krl), which `RevokedHostKeys` may also name.
+const KRL_MAGIC: &[u8] = b"SSHKRL\n\0";
+
+/// `RevokedHostKeys` (ssh_config(5)): the line of `path` that lists one of
+/// `blobs` (wire-encoded public keys: the host key, or a certificate's CA,
+/// key and whole certificate), or `None` when none is listed.
+///
+/// The file lists public keys one per line (`TYPE BASE64 [COMMENT]`, as in a
+/// `.pub` file; `#` comments and blank lines skipped). As in OpenSSH, a file
+/// that does not exist or cannot be read is an error, which the caller turns
+/// into refusing every host key; so is a binary KRL, which ferry does not
+/// parse: failing closed is the only safe reading of a revocation list
+/// ferry cannot read.
+pub fn revoked_in(path: &Path, blobs: &[&[u8]]) -> io::Result<Option<usize>> {
+    let bytes = fs::read(path).map_err(|e| {
+        io::Error::new(e.kind(), format!("RevokedHostKeys {}: {e}", path.display()))
+    })?;
+    if bytes.starts_with(KRL_MAGIC) {
+        return Err(invalid(format!(
+            "RevokedHostKeys {} is a binary key revocation list (ssh-keygen -k), which ferry \
+             cannot read; list the revoked public keys one per line instead",
+            path.display()
+        )));
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    for (n, line) in text.lines().enumerate() {
+        let mut fields = line.split_ascii_whitespace();
+        let (Some(key_type), Some(b64)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        if key_type.starts_with('#') {
+            continue;
+        }
+        let Ok(blob) = LENIENT_B64.decode(b64) else {
+            continue;
+        };
+        if blob_key_type(&blob) == Some(key_type) && blobs.contains(&blob.as_slice()) {
+            return Ok(Some(n + 1));
+        }
+    }
+    Ok(None)
+}
+
 /// What the known_hosts files say about the authority that signed a host
 /// certificate.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -570,3 +570,38 @@ fn hashed_cert_authority_lines_match() {
         CertAuthorityStatus::NotTrusted { .. }
     ));
 }
+
+#[test]
+fn revoked_host_keys_file_lists_keys_one_per_line() {
+    let f = Files::new();
+    let path = f.write(
+        "revoked",
+        &format!(
+            "# revoked after the 2026 incident\n\n\
+             ssh-rsa {RSA} old-rsa\n\
+             ssh-ed25519 not-base64!!\n\
+             ssh-rsa {ED} (type field does not match the blob: skipped)\n\
+             ssh-ed25519 {ED2} web1\n"
+        ),
+    );
+    assert_eq!(revoked_in(&path, &[&blob(ED2)]).unwrap(), Some(6));
+    assert_eq!(revoked_in(&path, &[&blob(RSA)]).unwrap(), Some(3));
+    // Any of the blobs (a certificate's CA, key and certificate) counts.
+    assert_eq!(
+        revoked_in(&path, &[&blob(EC), &blob(ED2)]).unwrap(),
+        Some(6)
+    );
+    assert_eq!(revoked_in(&path, &[&blob(ED), &blob(EC)]).unwrap(), None);
+}
+
+#[test]
+fn revoked_host_keys_unreadable_or_krl_is_an_error() {
+    let f = Files::new();
+    let missing = f.dir.path().join("no-such-file");
+    let e = revoked_in(&missing, &[&blob(ED)]).unwrap_err();
+    assert!(e.to_string().contains("no-such-file"), "{e}");
+    let krl = f.dir.path().join("krl");
+    fs::write(&krl, b"SSHKRL\n\0\x00\x00\x00\x01rest").unwrap();
+    let e = revoked_in(&krl, &[&blob(ED)]).unwrap_err();
+    assert!(e.to_string().contains("key revocation list"), "{e}");
+}

@@ -14,6 +14,7 @@
 //! `@cert-authority` line trusts their CA for the host.
 use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ferry_ssh_config::config::{standard_files, HostConfig, SshConfig, StrictHostKeyChecking};
@@ -386,10 +387,36 @@ impl Connector {
             }
             Route::Jump(jump) => {
                 let via = Box::pin(jump.connect()).await?;
-                let channel = via
-                    .handle
-                    .channel_open_direct_tcpip(host.clone(), u32::from(port), "127.0.0.1", 0)
-                    .await
+                let open = via.handle.channel_open_direct_tcpip(
+                    host.clone(),
+                    u32::from(port),
+                    "127.0.0.1",
+                    0,
+                );
+                // ConnectTimeout bounds this hop's "connect": the jump
+                // host's connection to it.
+                let opened = match self.host.connect_timeout {
+                    Some(t) => match tokio::time::timeout(t, open).await {
+                        Ok(r) => r,
+                        Err(_) => {
+                            via.close().await;
+                            return Err(self.at_hop(SshError::Connect {
+                                host: host.clone(),
+                                port,
+                                source: std::io::Error::new(
+                                    std::io::ErrorKind::TimedOut,
+                                    format!(
+                                        "the jump host {} did not connect to it within ConnectTimeout ({} s)",
+                                        jump.hop_label(),
+                                        t.as_secs_f64()
+                                    ),
+                                ),
+                            }));
+                        }
+                    },
+                    None => open.await,
+                };
+                let channel = opened
                     .map_err(|e| SshError::Jump {
                         hop: jump.hop_label(),
                         source: Box::new(SshError::Protocol {
@@ -488,16 +515,54 @@ impl Connector {
         let verdict = Arc::new(Mutex::new(None));
         // HostKeyAlias, when set, is the name known_hosts is searched under.
         let (kh_host, kh_port) = self.host.known_hosts_lookup();
+        let prompted = Arc::new(AtomicBool::new(false));
         let handler = ClientHandler {
             host: kh_host,
             port: kh_port,
             strict: self.host.strict_host_key_checking,
             user_files: self.host.user_known_hosts_files.clone(),
             global_files: self.host.global_known_hosts_files.clone(),
+            revoked: self.host.revoked_host_keys.clone(),
             interactive: self.opts.interactive && !self.host.batch_mode,
             verdict: verdict.clone(),
+            prompted: prompted.clone(),
         };
-        match client::connect_stream(config, stream, handler).await {
+        let handshake = client::connect_stream(config, stream, handler);
+        // ConnectTimeout also bounds the handshake, as ssh bounds its
+        // banner exchange: a server (or a jump's target) that accepts the
+        // connection and never speaks is an error, not a hang. Time spent
+        // at a host-key prompt does not count: once the user was asked,
+        // the limit is off.
+        let result = match self.host.connect_timeout {
+            None => handshake.await,
+            Some(t) => {
+                tokio::pin!(handshake);
+                let mut deadline = tokio::time::Instant::now() + t;
+                loop {
+                    tokio::select! {
+                        r = &mut handshake => break r,
+                        _ = tokio::time::sleep_until(deadline) => {
+                            if prompted.load(Ordering::Relaxed) {
+                                deadline += std::time::Duration::from_secs(86_400);
+                                continue;
+                            }
+                            return Err(SshError::Connect {
+                                host: self.host.hostname.clone(),
+                                port: self.host.port,
+                                source: std::io::Error::new(
+                                    std::io::ErrorKind::TimedOut,
+                                    format!(
+                                        "no SSH handshake within ConnectTimeout ({} s): the server accepted the connection but did not answer as an SSH server",
+                                        t.as_secs_f64()
+                                    ),
+                                ),
+                            });
+                        }
+                    }
+                }
+            }
+        };
+        match result {
             Ok(h) => Ok(h),
             Err(e) => {
                 if let Some(why) = lock_any(&verdict).take() {
@@ -663,23 +728,35 @@ impl Connector {
         let Ok(ids) = agent.request_identities().await else {
             return false;
         };
+        // In the agent's order, as ssh offers them: `ssh-add KEY` loads
+        // KEY-cert.pub too, and the agent signs for the certificate with
+        // the key it certifies.
         for id in ids {
-            let key: PublicKey = match id {
-                russh::keys::agent::AgentIdentity::PublicKey { key, .. } => key,
-                _ => continue,
-            };
-            let hash = if key.algorithm().is_rsa() {
-                rsa_hash
-            } else {
-                None
-            };
-            if let Ok(res) = handle
-                .authenticate_publickey_with(user.to_string(), key, hash, &mut agent)
-                .await
-            {
-                if res.success() {
-                    return true;
+            let res = match id {
+                russh::keys::agent::AgentIdentity::PublicKey { key, .. } => {
+                    let hash = key.algorithm().is_rsa().then_some(rsa_hash).flatten();
+                    handle
+                        .authenticate_publickey_with(user.to_string(), key, hash, &mut agent)
+                        .await
                 }
+                russh::keys::agent::AgentIdentity::Certificate { certificate, .. } => {
+                    let hash = certificate
+                        .algorithm()
+                        .is_rsa()
+                        .then_some(rsa_hash)
+                        .flatten();
+                    handle
+                        .authenticate_certificate_with(
+                            user.to_string(),
+                            certificate,
+                            hash,
+                            &mut agent,
+                        )
+                        .await
+                }
+            };
+            if res.is_ok_and(|r| r.success()) {
+                return true;
             }
         }
         false
@@ -867,8 +944,13 @@ pub(crate) struct ClientHandler {
     strict: StrictHostKeyChecking,
     user_files: Vec<PathBuf>,
     global_files: Vec<PathBuf>,
+    /// `RevokedHostKeys`.
+    revoked: Option<PathBuf>,
     interactive: bool,
     verdict: Arc<Mutex<Option<String>>>,
+    /// Set once the user is asked about the host key: ConnectTimeout no
+    /// longer applies then.
+    prompted: Arc<AtomicBool>,
 }
 
 impl ClientHandler {
@@ -885,6 +967,24 @@ impl ClientHandler {
         Ok(false)
     }
 
+    /// Why `RevokedHostKeys` refuses one of `blobs` (`what` names them),
+    /// or `None`. A file that cannot be read refuses every key, as in ssh.
+    fn revoked(&self, blobs: &[&[u8]], what: &str) -> Option<String> {
+        let path = self.revoked.as_ref()?;
+        match known_hosts::revoked_in(path, blobs) {
+            Ok(None) => None,
+            Ok(Some(line)) => Some(format!(
+                "{what} of {} is listed as revoked in {}:{line} (RevokedHostKeys); refusing to connect",
+                self.host_port(),
+                path.display()
+            )),
+            Err(e) => Some(format!(
+                "cannot check the host key of {} against RevokedHostKeys: {e}; refusing every host key until it can be read (or set RevokedHostKeys none)",
+                self.host_port()
+            )),
+        }
+    }
+
     fn check(&self, key: &PublicKey) -> Result<bool, russh::Error> {
         let blob = match key.to_bytes() {
             Ok(b) => b,
@@ -897,6 +997,9 @@ impl ClientHandler {
         };
         let alg = key.algorithm().as_str().to_string();
         let fp = known_hosts::fingerprint_sha256(&blob);
+        if let Some(why) = self.revoked(&[&blob], &format!("the host key ({alg} {fp})")) {
+            return self.refuse(why);
+        }
         let mut files = self.user_files.clone();
         files.extend(self.global_files.iter().cloned());
         let status = match known_hosts::check(&files, &self.host, self.port, &alg, &blob) {
@@ -924,10 +1027,14 @@ impl ClientHandler {
                 let accept = match self.strict {
                     StrictHostKeyChecking::No | StrictHostKeyChecking::AcceptNew => true,
                     StrictHostKeyChecking::Yes => false,
-                    StrictHostKeyChecking::Ask => self.interactive && ask_yes_no(&format!(
-                        "The authenticity of host '{}' can't be established.\n{alg} key fingerprint is {fp}.\nAre you sure you want to continue connecting (yes/no)? ",
-                        self.host_port()
-                    )),
+                    StrictHostKeyChecking::Ask if self.interactive => {
+                        self.prompted.store(true, Ordering::Relaxed);
+                        ask_yes_no(&format!(
+                            "The authenticity of host '{}' can't be established.\n{alg} key fingerprint is {fp}.\nAre you sure you want to continue connecting (yes/no)? ",
+                            self.host_port()
+                        ))
+                    }
+                    StrictHostKeyChecking::Ask => false,
                 };
                 if !accept {
                     return self.refuse(format!(
@@ -979,6 +1086,12 @@ impl ClientHandler {
             ca.algorithm().as_str(),
             known_hosts::fingerprint_sha256(&ca_blob)
         );
+        if let Some(why) = self.revoked(
+            &[&ca_blob, &key_blob, &cert_blob],
+            &format!("the host certificate (signed by {ca_desc}), its key or its CA,"),
+        ) {
+            return self.refuse(why);
+        }
         let mut files = self.user_files.clone();
         files.extend(self.global_files.iter().cloned());
         let status = match known_hosts::check_cert_authority(

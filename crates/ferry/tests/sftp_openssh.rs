@@ -788,6 +788,32 @@ fn encrypted_key_with_passphrase() {
 }
 
 #[test]
+fn agent_keys_log_in_without_identity_files() {
+    let sshd = Sshd::start();
+    let rem = sshd.mkdir("remote");
+    let local = sshd.mkdir("local");
+    let h = make_file(&rem.join("f.bin"), 100_003, 16);
+    let get = |name: &str| {
+        let mut a = args!["cp", "-q"];
+        a.extend(sshd.known_hosts_opts());
+        a.extend(args![sshd.url_ip(rem.join("f.bin")), local.join(name)]);
+        a
+    };
+    // No -i and no keys in ~/.ssh: without an agent nothing can log in.
+    let o = sshd.ferry(&get("none.bin"));
+    sshd.assert_code(&o, 3, "no identity and no agent");
+    // RSA (rsa-sha2 signatures through the agent) and ed25519.
+    for (kind, key) in [("rsa", sshd.key_rsa()), ("ed25519", sshd.key_ed25519())] {
+        let agent = Agent::start();
+        agent.add(&key);
+        let name = format!("{kind}.bin");
+        let o = sshd.ferry_env(&get(&name), &[("SSH_AUTH_SOCK", &agent.sock())]);
+        sshd.assert_ok(&o, &format!("{kind} key held by ssh-agent"));
+        assert_file_hash(&local.join(&name), &h, &format!("{kind} via agent"));
+    }
+}
+
+#[test]
 fn key_not_in_authorized_keys_exit_3() {
     let sshd = Sshd::start();
     let rem = sshd.mkdir("remote");
@@ -1387,6 +1413,65 @@ fn disk_full_on_local_download() {
 // ---------------------------------------------------------------------------
 // host keys
 // ---------------------------------------------------------------------------
+
+#[test]
+fn revoked_host_keys_refuses_a_listed_or_unreadable_list_exit_3() {
+    let sshd = Sshd::start();
+    let rem = sshd.mkdir("remote");
+    let local = sshd.mkdir("local");
+    make_file(&rem.join("r.bin"), 10_000, 121);
+    let d = sshd.dir();
+    let host_pub = String::from_utf8(read(&d.join("ssh_host_ed25519_key.pub"))).unwrap();
+    let other_pub = new_ed25519_key(&d.join("other_key")) + " unrelated\n";
+
+    // A list with the server's key (among others): refused, named.
+    let listed = d.join("revoked-listed");
+    std::fs::write(&listed, format!("# test\n{other_pub}{host_pub}")).unwrap();
+    let o = sshd.cp(&args![
+        "-o",
+        format!("RevokedHostKeys={}", listed.display()),
+        sshd.url(rem.join("r.bin")),
+        local.join("a.bin")
+    ]);
+    sshd.assert_code(&o, 3, "a revoked host key");
+    let e = stderr_lower(&o);
+    assert!(
+        e.contains("revoked") && e.contains("revoked-listed:3"),
+        "stderr does not name the revocation and its line:\n{}",
+        describe(&o)
+    );
+
+    // A list that cannot be read: every host key is refused, as in ssh.
+    let o = sshd.cp(&args![
+        "-o",
+        format!("RevokedHostKeys={}", d.join("no-such-list").display()),
+        sshd.url(rem.join("r.bin")),
+        local.join("b.bin")
+    ]);
+    sshd.assert_code(&o, 3, "an unreadable RevokedHostKeys");
+    assert!(
+        stderr_text(&o).contains("no-such-list"),
+        "stderr does not name the list:\n{}",
+        describe(&o)
+    );
+    assert_eq!(
+        list_dir(&local),
+        Vec::<String>::new(),
+        "something was downloaded"
+    );
+
+    // A list without the server's key: the copy goes through.
+    let clean = d.join("revoked-clean");
+    std::fs::write(&clean, other_pub).unwrap();
+    let o = sshd.cp(&args![
+        "-o",
+        format!("RevokedHostKeys={}", clean.display()),
+        sshd.url(rem.join("r.bin")),
+        local.join("c.bin")
+    ]);
+    sshd.assert_ok(&o, "RevokedHostKeys without the server's key");
+    assert_eq!(read(&local.join("c.bin")), read(&rem.join("r.bin")));
+}
 
 #[test]
 fn wrong_host_key_exit_3_nothing_transferred() {

@@ -826,3 +826,61 @@ fn user_certificate_from_certificatefile_and_without_one_refused() {
     u.sshd.assert_ok(&o, "-o CertificateFile=...");
     assert_file_hash(&u.local.join("f.bin"), &u.hash, "CertificateFile");
 }
+
+#[test]
+fn user_certificate_held_by_the_agent_logs_in() {
+    let u = UserCert::start();
+    let agent = Agent::start();
+    agent.add(&u.key); // also loads certified_key-cert.pub
+                       // No -i: the agent holds the key (not authorized on its own) and its
+                       // certificate (authorized through TrustedUserCAKeys).
+    let mut a = args!["cp", "-q"];
+    a.extend(u.sshd.known_hosts_opts());
+    a.extend(args![u.sshd.url_ip(u.rem.join("f.bin")), &u.local]);
+    let o = u.sshd.ferry_env(&a, &[("SSH_AUTH_SOCK", &agent.sock())]);
+    u.sshd.assert_ok(&o, "certificate held by ssh-agent");
+    assert_file_hash(&u.local.join("f.bin"), &u.hash, "agent certificate");
+    assert!(
+        u.sshd.log().contains("ID ferry-test-user"),
+        "sshd did not log the certificate: {}",
+        u.sshd.log_tail()
+    );
+}
+
+// ===========================================================================
+// ConnectTimeout
+// ===========================================================================
+
+/// A loopback port that completes TCP handshakes (the kernel's backlog)
+/// but never speaks: an SSH server that hangs before its banner.
+fn silent_port() -> (std::net::TcpListener, u16) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    (l, port)
+}
+
+#[test]
+fn connect_timeout_bounds_the_handshake_direct_and_through_a_jump() {
+    let net = Net::start();
+    let (_silent, port) = silent_port();
+    net.write_config(&[&format!(
+        "Host silent silent-via-jump\n\
+         \x20   HostName 127.0.0.1\n\
+         \x20   Port {port}\n\
+         \x20   ConnectTimeout 1\n\
+         Host silent-via-jump\n\
+         \x20   ProxyJump jump\n"
+    )]);
+    let local = net.target.mkdir("local");
+    for host in ["silent", "silent-via-jump"] {
+        let o = net.cp(&args![format!("{host}:/x.bin"), &local]);
+        assert_code(&o, 1, &format!("{host}: a server that never answers"));
+        let e = stderr_text(&o);
+        assert!(
+            e.contains("ConnectTimeout") && e.contains(&port.to_string()),
+            "{host}: the error does not name the timeout and the port:\n{}",
+            describe(&o)
+        );
+    }
+    assert!(list_dir(&local).is_empty());
+}

@@ -1972,3 +1972,60 @@ pub fn slow_relay(port: u16) -> u16 {
     p
 }
 pub mod vsftpd;
+
+/// A real `ssh-agent -D` on a socket in its own temporary directory,
+/// killed by PID when dropped.
+pub struct Agent {
+    child: Child,
+    sock: PathBuf,
+    _dir: TempDir,
+}
+
+impl Agent {
+    pub fn start() -> Agent {
+        let dir = tempdir();
+        let sock = dir.path().join("agent.sock");
+        let child = Command::new("ssh-agent")
+            .arg("-D")
+            .arg("-a")
+            .arg(&sock)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start ssh-agent: {e}"));
+        let agent = Agent {
+            child,
+            sock,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !agent.sock.exists() {
+            assert!(Instant::now() < deadline, "ssh-agent made no socket");
+            thread::sleep(Duration::from_millis(20));
+        }
+        agent
+    }
+
+    /// `ssh-add KEY` (ssh-add also loads `KEY-cert.pub` when it is there).
+    pub fn add(&self, key: &Path) {
+        run_checked(
+            Command::new("ssh-add")
+                .arg("-q")
+                .arg(key)
+                .env("SSH_AUTH_SOCK", &self.sock),
+        );
+    }
+
+    /// The value for `SSH_AUTH_SOCK`.
+    pub fn sock(&self) -> String {
+        self.sock.display().to_string()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
