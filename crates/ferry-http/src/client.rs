@@ -5,7 +5,7 @@
 //! client, so that ferry decides how many exist:
 //! - HTTP/2 (negotiated by ALPN, or `--http2`): one connection per origin
 //!   carries every request as its own stream. Its flow-control windows are
-//!   large (16 MiB per stream, 64 MiB per connection) and frames up to
+//!   large (64 MiB per stream and per connection) and frames up to
 //!   1 MiB are accepted: with hyper's defaults (64 KiB windows) a stream
 //!   stalls every 64 KiB for a WINDOW_UPDATE round trip.
 //! - HTTP/1.1: a bounded pool of keep-alive connections per origin; a
@@ -89,7 +89,7 @@ impl Default for Options {
             netrc: true,
             max_redirs: 10,
             h1_connections: 8,
-            h2_stream_window: 16 << 20,
+            h2_stream_window: 64 << 20,
             h2_connection_window: 64 << 20,
             h2_max_frame: 1 << 20,
             connect_timeout: Duration::from_secs(30),
