@@ -149,6 +149,13 @@ fn parse_size(s: &str) -> Result<u64, String> {
 }
 
 fn main() {
+    if std::env::args_os()
+        .skip(1)
+        .find(|a| !a.as_encoded_bytes().starts_with(b"-"))
+        .is_some_and(|a| a == "cp")
+    {
+        no_huge_pages();
+    }
     // Matches kept to tell a flag given on the command line from a default
     // (saved per-host settings apply only to flags not given).
     let matches = Cli::command().get_matches();
@@ -160,6 +167,20 @@ fn main() {
         Cmd::Bench(args) => ferry_bench::run(args),
     };
     std::process::exit(code);
+}
+
+/// `ferry cp` runs without transparent huge pages. mimalloc advises its
+/// arena for them, so the first touch of each 2 MiB region faults in a
+/// huge page and the kernel zeroes all of it: for 1000 x 20 kB over HTTPS,
+/// a ~30 MB heap, `clear_page_erms` under `do_huge_pmd_anonymous_page` was
+/// 8% of ferry cp's samples, and the 1 GiB downloads measured the same
+/// without them (docs/internals/http.md, "Per-file costs"). Only `cp`: the
+/// setting is inherited across fork and exec, and `ferry bench` must start
+/// the peers as they would run anywhere; `ferry serve` lives long enough
+/// for its heap to be faulted in once. Before argument parsing, which
+/// already grows the heap with 1000 URLs.
+fn no_huge_pages() {
+    let _ = rustix::thread::disable_transparent_huge_pages(true);
 }
 
 fn init_logging(verbose: u8) {
