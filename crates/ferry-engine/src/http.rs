@@ -507,14 +507,10 @@ fn content_range(resp: &Response) -> Option<(u64, u64, Option<u64>)> {
 }
 
 /// Download one file. Returns the bytes moved.
+///
+/// A destination that is a directory is refused by the final rename
+/// (`part::finish`), not by a stat of every destination first.
 async fn fetch(ctx: &Ctx, job: &FileJob) -> Result<u64, TransferError> {
-    if job.dst.is_dir() {
-        return Err(TransferError::Local(format!(
-            "{}: is a directory; cannot replace it with the file {}",
-            job.dst.display(),
-            job.url
-        )));
-    }
     let p = paths(&job.dst);
     let prior = if ctx.resume {
         Partial::read(&p.journal)

@@ -151,8 +151,28 @@ pub(crate) fn finish(
     if let Some(m) = mtime {
         set_local_times(&p.tmp, m, m);
     }
-    std::fs::rename(&p.tmp, dst)
-        .map_err(|e| TransferError::local(dst, "cannot rename the finished file into place", e))?;
+    if let Err(e) = std::fs::rename(&p.tmp, dst) {
+        // rename(2) refuses to put a file over a directory (EISDIR): the
+        // rename is the check, so a download needs no stat of its
+        // destination first (one statx per file, 2.5% of ferry cp's samples
+        // for 1000 x 20 kB). The finished part is removed: it cannot go
+        // anywhere, and a resume would only meet the same directory.
+        if e.kind() == std::io::ErrorKind::IsADirectory {
+            let _ = std::fs::remove_file(&p.tmp);
+            if journal_written {
+                journal::remove(&p.journal);
+            }
+            return Err(TransferError::Local(format!(
+                "{}: is a directory; cannot replace it with a file (remove it, or copy into it with a trailing /)",
+                dst.display()
+            )));
+        }
+        return Err(TransferError::local(
+            dst,
+            "cannot rename the finished file into place",
+            e,
+        ));
+    }
     if journal_written {
         journal::remove(&p.journal);
     }
