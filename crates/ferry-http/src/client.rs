@@ -228,6 +228,50 @@ impl Client {
         &self.inner.opts
     }
 
+    /// Another client with the same settings, trust, credentials and
+    /// trusted origins (the TLS configuration and CA roots are shared, not
+    /// loaded again) but connections of its own, with at most
+    /// `h1_connections` per host over HTTP/1.1. A client's connections are
+    /// driven by the runtime that made them: this is how copies on several
+    /// threads, each with its own current-thread runtime, each get their
+    /// own (`ferry-engine`'s download shards).
+    pub fn sibling(&self, h1_connections: usize) -> Client {
+        let i = &self.inner;
+        let mut opts = i.opts.clone();
+        opts.h1_connections = h1_connections.max(1);
+        let trusted = i.trusted.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        Client {
+            inner: Arc::new(Inner {
+                opts,
+                tls: i.tls.clone(),
+                resolve: i.resolve.clone(),
+                proxies: i.proxies.clone(),
+                netrc: i.netrc.clone(),
+                hosts: Mutex::new(HashMap::new()),
+                connections: AtomicUsize::new(0),
+                negotiated: Mutex::new(None),
+                trusted: Mutex::new(trusted),
+            }),
+        }
+    }
+
+    /// Open a connection to `url`'s origin now (or find one open) and keep
+    /// it for the requests to come; the protocol it speaks. For a caller
+    /// that wants to know a connection can be had before it takes on work.
+    pub async fn warm(&self, url: &Url) -> Result<&'static str, HttpError> {
+        let host = self.host(&url.origin());
+        let (conn, _) = self.checkout(&host).await?;
+        Ok(match conn {
+            Conn::H2(_) => "h2",
+            Conn::H1(s, _permit) => {
+                // Back to the idle list for the first request; the permit
+                // goes with this scope.
+                host.idle.lock().unwrap_or_else(|e| e.into_inner()).push(s);
+                "http/1.1"
+            }
+        })
+    }
+
     /// Allow the command-line credentials (`--token`, `-u`) for this
     /// URL's origin. Redirects to other origins do not get them.
     pub fn trust(&self, url: &Url) {

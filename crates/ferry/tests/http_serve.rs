@@ -373,6 +373,35 @@ fn ferry_serve_digest_is_checked_and_tampering_is_caught() {
     }
 }
 
+/// Against a server that takes one connection per client, the download
+/// shards (one per core, each with its own connection) fall back to the
+/// first: its connection is made before the others try theirs, so the
+/// refused one is a second shard's, which then takes no file. Over h2 and
+/// HTTP/1.1; every file arrives.
+#[test]
+fn download_shards_fall_back_to_the_one_connection_a_server_allows() {
+    let s = FerryServe::start(&["--max-connections", "1"]);
+    let tree = s.root().join("one");
+    fs::create_dir(&tree).unwrap();
+    let mut urls = Vec::new();
+    for i in 0..60u64 {
+        let name = format!("o{i:02}.bin");
+        make_file(&tree.join(&name), 5000 + i * 131, 900 + i);
+        urls.push(s.https_url(&format!("one/{name}")));
+    }
+    for extra in [None, Some("--http1.1")] {
+        let local = tempdir();
+        let mut a = args!["--json", "-P", "8"];
+        a.extend(extra.map(Into::into));
+        a.extend(urls.iter().map(Into::into));
+        a.push(local.path().into());
+        let o = s.https_cp(true, &a);
+        assert!(o.status.success(), "{extra:?}: {}", describe(&o));
+        assert_same_tree(&tree, local.path(), Cmp::default(), "one connection");
+        assert_eq!(json_field(&o, "files"), "60");
+    }
+}
+
 /// `-P 16 --http1.1` against a server that takes 4 connections (found by
 /// `ferry bench https://`, where `-P 128 --http1.1` failed against ferry
 /// serve's default 64): the connections it closes during the handshake
