@@ -98,14 +98,21 @@ fn runtime(opts: &CopyOptions) -> Result<tokio::runtime::Runtime, TransferError>
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
         .unwrap_or(default);
-    let mut b = if threads == 0 {
-        tokio::runtime::Builder::new_current_thread()
-    } else {
-        let mut b = tokio::runtime::Builder::new_multi_thread();
-        b.worker_threads(threads.min(16));
-        b
-    };
-    b.enable_all()
+    if threads == 0 {
+        return one_thread_runtime();
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads.min(16))
+        .enable_all()
+        .build()
+        .map_err(|e| TransferError::Local(format!("cannot start a runtime: {e}")))
+}
+
+/// A runtime on the calling thread: the copy's own by default, and each
+/// download shard's.
+fn one_thread_runtime() -> Result<tokio::runtime::Runtime, TransferError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
         .build()
         .map_err(|e| TransferError::Local(format!("cannot start a runtime: {e}")))
 }
@@ -219,10 +226,7 @@ fn download(
             let spawned = std::thread::Builder::new()
                 .name(format!("ferry-http-{n}"))
                 .spawn(move || {
-                    let rt = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build();
-                    let Ok(rt) = rt else {
+                    let Ok(rt) = one_thread_runtime() else {
                         return (Shard::default(), client);
                     };
                     let done = rt.block_on(async {
@@ -342,8 +346,8 @@ const MAX_SHARDS: usize = 4;
 /// [`MAX_SHARDS`]), each a thread with a current-thread runtime and its own
 /// connection. One thread is busy with TLS, h2 and the file system calls
 /// for every file; a second connection on the second core moved 1000 x 20
-/// kB from nginx 12-17% faster on this 2-core machine (docs/internals/
-/// http.md, "Shards"). One shard for a single file, for `--streams`
+/// kB from nginx 18% faster on this 2-core machine (51.9 -> 42.6 ms;
+/// docs/internals/http.md, "Shards"). One shard for a single file, for `--streams`
 /// (ranges run on a multi-thread runtime), with `-P 1`, and when
 /// `FERRY_HTTP_THREADS` picks the runtime; `FERRY_HTTP_SHARDS=N` sets the
 /// count (tuning).
