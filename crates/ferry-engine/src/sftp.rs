@@ -1536,43 +1536,9 @@ async fn download_range(
         .open(&f.src, OpenFlags::READ, FileAttrs::default())
         .await
         .map_err(|e| TransferError::sftp(&ctx.host, &f.src, e))?;
-    let res = if len >= DiskWriter::MIN_JOB {
-        // A big range: pwrite on a thread of its own, so this connection's
-        // thread only receives, decrypts and parses (docs/internals/sftp.md,
-        // "Writing to disk").
-        let sink = DiskWriter::start(out, tmp.clone(), ctx.stats.clone());
-        let res = pull(
-            sftp,
-            ctx,
-            f,
-            &h,
-            Sink::Thread(&sink),
-            &tmp,
-            offset,
-            len,
-            done,
-        )
-        .await;
-        let written = sink.finish().await;
-        done.extend(written.done);
-        match (res, written.error) {
-            (Ok(()), Some(e)) => Err(e),
-            (res, _) => res,
-        }
-    } else {
-        pull(
-            sftp,
-            ctx,
-            f,
-            &h,
-            Sink::Inline(&out),
-            &tmp,
-            offset,
-            len,
-            done,
-        )
-        .await
-    };
+    // Written inline, on the connection's thread (docs/internals/sftp.md,
+    // "Writing to disk").
+    let res = pull(sftp, ctx, f, &h, &out, &tmp, offset, len, done).await;
     // Closing a read handle cannot lose data: don't wait for the answer.
     let (s, h2) = (sftp.clone(), h.clone());
     tokio::spawn(async move {
@@ -1587,7 +1553,7 @@ async fn pull(
     ctx: &Ctx,
     f: &FileTask,
     h: &Handle,
-    out: Sink<'_>,
+    out: &std::fs::File,
     tmp: &Path,
     offset: u64,
     len: u64,
@@ -1647,23 +1613,13 @@ async fn pull(
             Err(e) => return Err(TransferError::sftp(&ctx.host, &f.src, e)),
         };
         let got = data.len().min(n as usize);
-        match out {
-            Sink::Inline(file) => {
-                let piece = data.get(..got).unwrap_or(&data);
-                file.write_all_at(piece, at)
-                    .map_err(|e| TransferError::local(tmp, "cannot write", e))?;
-                record(done, at, got as u64);
-                ctx.stats
-                    .bytes_done
-                    .fetch_add(got as u64, Ordering::Relaxed);
-            }
-            Sink::Thread(w) => {
-                if !w.write(at, data.slice(..got)).await {
-                    // The writer failed; finish() reports why.
-                    return Ok(());
-                }
-            }
-        }
+        let piece = data.get(..got).unwrap_or(&data);
+        out.write_all_at(piece, at)
+            .map_err(|e| TransferError::local(tmp, "cannot write", e))?;
+        record(done, at, got as u64);
+        ctx.stats
+            .bytes_done
+            .fetch_add(got as u64, Ordering::Relaxed);
         let now = Instant::now();
         window.on_reply(got as u64, now - t0, now);
         if got < n as usize {
@@ -1678,81 +1634,6 @@ async fn pull(
         }
     }
     Ok(())
-}
-
-/// Where a download's replies go: written here, or handed to a thread.
-#[derive(Clone, Copy)]
-enum Sink<'a> {
-    Inline(&'a std::fs::File),
-    Thread(&'a DiskWriter),
-}
-
-/// A thread that writes one big download range to its file while the
-/// connection's thread goes on receiving. On this 2-core machine the
-/// connection thread was the serial bottleneck of a 1 GiB download
-/// (receive, decrypt, parse and pwrite, one after the other); with the
-/// pwrite moved here the two halves overlap.
-struct DiskWriter {
-    tx: mpsc::Sender<(u64, Bytes)>,
-    result: oneshot::Receiver<Written>,
-}
-
-#[derive(Default)]
-struct Written {
-    done: Vec<(u64, u64)>,
-    error: Option<TransferError>,
-}
-
-impl DiskWriter {
-    /// Ranges shorter than this are written inline: a thread per small
-    /// file would cost more than it saves.
-    const MIN_JOB: u64 = 8 << 20;
-    /// Replies queued for the thread: with 255 KiB replies about 8 MiB.
-    const QUEUE: usize = 32;
-
-    fn start(file: std::fs::File, tmp: PathBuf, stats: Arc<Stats>) -> DiskWriter {
-        let (tx, mut rx) = mpsc::channel::<(u64, Bytes)>(Self::QUEUE);
-        let (res_tx, result) = oneshot::channel();
-        let work = move || {
-            let mut w = Written::default();
-            while let Some((at, data)) = rx.blocking_recv() {
-                if let Err(e) = file.write_all_at(&data, at) {
-                    w.error = Some(TransferError::local(&tmp, "cannot write", e));
-                    break;
-                }
-                record(&mut w.done, at, data.len() as u64);
-                stats
-                    .bytes_done
-                    .fetch_add(data.len() as u64, Ordering::Relaxed);
-            }
-            let _ = res_tx.send(w);
-        };
-        if let Err(e) = std::thread::Builder::new()
-            .name("ferry-disk".into())
-            .spawn(work)
-        {
-            // No thread: the receiver side is gone with the closure, so
-            // write() fails at once and finish() reports this.
-            tracing::warn!("cannot start a disk writer thread: {e}");
-        }
-        DiskWriter { tx, result }
-    }
-
-    /// Queue a reply; false when the writer has stopped (an error).
-    async fn write(&self, at: u64, data: Bytes) -> bool {
-        self.tx.send((at, data)).await.is_ok()
-    }
-
-    /// Wait until everything queued is written; what reached the file.
-    async fn finish(self) -> Written {
-        drop(self.tx);
-        self.result.await.unwrap_or_else(|_| Written {
-            done: Vec::new(),
-            error: Some(TransferError::Local(
-                "internal: the disk writer thread stopped".into(),
-            )),
-        })
-    }
 }
 
 /// Note that `len` bytes at `at` reached the destination. Kept merged now
