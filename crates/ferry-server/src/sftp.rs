@@ -37,6 +37,7 @@ use russh::ChannelMsg;
 use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 
 use crate::confine::{ConfineError, Resolved, Root};
+use crate::readnow::{self, Inline};
 
 /// Per-session limits; see docs/internals/server.md.
 #[derive(Debug, Clone)]
@@ -89,6 +90,8 @@ struct OpenFile {
     temp: Mutex<Option<(PathBuf, PathBuf)>>,
     /// WRITEs waiting for this file's writer.
     writes: Mutex<WriteQueue>,
+    /// Whether READs may run on the session's thread; known at the first.
+    inline: Mutex<Option<Inline>>,
 }
 
 /// WRITEs to one file go through one blocking thread at a time, in the
@@ -581,45 +584,41 @@ impl Session {
         let len = len.min(self.cfg.limits.max_io) as usize;
         let permit = self.take_budget(len).await?;
         let slot = self.slot().await?;
+        // The data starts half a page away from the page cache's page
+        // offset: 13 bytes off (the DATA header in front on a page-aligned
+        // buffer), the kernel's copy stalled on 4K aliasing and took a
+        // third of the server's CPU (ferry_http::tls::PLAINTEXT_PAGE_OFFSET
+        // has the story).
+        let mut buf: Vec<u8> = Vec::with_capacity(4096 + DATA_PREFIX_LEN + len);
+        let skew = ferry_http::tls::skew_to(&buf, DATA_PREFIX_LEN, 2048);
+        let head = skew + DATA_PREFIX_LEN;
+        buf.resize(head, 0);
+        // On this thread when no disk wait is possible (docs/internals/
+        // server.md, "Reading on the session's thread"), else on the pool.
+        let now = {
+            let mut how = f.inline.lock().unwrap_or_else(|e| e.into_inner());
+            let how = how.get_or_insert_with(|| Inline::for_file(&f.file));
+            readnow::append_now(&f.file, &mut buf, head, offset, len, how)
+        };
+        match now {
+            Ok(true) => {
+                let _ = slot.send(data_reply(buf, skew, head, len, id));
+                return Ok(());
+            }
+            Ok(false) => {}
+            Err(e) => {
+                let _ = slot.send(encode(&status(id, io_status(&e), &format!("read: {e}"))));
+                return Ok(());
+            }
+        }
         f.pending.fetch_add(1, Ordering::AcqRel);
         tokio::spawn(async move {
             let f2 = f.clone();
             let out = tokio::task::spawn_blocking(move || {
-                // pread straight into the spare capacity: zeroing the
-                // buffer first cost 5% of the server's CPU on a download.
-                // The data starts half a page away from the page cache's
-                // page offset: 13 bytes off (the DATA header in front on a
-                // page-aligned buffer), the kernel's copy stalled on 4K
-                // aliasing and took a third of the server's CPU
-                // (ferry_http::tls::PLAINTEXT_PAGE_OFFSET has the story).
-                let mut buf: Vec<u8> = Vec::with_capacity(4096 + DATA_PREFIX_LEN + len);
-                let skew = ferry_http::tls::skew_to(&buf, DATA_PREFIX_LEN, 2048);
-                let head = skew + DATA_PREFIX_LEN;
-                buf.resize(head, 0);
-                // pread may return short; fill what the file has.
-                while buf.len() < head + len {
-                    let at = offset + (buf.len() - head) as u64;
-                    match rustix::io::pread(&f2.file, rustix::buffer::spare_capacity(&mut buf), at)
-                    {
-                        Ok(0) => break,
-                        Ok(_) => {}
-                        Err(rustix::io::Errno::INTR) => {}
-                        Err(e) => {
-                            let e = io::Error::from(e);
-                            return encode(&status(id, io_status(&e), &format!("read: {e}")));
-                        }
-                    }
+                match readnow::append_all(&f2.file, &mut buf, head, offset, len) {
+                    Ok(()) => data_reply(buf, skew, head, len, id),
+                    Err(e) => encode(&status(id, io_status(&e), &format!("read: {e}"))),
                 }
-                // The allocator may have given more capacity than asked.
-                buf.truncate(head + len);
-                let got = buf.len() - head;
-                if got == 0 {
-                    return encode(&status(id, StatusCode::EOF, "end of file"));
-                }
-                if let Some(pkt) = buf.get_mut(skew..) {
-                    Response::fill_data_prefix(pkt, id, got as u32);
-                }
-                Bytes::from(buf).slice(skew..)
             })
             .await
             .unwrap_or_else(|e| encode(&status(id, StatusCode::FAILURE, &format!("read: {e}"))));
@@ -907,6 +906,7 @@ impl Session {
             idle: Notify::new(),
             temp: Mutex::new(temp),
             writes: Mutex::default(),
+            inline: Mutex::new(None),
         })));
         Ok(Response::Handle { id, handle: h })
     }
@@ -1127,6 +1127,20 @@ fn statvfs_reply(id: u32, path: &std::path::Path) -> io::Result<Response> {
         id,
         data: v.encode(),
     })
+}
+
+/// The DATA reply for file bytes in `buf[head..]` (at most `len` of them),
+/// the SFTP header written into `buf[skew..head]`; EOF when there are none.
+fn data_reply(mut buf: Vec<u8>, skew: usize, head: usize, len: usize, id: u32) -> Bytes {
+    buf.truncate(head + len);
+    let got = buf.len().saturating_sub(head);
+    if got == 0 {
+        return encode(&status(id, StatusCode::EOF, "end of file"));
+    }
+    if let Some(pkt) = buf.get_mut(skew..) {
+        Response::fill_data_prefix(pkt, id, got as u32);
+    }
+    Bytes::from(buf).slice(skew..)
 }
 
 #[cfg(test)]
