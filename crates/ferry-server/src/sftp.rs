@@ -90,7 +90,8 @@ struct OpenFile {
     temp: Mutex<Option<(PathBuf, PathBuf)>>,
     /// WRITEs waiting for this file's writer.
     writes: Mutex<WriteQueue>,
-    /// Whether READs may run on the session's thread; known at the first.
+    /// Whether READs and WRITEs may run on the session's thread
+    /// ([`OpenFile::inline`]).
     inline: Mutex<Option<Inline>>,
 }
 
@@ -115,6 +116,17 @@ struct WriteJob {
 }
 
 impl OpenFile {
+    /// How this file may be read and written on the session's thread;
+    /// asked of the file system at the first READ or WRITE.
+    fn inline(&self) -> Inline {
+        let mut how = self.inline.lock().unwrap_or_else(|e| e.into_inner());
+        *how.get_or_insert_with(|| Inline::for_file(&self.file))
+    }
+
+    fn set_inline(&self, how: Inline) {
+        *self.inline.lock().unwrap_or_else(|e| e.into_inner()) = Some(how);
+    }
+
     /// Run the queued WRITEs until none is left; one caller at a time
     /// (`WriteQueue::running`).
     fn drain_writes(&self) {
@@ -129,10 +141,7 @@ impl OpenFile {
                     }
                 }
             };
-            let out = match self.file.write_all_at(&job.data, job.offset) {
-                Ok(()) => encode(&ok(job.id)),
-                Err(e) => encode(&status(job.id, io_status(&e), &format!("write: {e}"))),
-            };
+            let out = write_reply(&self.file, job.id, job.offset, &job.data);
             if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
                 self.idle.notify_waiters();
             }
@@ -595,11 +604,11 @@ impl Session {
         buf.resize(head, 0);
         // On this thread when no disk wait is possible (docs/internals/
         // server.md, "Reading on the session's thread"), else on the pool.
-        let now = {
-            let mut how = f.inline.lock().unwrap_or_else(|e| e.into_inner());
-            let how = how.get_or_insert_with(|| Inline::for_file(&f.file));
-            readnow::append_now(&f.file, &mut buf, head, offset, len, how)
-        };
+        let mut how = f.inline();
+        let now = readnow::append_now(&f.file, &mut buf, head, offset, len, &mut how);
+        if how == Inline::Never {
+            f.set_inline(how);
+        }
         match now {
             Ok(true) => {
                 let _ = slot.send(data_reply(buf, skew, head, len, id));
@@ -644,6 +653,20 @@ impl Session {
         };
         let permit = self.take_budget(data.len()).await?;
         let slot = self.slot().await?;
+        // On this thread when the file is memory (tmpfs) and no earlier
+        // WRITE to it is still queued for the pool: a write there never
+        // waits for a disk (docs/internals/server.md, "Writing on the
+        // session's thread").
+        if f.inline() == Inline::Always {
+            let idle = {
+                let q = f.writes.lock().unwrap_or_else(|e| e.into_inner());
+                q.jobs.is_empty() && !q.running
+            };
+            if idle {
+                let _ = slot.send(write_reply(&f.file, id, offset, &data));
+                return Ok(());
+            }
+        }
         f.pending.fetch_add(1, Ordering::AcqRel);
         let start = {
             let mut q = f.writes.lock().unwrap_or_else(|e| e.into_inner());
@@ -1127,6 +1150,14 @@ fn statvfs_reply(id: u32, path: &std::path::Path) -> io::Result<Response> {
         id,
         data: v.encode(),
     })
+}
+
+/// Write a WRITE's payload; the reply.
+fn write_reply(file: &File, id: u32, offset: u64, data: &[u8]) -> Bytes {
+    match file.write_all_at(data, offset) {
+        Ok(()) => encode(&ok(id)),
+        Err(e) => encode(&status(id, io_status(&e), &format!("write: {e}"))),
+    }
 }
 
 /// The DATA reply for file bytes in `buf[head..]` (at most `len` of them),

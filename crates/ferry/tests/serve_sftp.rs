@@ -188,6 +188,60 @@ fn openssh_sftp_and_scp_work_against_it() {
     assert!(no_temp_files(&s.root()).is_empty());
 }
 
+/// Served from tmpfs, ferry serve reads and writes on the session's
+/// thread (docs/internals/server.md, "Reading on the session's thread"):
+/// ferry cp and OpenSSH sftp both ways, every byte checked, and an upload
+/// that fills the file system fails with its cause and leaves no file
+/// under the final name.
+#[test]
+fn tmpfs_root_both_ways_and_disk_full() {
+    let Some(s) = FerryServe::start_on_tmpfs("48m", &["--writable"]) else {
+        return;
+    };
+    let local = tempdir();
+    let big = local.path().join("big.bin");
+    let want = make_file(&big, 20 * 1024 * 1024 + 123, 11);
+    let o = s.cp(&args![&big, s.url("/")]);
+    assert!(o.status.success(), "put: {}", describe(&o));
+    assert_file_hash(&s.root().join("big.bin"), &want, "ferry cp put");
+    let back = tempdir();
+    let o = s.cp(&args![s.url("/big.bin"), back.path()]);
+    assert!(o.status.success(), "get: {}", describe(&o));
+    assert_file_hash(&back.path().join("big.bin"), &want, "ferry cp get");
+
+    let got = local.path().join("got.bin");
+    let small = local.path().join("small.bin");
+    let small_hash = make_file(&small, 3 * 1024 * 1024 + 5, 12);
+    let script = format!(
+        "get big.bin {}\nput {} small.bin\n",
+        got.display(),
+        small.display()
+    );
+    let o = sftp_batch(&s, &script, None);
+    assert!(o.status.success(), "sftp: {}", describe(&o));
+    assert_file_hash(&got, &want, "sftp get");
+    assert_file_hash(&s.root().join("small.bin"), &small_hash, "sftp put");
+
+    // About 24 MiB are left: 40 MB cannot fit.
+    let huge = local.path().join("huge.bin");
+    make_file(&huge, 40 * 1024 * 1024, 13);
+    let o = s.cp(&args![&huge, s.url("/")]);
+    assert!(!o.status.success(), "put on a full disk: {}", describe(&o));
+    assert!(
+        stderr_text(&o).to_lowercase().contains("no space"),
+        "the cause: {}",
+        describe(&o)
+    );
+    let said = stderr_text(&o);
+    let lines = said.lines().filter(|l| l.starts_with("ferry:")).count();
+    assert_eq!(lines, 1, "one error, said once: {said}");
+    assert!(
+        !s.root().join("huge.bin").exists(),
+        "file under the final name after a failed upload"
+    );
+    assert_file_hash(&s.root().join("big.bin"), &want, "the other file");
+}
+
 #[test]
 fn read_only_by_default() {
     let s = FerryServe::start(&[]);

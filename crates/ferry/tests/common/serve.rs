@@ -13,9 +13,11 @@ use std::time::Duration;
 
 use tempfile::TempDir;
 
-use super::{ferry_bin, ferry_in, keygen, pub_path, tempdir};
+use super::{ferry_bin, ferry_in, keygen, pub_path, tempdir, Tmpfs};
 
 pub struct FerryServe {
+    /// Served instead of `dir/root` ([`FerryServe::start_on_tmpfs`]).
+    tmpfs: Option<Tmpfs>,
     dir: TempDir,
     child: Option<Child>,
     pub sftp_port: Option<u16>,
@@ -39,6 +41,18 @@ impl FerryServe {
     /// `ferry serve ROOT --sftp 127.0.0.1:0 --https 127.0.0.1:0 ARGS...`
     /// with a fresh root, state dir and an authorized client key.
     pub fn start(args: &[&str]) -> FerryServe {
+        FerryServe::start_at(None, args)
+    }
+
+    /// [`FerryServe::start`] serving a fresh tmpfs of `size` (e.g. "64m")
+    /// instead: ferry serve reads and writes such files on the session's
+    /// thread. `None` (reason printed) when no tmpfs can be mounted.
+    pub fn start_on_tmpfs(size: &str, args: &[&str]) -> Option<FerryServe> {
+        let t = Tmpfs::mount(size)?;
+        Some(FerryServe::start_at(Some(t), args))
+    }
+
+    fn start_at(tmpfs: Option<Tmpfs>, args: &[&str]) -> FerryServe {
         let dir = tempdir();
         let d = dir.path();
         for sub in ["root", "state", "keys", "home"] {
@@ -49,6 +63,7 @@ impl FerryServe {
         fs::copy(pub_path(&d.join("keys/id")), d.join("keys/authorized_keys"))
             .unwrap_or_else(|e| panic!("authorized_keys: {e}"));
         let mut s = FerryServe {
+            tmpfs,
             dir,
             child: None,
             sftp_port: None,
@@ -71,7 +86,7 @@ impl FerryServe {
         let d = self.dir.path();
         let mut cmd = Command::new(ferry_bin());
         cmd.arg("serve")
-            .arg(d.join("root"))
+            .arg(self.root())
             .args(["--sftp", sftp, "--https", https, "--state-dir"])
             .arg(d.join("state"))
             .arg("--authorized-keys")
@@ -169,7 +184,10 @@ impl FerryServe {
         self.dir.path()
     }
     pub fn root(&self) -> PathBuf {
-        self.dir.path().join("root")
+        match &self.tmpfs {
+            Some(t) => t.path().to_path_buf(),
+            None => self.dir.path().join("root"),
+        }
     }
     pub fn home(&self) -> PathBuf {
         self.dir.path().join("home")
