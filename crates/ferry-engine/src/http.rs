@@ -34,7 +34,7 @@ use crate::location::{HttpSpec, Location};
 use crate::part::{
     self, kept, open_part, paths, write_at, Partial, Paths, NO_RESUME_BELOW, WRITE_BUF,
 };
-use crate::sftp::{check_local_sources, os, set_local_times, walk_local, with_more};
+use crate::sftp::{check_local_sources, os, report, set_local_times, walk_local, with_more};
 use crate::{CopyOptions, Stats, Summary};
 
 /// Smallest byte range worth its own request with `--streams`.
@@ -149,16 +149,6 @@ struct Ctx {
 struct FileJob {
     url: Url,
     dst: PathBuf,
-}
-
-/// Keep the first error to return (the command line prints it); print
-/// the others as they come.
-fn report(first: &mut Option<TransferError>, e: TransferError) {
-    if first.is_none() {
-        *first = Some(e);
-    } else {
-        eprintln!("ferry: {e}");
-    }
 }
 
 // ---------------------------------------------------------------- download

@@ -557,11 +557,16 @@ impl Pool {
                     a.extend(r.done);
                 }
                 if let Err(e) = r.result {
+                    // The ranges of a split file fail together (a full
+                    // disk, a lost connection): one error per file.
+                    let again = failed.get(r.file).copied().unwrap_or(false);
                     if let Some(fl) = failed.get_mut(r.file) {
                         *fl = true;
                     }
-                    errors += 1;
-                    report(&mut first_err, e);
+                    if !again {
+                        errors += 1;
+                        report(&mut first_err, e);
+                    }
                 }
                 if *left > 0 {
                     continue;
@@ -618,17 +623,19 @@ impl Pool {
     }
 }
 
+/// Keep the first error to return (the command line prints it); print
+/// the others as they come.
 pub(crate) fn report(first: &mut Option<TransferError>, e: TransferError) {
-    // A lost connection fails every transfer in flight on it: say it once.
-    let repeat = matches!(
-        (&e, first.as_ref()),
-        (TransferError::Network(_), Some(TransferError::Network(_)))
-    );
-    if !repeat {
-        eprintln!("ferry: {e}");
-    }
-    if first.is_none() {
+    let Some(f) = first.as_ref() else {
         *first = Some(e);
+        return;
+    };
+    // A lost connection fails every transfer in flight on it: say it once.
+    if !matches!(
+        (&e, f),
+        (TransferError::Network(_), TransferError::Network(_))
+    ) {
+        eprintln!("ferry: {e}");
     }
 }
 
