@@ -515,6 +515,29 @@ pub fn run_local(args: &BenchArgs) -> Result<Report> {
                         group.push((cell, client, Some(ep)));
                     }
                 }
+                let attempt = |client: &Client, ep: &Endpoint, what: &str, done: usize| {
+                    status_line(&format!(
+                        "[{done}/{total}] {} {} {}: {} -> {} ({}) {what}",
+                        profile.name,
+                        ds.name,
+                        dir.name(),
+                        client.label,
+                        ep.server.name(),
+                        ep.proto.name(),
+                    ));
+                    one_run(
+                        client,
+                        ep,
+                        ds,
+                        dir,
+                        &variant_dir,
+                        &paths,
+                        &up,
+                        &logs,
+                        timeout,
+                        &servers,
+                    )
+                };
                 // One untimed transfer first (the first cell's), so that no
                 // client's first timed run pays for the VM's first touch of
                 // the destination's memory: in runs 10 and 11 the first run
@@ -524,27 +547,7 @@ pub fn run_local(args: &BenchArgs) -> Result<Report> {
                         .iter()
                         .find(|(c, _, ep)| c.status == "ok" && ep.is_some());
                     if let Some((_, client, Some(ep))) = first {
-                        status_line(&format!(
-                            "[{done}/{total}] {} {} {}: {} -> {} ({}) warm-up, not timed",
-                            profile.name,
-                            ds.name,
-                            dir.name(),
-                            client.label,
-                            ep.server.name(),
-                            ep.proto.name(),
-                        ));
-                        let _ = one_run(
-                            client,
-                            ep,
-                            ds,
-                            dir,
-                            &variant_dir,
-                            &paths,
-                            &up,
-                            &logs,
-                            timeout,
-                            &servers,
-                        );
+                        let _ = attempt(client, ep, "warm-up, not timed", done);
                     }
                 }
                 for r in 0..runs {
@@ -554,28 +557,7 @@ pub fn run_local(args: &BenchArgs) -> Result<Report> {
                             continue;
                         }
                         done += 1;
-                        status_line(&format!(
-                            "[{done}/{total}] {} {} {}: {} -> {} ({}) run {}/{runs}",
-                            profile.name,
-                            ds.name,
-                            dir.name(),
-                            client.label,
-                            ep.server.name(),
-                            ep.proto.name(),
-                            r + 1
-                        ));
-                        let res = one_run(
-                            client,
-                            ep,
-                            ds,
-                            dir,
-                            &variant_dir,
-                            &paths,
-                            &up,
-                            &logs,
-                            timeout,
-                            &servers,
-                        );
+                        let res = attempt(client, ep, &format!("run {}/{runs}", r + 1), done);
                         match res {
                             Ok(run) => {
                                 if !run.ok {
