@@ -33,7 +33,7 @@ use crate::error::TransferError;
 use crate::journal;
 use crate::location::{FtpSpec, Location};
 use crate::part::{self, kept, open_part, paths, write_at, Partial, Paths, NO_RESUME_BELOW};
-use crate::sftp::{check_local_sources, walk_local, with_more};
+use crate::sftp::{check_local_sources, report, walk_local, with_more};
 use crate::{CopyOptions, Stats, Summary, Tuning};
 
 /// Smallest byte range worth its own connection with `--streams`.
@@ -264,8 +264,8 @@ impl Pool {
     }
 }
 
-/// The first error (returned) and how many there were; each is printed as
-/// it comes (sftp::report).
+/// The first error (returned, and printed by the caller) and how many
+/// there were; the others are printed as they come (`sftp::report`).
 #[derive(Default)]
 struct Errors {
     first: Option<TransferError>,
@@ -276,13 +276,7 @@ impl Errors {
     fn add(m: &Mutex<Errors>, e: TransferError) {
         let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
         g.count += 1;
-        // The first is returned (and printed by the caller); print the
-        // others as they come.
-        if g.first.is_none() {
-            g.first = Some(e);
-        } else {
-            eprintln!("ferry: {e}");
-        }
+        report(&mut g.first, e);
     }
 
     fn result(m: Mutex<Errors>) -> Result<(), TransferError> {
