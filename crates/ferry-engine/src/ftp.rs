@@ -460,6 +460,7 @@ fn download(
     let first = sources
         .first()
         .ok_or_else(|| TransferError::Usage("no source".into()))?;
+    let dest = &crate::part::local_dest(dest)?;
     let dest_is_dir = dest.is_dir();
     let into = dest_is_dir || dest.as_os_str().as_bytes().ends_with(b"/");
     if sources.len() > 1 && !dest_is_dir {

@@ -178,6 +178,7 @@ fn download(
             streams: opts.streams.unwrap_or(1).max(1),
         })
     };
+    let dest = &crate::part::local_dest(dest)?;
     let dest_is_dir = dest.is_dir();
     let dest_wants_dir = dest.as_os_str().as_bytes().ends_with(b"/");
     if sources.len() > 1 && !dest_is_dir {

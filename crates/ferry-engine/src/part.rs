@@ -91,6 +91,44 @@ impl Partial {
     }
 }
 
+/// The local destination a download names on the command line, checked
+/// before anything is written: every file goes to a temporary name and is
+/// renamed over its final name, which would replace a device, a pipe or a
+/// socket (`ferry cp URL /dev/null` once turned /dev/null into a regular
+/// file) and would put a file where a symbolic link was. So a link to a
+/// file is followed (the file it points to is replaced, the link stays, as
+/// `cp` and `curl -o` do), and anything but a file or a directory is
+/// refused with a usage error.
+pub(crate) fn local_dest(dest: &Path) -> Result<PathBuf, TransferError> {
+    let Ok(l) = std::fs::symlink_metadata(dest) else {
+        return Ok(dest.to_path_buf());
+    };
+    let followed = if l.file_type().is_symlink() {
+        match std::fs::metadata(dest) {
+            Ok(m) => m,
+            // A dangling link: the copy takes its place, nothing is lost.
+            Err(_) => return Ok(dest.to_path_buf()),
+        }
+    } else {
+        l.clone()
+    };
+    if followed.is_dir() {
+        return Ok(dest.to_path_buf());
+    }
+    if !followed.is_file() {
+        return Err(TransferError::Usage(format!(
+            "{}: not a regular file (a device, pipe or socket); ferry writes each download to a \
+             temporary file and renames it into place, which would replace it. Copy to a file or a directory",
+            dest.display()
+        )));
+    }
+    if l.file_type().is_symlink() {
+        return std::fs::canonicalize(dest)
+            .map_err(|e| TransferError::local(dest, "cannot follow the symbolic link", e));
+    }
+    Ok(dest.to_path_buf())
+}
+
 pub(crate) struct Paths {
     pub tmp: PathBuf,
     pub journal: PathBuf,
@@ -184,6 +222,39 @@ pub(crate) fn finish(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn local_dest_follows_links_and_refuses_what_a_rename_would_replace() {
+        let d = tempfile::tempdir().unwrap();
+        let p = |n: &str| d.path().join(n);
+        // Not there yet, a file, a directory: as given.
+        assert_eq!(local_dest(&p("new")).unwrap(), p("new"));
+        std::fs::write(p("file"), b"x").unwrap();
+        assert_eq!(local_dest(&p("file")).unwrap(), p("file"));
+        std::fs::create_dir(p("dir")).unwrap();
+        assert_eq!(local_dest(&p("dir")).unwrap(), p("dir"));
+        // A link to a file: the file. To a directory, or dangling: as given.
+        std::os::unix::fs::symlink("file", p("to-file")).unwrap();
+        let real = std::fs::canonicalize(p("file")).unwrap();
+        assert_eq!(local_dest(&p("to-file")).unwrap(), real);
+        std::os::unix::fs::symlink("dir", p("to-dir")).unwrap();
+        assert_eq!(local_dest(&p("to-dir")).unwrap(), p("to-dir"));
+        std::os::unix::fs::symlink("nothing", p("dangling")).unwrap();
+        assert_eq!(local_dest(&p("dangling")).unwrap(), p("dangling"));
+        // A device (directly or through a link): refused, named.
+        for dev in [Path::new("/dev/null"), &p("to-null")] {
+            if dev != Path::new("/dev/null") {
+                std::os::unix::fs::symlink("/dev/null", dev).unwrap();
+            }
+            match local_dest(dev) {
+                Err(TransferError::Usage(m)) => {
+                    assert!(m.contains("not a regular file"), "{m}");
+                    assert!(m.contains(&dev.display().to_string()), "{m}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
 
     #[test]
     fn partial_round_trip() {

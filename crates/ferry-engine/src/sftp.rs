@@ -797,6 +797,7 @@ pub(crate) fn download(
     stats: Arc<Stats>,
 ) -> Result<Summary, TransferError> {
     let started = Instant::now();
+    let dest = &crate::part::local_dest(dest)?;
     runtime()?.block_on(async {
         let mut pool = Pool::start(remote, opts, Tuning::DOWNLOAD_STREAMS).await?;
         let mut handle = pool.handle();

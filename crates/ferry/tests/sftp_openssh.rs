@@ -618,6 +618,41 @@ fn get_small_files_scp_form() {
     check_get(Form::Scp, &SMALL_SIZES, &[]);
 }
 
+/// A download to a symbolic link writes the file it points to and keeps
+/// the link; to a pipe (or a device, as /dev/null once was) it is refused
+/// before anything is written, since the final rename would replace it.
+#[test]
+fn get_to_a_symlink_follows_it_and_a_pipe_is_refused() {
+    let sshd = Sshd::start();
+    let rem = sshd.mkdir("remote");
+    let local = sshd.mkdir("local");
+    let h = make_file(&rem.join("f.bin"), 70_000, 7);
+    fs::write(local.join("target"), b"old").unwrap();
+    std::os::unix::fs::symlink("target", local.join("link")).unwrap();
+    let o = sshd.cp(&args![sshd.url(rem.join("f.bin")), local.join("link")]);
+    sshd.assert_ok(&o, "get to a symlink");
+    assert!(fs::symlink_metadata(local.join("link"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_file_hash(&local.join("target"), &h, "the link's target");
+    assert_no_parts(&sshd, &local, "get to a symlink");
+
+    let fifo = local.join("pipe");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let o = sshd.cp(&args![sshd.url(rem.join("f.bin")), &fifo]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr_text(&o));
+    assert!(
+        stderr_text(&o).contains("not a regular file"),
+        "{}",
+        stderr_text(&o)
+    );
+    use std::os::unix::fs::FileTypeExt;
+    assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+    assert_no_parts(&sshd, &local, "get to a pipe");
+}
+
 #[test]
 fn put_small_files_url_form() {
     check_put(Form::Url, &SMALL_SIZES, &[]);
