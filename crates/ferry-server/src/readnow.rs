@@ -113,15 +113,25 @@ pub fn append_all(
     buf.reserve((head + len).saturating_sub(buf.len()));
     while buf.len() < head + len {
         let at = offset + (buf.len() - head) as u64;
-        match rustix::io::pread(file, rustix::buffer::spare_capacity(&mut *buf), at) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(rustix::io::Errno::INTR) => {}
+        // Only what was asked for: `buf` may be a packet buffer with
+        // megabytes of spare capacity, and reading the file into all of
+        // it made a download three times slower.
+        let want = head + len - buf.len();
+        let Some(spare) = buf.spare_capacity_mut().get_mut(..want) else {
+            break;
+        };
+        let n = match rustix::io::pread(file, spare, at) {
+            Ok((init, _)) => init.len(),
+            Err(rustix::io::Errno::INTR) => continue,
             Err(e) => return Err(io::Error::from(e)),
+        };
+        if n == 0 {
+            break;
         }
+        // SAFETY: pread initialised the first `n` bytes of the spare
+        // capacity, and `n <= want` fits in it.
+        unsafe { buf.set_len(buf.len() + n) };
     }
-    // The allocator may have given more capacity than asked.
-    buf.truncate(head + len);
     Ok(())
 }
 

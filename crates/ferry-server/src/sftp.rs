@@ -33,6 +33,7 @@ use bytes::{Bytes, BytesMut};
 use ferry_sftp::consts::*;
 use ferry_sftp::packet_ext::{Extended, DATA_PREFIX_LEN};
 use ferry_sftp::{FileAttrs, Framer, Limits, NameEntry, OpenFlags, Request, Response, StatusCode};
+use ferry_ssh::Outgoing;
 use russh::ChannelMsg;
 use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 
@@ -111,7 +112,7 @@ struct WriteJob {
     id: u32,
     offset: u64,
     data: Bytes,
-    slot: oneshot::Sender<Bytes>,
+    slot: oneshot::Sender<Outgoing>,
     permit: tokio::sync::OwnedSemaphorePermit,
 }
 
@@ -145,7 +146,7 @@ impl OpenFile {
             if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
                 self.idle.notify_waiters();
             }
-            let _ = job.slot.send(out);
+            let _ = job.slot.send(out.into());
             drop(job.permit);
         }
     }
@@ -241,11 +242,11 @@ where
     S: From<(russh::ChannelId, ChannelMsg)> + Send + Sync + 'static,
 {
     let (mut read_half, write_half) = channel.split();
-    let (out_tx, rx) = mpsc::channel::<Bytes>(256);
+    let (out_tx, rx) = mpsc::channel::<Outgoing>(256);
     let writer = tokio::spawn(ferry_ssh::channel_writer(write_half, rx, true));
     // Replies in request order: each request queues the receiver of its
     // reply; this task forwards them to the writer in that order.
-    let (tx, mut order_rx) = mpsc::channel::<oneshot::Receiver<Bytes>>(4096);
+    let (tx, mut order_rx) = mpsc::channel::<oneshot::Receiver<Outgoing>>(4096);
     let sequencer = tokio::spawn(async move {
         while let Some(next) = order_rx.recv().await {
             if let Ok(bytes) = next.await {
@@ -310,7 +311,7 @@ where
 struct Session {
     cfg: Arc<SessionConfig>,
     /// Reply slots, in request order.
-    tx: mpsc::Sender<oneshot::Receiver<Bytes>>,
+    tx: mpsc::Sender<oneshot::Receiver<Outgoing>>,
     handles: Handles,
     budget: Arc<Semaphore>,
     budget_units: usize,
@@ -459,7 +460,7 @@ fn temp_name_for(final_path: &std::path::Path) -> PathBuf {
 impl Session {
     /// Queue a reply slot; what is sent on the returned sender goes out
     /// after every earlier reply.
-    async fn slot(&self) -> Result<oneshot::Sender<Bytes>, String> {
+    async fn slot(&self) -> Result<oneshot::Sender<Outgoing>, String> {
         let (tx, rx) = oneshot::channel();
         self.tx
             .send(rx)
@@ -469,7 +470,7 @@ impl Session {
     }
 
     async fn send(&self, r: Response) -> Result<(), String> {
-        let _ = self.slot().await?.send(encode(&r));
+        let _ = self.slot().await?.send(encode(&r).into());
         Ok(())
     }
 
@@ -591,6 +592,18 @@ impl Session {
             Err(e) => return self.reply(id, Err(e)).await,
         };
         let len = len.min(self.cfg.limits.max_io) as usize;
+        if f.inline() == Inline::Always {
+            // Memory (tmpfs): read when the reply's turn comes, straight
+            // into the SSH packet (docs/internals/server.md, "Reading into
+            // the packet"). Nothing is held until then, so no budget.
+            let slot = self.slot().await?;
+            let fill = Box::new(move |out: &mut Vec<u8>| fill_read(out, &f.file, id, offset, len));
+            let _ = slot.send(Outgoing::Fill {
+                len: DATA_PREFIX_LEN + len.max(MAX_READ_ERROR),
+                fill,
+            });
+            return Ok(());
+        }
         let permit = self.take_budget(len).await?;
         let slot = self.slot().await?;
         // The data starts half a page away from the page cache's page
@@ -611,12 +624,12 @@ impl Session {
         }
         match now {
             Ok(true) => {
-                let _ = slot.send(data_reply(buf, skew, head, len, id));
+                let _ = slot.send(data_reply(buf, skew, head, len, id).into());
                 return Ok(());
             }
             Ok(false) => {}
             Err(e) => {
-                let _ = slot.send(encode(&status(id, io_status(&e), &format!("read: {e}"))));
+                let _ = slot.send(read_error(id, &e).into());
                 return Ok(());
             }
         }
@@ -626,7 +639,7 @@ impl Session {
             let out = tokio::task::spawn_blocking(move || {
                 match readnow::append_all(&f2.file, &mut buf, head, offset, len) {
                     Ok(()) => data_reply(buf, skew, head, len, id),
-                    Err(e) => encode(&status(id, io_status(&e), &format!("read: {e}"))),
+                    Err(e) => read_error(id, &e),
                 }
             })
             .await
@@ -634,7 +647,7 @@ impl Session {
             if f.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
                 f.idle.notify_waiters();
             }
-            let _ = slot.send(out);
+            let _ = slot.send(out.into());
             drop(permit);
         });
         Ok(())
@@ -663,7 +676,7 @@ impl Session {
                 q.jobs.is_empty() && !q.running
             };
             if idle {
-                let _ = slot.send(write_reply(&f.file, id, offset, &data));
+                let _ = slot.send(write_reply(&f.file, id, offset, &data).into());
                 return Ok(());
             }
         }
@@ -1162,6 +1175,45 @@ fn write_reply(file: &File, id: u32, offset: u64, data: &[u8]) -> Bytes {
 
 /// The DATA reply for file bytes in `buf[head..]` (at most `len` of them),
 /// the SFTP header written into `buf[skew..head]`; EOF when there are none.
+/// The longest error reply [`fill_read`] writes, less the DATA header.
+const MAX_READ_ERROR: usize = 512;
+
+/// The STATUS reply for a failed READ.
+fn read_error(id: u32, e: &io::Error) -> Bytes {
+    let mut msg = format!("read: {e}");
+    if msg.len() > MAX_READ_ERROR - 64 {
+        let mut cut = MAX_READ_ERROR - 64;
+        while !msg.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        msg.truncate(cut);
+    }
+    encode(&status(id, io_status(e), &msg))
+}
+
+/// Append the reply to a READ of `len` bytes at `offset` to `out` (the
+/// SSH packet being built): DATA with what the file has there, EOF, or
+/// the error, never more than `DATA_PREFIX_LEN + max(len, MAX_READ_ERROR)`
+/// bytes. Only for files that cannot wait for a disk (tmpfs).
+fn fill_read(out: &mut Vec<u8>, file: &File, id: u32, offset: u64, len: usize) {
+    let start = out.len();
+    let head = start + DATA_PREFIX_LEN;
+    out.resize(head, 0);
+    let reply = match readnow::append_all(file, out, head, offset, len) {
+        Ok(()) if out.len() > head => {
+            let got = (out.len() - head) as u32;
+            if let Some(pkt) = out.get_mut(start..) {
+                Response::fill_data_prefix(pkt, id, got);
+            }
+            return;
+        }
+        Ok(()) => encode(&status(id, StatusCode::EOF, "end of file")),
+        Err(e) => read_error(id, &e),
+    };
+    out.truncate(start);
+    out.extend_from_slice(&reply);
+}
+
 fn data_reply(mut buf: Vec<u8>, skew: usize, head: usize, len: usize, id: u32) -> Bytes {
     buf.truncate(head + len);
     let got = buf.len().saturating_sub(head);
@@ -1177,6 +1229,56 @@ fn data_reply(mut buf: Vec<u8>, skew: usize, head: usize, len: usize, id: u32) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What `fill_read` appended after `prefix`, decoded (the frame after
+    /// its 4-byte length, which must match).
+    fn filled(prefix: &[u8], out: &[u8]) -> Response {
+        assert_eq!(out.get(..prefix.len()), Some(prefix));
+        let frame = out.get(prefix.len()..).unwrap_or_default();
+        let (len, body) = frame.split_at(4);
+        assert_eq!(
+            u32::from_be_bytes(len.try_into().unwrap_or_default()) as usize,
+            body.len()
+        );
+        Response::decode(Bytes::copy_from_slice(body)).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn fill_read_appends_data_short_data_eof_and_errors() {
+        let d = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = d.path().join("f");
+        let bytes: Vec<u8> = (0..10_000u32).map(|i| (i * 7) as u8).collect();
+        fs::write(&path, &bytes).unwrap_or_else(|e| panic!("{e}"));
+        let file = File::open(&path).unwrap_or_else(|e| panic!("{e}"));
+        let prefix = b"packet header".to_vec();
+        let cases: [(u64, usize, Option<std::ops::Range<usize>>); 3] = [
+            (100, 4096, Some(100..4196)),
+            (9_000, 4096, Some(9_000..10_000)),
+            (10_000, 4096, None),
+        ];
+        for (offset, len, want) in cases {
+            let mut out = prefix.clone();
+            fill_read(&mut out, &file, 9, offset, len);
+            assert!(out.len() <= prefix.len() + DATA_PREFIX_LEN + len.max(MAX_READ_ERROR));
+            match (filled(&prefix, &out), want) {
+                (Response::Data { id: 9, data }, Some(r)) => assert_eq!(&data[..], &bytes[r]),
+                (Response::Status { id: 9, code, .. }, None) => assert_eq!(code, StatusCode::EOF),
+                (other, want) => panic!("{other:?} for {want:?}"),
+            }
+        }
+        // A file opened for writing only cannot be read: the error, short.
+        let wo = OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut out = prefix.clone();
+        fill_read(&mut out, &wo, 9, 0, 1);
+        assert!(out.len() <= prefix.len() + DATA_PREFIX_LEN + MAX_READ_ERROR);
+        match filled(&prefix, &out) {
+            Response::Status { id: 9, code, .. } => assert_eq!(code, StatusCode::FAILURE),
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn civil_dates() {

@@ -29,4 +29,4 @@ pub use connect::{ConnectOptions, Connector, SshConnection};
 /// random data to ferry serve failed). 1 KiB of room is ten times enough.
 pub const MAX_CHANNEL_PACKET: u32 = 255 * 1024;
 pub use error::{SftpError, SshError};
-pub use sftp::{channel_writer, Handle, SftpClient, SftpInfo};
+pub use sftp::{channel_writer, Handle, Outgoing, SftpClient, SftpInfo};

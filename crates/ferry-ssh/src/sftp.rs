@@ -582,42 +582,74 @@ fn unexpected(resp: Response, path: &[u8]) -> SftpError {
     }
 }
 
+/// What [`channel_writer`] sends: bytes, or a producer that appends at
+/// most `len` bytes straight into the SSH packet when their turn comes
+/// (russh's `ChannelMsg::DataWith`: a file read lands in the packet, with
+/// no copy from a buffer of its own). The producer runs on the session's
+/// task and must not block.
+pub enum Outgoing {
+    Bytes(Bytes),
+    Fill { len: usize, fill: russh::FillFn },
+}
+
+impl From<Bytes> for Outgoing {
+    fn from(b: Bytes) -> Self {
+        Outgoing::Bytes(b)
+    }
+}
+
 /// Own the write half of a channel and send what arrives on `rx`, small
 /// packets coalesced into writes of up to 64 KiB so that many small
 /// requests or replies cost few SSH packets. Sends EOF when `rx` closes,
 /// and with `close` also exit status 0 and CLOSE, as a server ends a
 /// subsystem. Used by the SFTP client here and by ferry's SFTP server.
-pub async fn channel_writer<S>(
+pub async fn channel_writer<S, T>(
     write_half: russh::ChannelWriteHalf<S>,
-    mut rx: mpsc::Receiver<Bytes>,
+    mut rx: mpsc::Receiver<T>,
     close: bool,
 ) where
     S: From<(russh::ChannelId, ChannelMsg)> + Send + Sync + 'static,
+    T: Into<Outgoing>,
 {
-    let mut batch = BytesMut::new();
-    while let Some(first) = rx.recv().await {
-        let out = if first.len() >= COALESCE {
-            first
-        } else {
-            batch.extend_from_slice(&first);
-            while batch.len() < COALESCE {
-                match rx.try_recv() {
-                    Ok(next) if next.len() < COALESCE => batch.extend_from_slice(&next),
-                    Ok(next) => {
-                        // A big packet: flush the small ones, then it, in order.
-                        let small = batch.split().freeze();
-                        if write_half.data_bytes(small).await.is_err() {
-                            return;
-                        }
-                        batch.extend_from_slice(&next);
-                        break;
-                    }
-                    Err(_) => break,
-                }
+    let send = |out: Outgoing| {
+        let w = &write_half;
+        async move {
+            match out {
+                Outgoing::Bytes(b) if b.is_empty() => Ok(()),
+                Outgoing::Bytes(b) => w.data_bytes(b).await,
+                Outgoing::Fill { len, fill } => w.data_with(len, fill).await,
             }
-            batch.split().freeze()
+        }
+    };
+    let mut batch = BytesMut::new();
+    'recv: while let Some(first) = rx.recv().await {
+        let first = match first.into() {
+            Outgoing::Bytes(b) if b.len() < COALESCE => b,
+            big => {
+                if send(big).await.is_err() {
+                    return;
+                }
+                continue;
+            }
         };
-        if write_half.data_bytes(out).await.is_err() {
+        batch.extend_from_slice(&first);
+        while batch.len() < COALESCE {
+            match rx.try_recv().map(Into::into) {
+                Ok(Outgoing::Bytes(next)) if next.len() < COALESCE => {
+                    batch.extend_from_slice(&next)
+                }
+                Ok(next) => {
+                    // A big one: flush the small ones, then it, in order.
+                    let small = Outgoing::Bytes(batch.split().freeze());
+                    if send(small).await.is_err() || send(next).await.is_err() {
+                        return;
+                    }
+                    continue 'recv;
+                }
+                Err(_) => break,
+            }
+        }
+        if send(Outgoing::Bytes(batch.split().freeze())).await.is_err() {
             return;
         }
     }

@@ -60,7 +60,9 @@ macro_rules! push_packet {
 }
 
 mod channels;
-pub use channels::{Channel, ChannelMsg, ChannelReadHalf, ChannelStream, ChannelWriteHalf};
+pub use channels::{
+    Channel, ChannelMsg, ChannelReadHalf, ChannelStream, ChannelWriteHalf, DataFill, FillFn,
+};
 
 mod parsing;
 mod session;

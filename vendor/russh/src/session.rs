@@ -640,6 +640,62 @@ impl Encrypted {
         Ok(())
     }
 
+    /// ferry: channel data produced by `fill` (at most `len` bytes, see
+    /// [`crate::channels::DataFill`]). When nothing is queued before it and
+    /// the window and the peer's packet size allow `len`, `fill` writes
+    /// straight into the packet being built; otherwise what it produces is
+    /// sent as ordinary data. Returns how many bytes it produced.
+    pub fn data_fill_with_writer(
+        &mut self,
+        writer: &mut PacketWriter,
+        channel: ChannelId,
+        len: usize,
+        fill: crate::channels::FillFn,
+        is_rekeying: bool,
+    ) -> Result<usize, crate::Error> {
+        let direct = match self.channels.get(&channel) {
+            Some(ch) => {
+                ch.confirmed
+                    && ch.pending_data.is_empty()
+                    && !is_rekeying
+                    && self.write.is_empty()
+                    && len <= ch.recipient_window_size as usize
+                    && len <= ch.recipient_maximum_packet_size as usize
+            }
+            None => false,
+        };
+        if !direct {
+            let mut v = Vec::with_capacity(len);
+            fill(&mut v);
+            v.truncate(len);
+            let n = v.len();
+            if n > 0 {
+                self.data_with_writer(writer, channel, Bytes::from(v), is_rekeying)?;
+            }
+            return Ok(n);
+        }
+        let Some(ch) = self.channels.get_mut(&channel) else {
+            return Ok(0);
+        };
+        let mut produced = 0;
+        writer.reserve_cleartext_packet_output(len.saturating_add(1 + 4 + 4), 1);
+        writer.write_packet(|packet| {
+            packet.push(msg::CHANNEL_DATA);
+            ch.recipient_channel.encode(packet)?;
+            let at = packet.len();
+            packet.extend_from_slice(&[0; 4]);
+            fill(packet);
+            packet.truncate(at + 4 + len);
+            produced = packet.len() - at - 4;
+            if let Some(l) = packet.get_mut(at..at + 4) {
+                l.copy_from_slice(&(produced as u32).to_be_bytes());
+            }
+            Ok(())
+        })?;
+        ch.recipient_window_size -= produced as u32;
+        Ok(produced)
+    }
+
     #[allow(dead_code)]
     pub fn extended_data(
         &mut self,

@@ -15,6 +15,22 @@ pub use channel_ref::ChannelRef;
 mod channel_stream;
 pub use channel_stream::ChannelStream;
 
+/// ferry: the producer of one piece of channel data, called by the
+/// session's event loop with the buffer the SSH packet is being built in:
+/// it appends at most the announced number of bytes (a file read goes
+/// straight into the packet, one copy less than handing over `Bytes`).
+/// It runs on the session's task, so it must not block.
+pub struct DataFill(pub FillFn);
+
+/// ferry: what a [`DataFill`] holds.
+pub type FillFn = Box<dyn FnOnce(&mut Vec<u8>) + Send + Sync>;
+
+impl std::fmt::Debug for DataFill {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DataFill")
+    }
+}
+
 #[derive(Debug)]
 #[non_exhaustive]
 /// Possible messages that [Channel::wait] can receive.
@@ -30,6 +46,13 @@ pub enum ChannelMsg {
     ExtendedData {
         data: Bytes,
         ext: u32,
+    },
+    /// ferry: channel data written straight into the session's packet
+    /// buffer by `fill`, at most `len` bytes (see [`DataFill`]); sent by
+    /// [`ChannelWriteHalf::data_with`], never received.
+    DataWith {
+        len: usize,
+        fill: DataFill,
     },
     Eof,
     Close,
@@ -133,6 +156,27 @@ impl WindowSizeRef {
         *value = value.saturating_add(amount);
         drop(value);
         self.notifier.notify_one();
+    }
+
+    /// ferry: return window that was taken for a [`ChannelMsg::DataWith`]
+    /// and not used, from the session's (synchronous) event loop.
+    pub(crate) fn give_back(&self, amount: u32) {
+        if amount == 0 {
+            return;
+        }
+        if let Ok(mut value) = self.value.try_lock() {
+            *value = value.saturating_add(amount);
+            drop(value);
+            self.notifier.notify_one();
+            return;
+        }
+        let (value, notifier) = (self.value.clone(), self.notifier.clone());
+        tokio::spawn(async move {
+            let mut v = value.lock().await;
+            *v = v.saturating_add(amount);
+            drop(v);
+            notifier.notify_one();
+        });
     }
 
     pub(crate) fn subscribe(&self) -> Arc<Notify> {
@@ -415,6 +459,26 @@ impl<S: From<(ChannelId, ChannelMsg)> + Send + Sync + 'static> ChannelWriteHalf<
         }
 
         Ok(())
+    }
+
+    /// ferry: send at most `len` bytes of data that `fill` appends to the
+    /// session's packet buffer when their turn comes ([`DataFill`]). The
+    /// window for all `len` bytes is taken first; what `fill` leaves
+    /// unused comes back with the next window adjustment.
+    pub async fn data_with(
+        &self,
+        len: usize,
+        fill: crate::channels::FillFn,
+    ) -> Result<(), Error> {
+        let mut reserved = 0;
+        while reserved < len {
+            reserved += self.reserve_writable_chunk(len - reserved).await?;
+        }
+        self.send_msg(ChannelMsg::DataWith {
+            len,
+            fill: DataFill(fill),
+        })
+        .await
     }
 
     pub async fn eof(&self) -> Result<(), Error> {

@@ -529,6 +529,21 @@ impl Session {
         }
     }
 
+    /// ferry: see [`ChannelMsg::DataWith`]; returns the bytes produced.
+    pub(crate) fn data_with(
+        &mut self,
+        channel: ChannelId,
+        len: usize,
+        fill: crate::channels::FillFn,
+    ) -> Result<usize, crate::Error> {
+        let is_rekeying = self.kex.active();
+        let common = &mut self.common;
+        let Some(enc) = common.encrypted.as_mut() else {
+            return Err(crate::Error::Inconsistent);
+        };
+        enc.data_fill_with_writer(&mut common.packet_writer, channel, len, fill, is_rekeying)
+    }
+
     pub fn eof(&mut self, channel: ChannelId) -> Result<(), crate::Error> {
         if let Some(ref mut enc) = self.common.encrypted {
             enc.eof(channel)

@@ -488,6 +488,9 @@ impl Session {
             Msg::Channel(id, ChannelMsg::ExtendedData { ext, data }) => {
                 self.extended_data(id, ext, data)?;
             }
+            Msg::Channel(id, ChannelMsg::DataWith { len, fill }) => {
+                self.data_with(id, len, fill.0)?;
+            }
             Msg::Channel(id, ChannelMsg::Eof) => {
                 self.eof(id)?;
             }
@@ -1156,6 +1159,31 @@ impl Session {
     ///
     /// The number of bytes added to the "sending pipeline" (to be
     /// processed by the event loop) is returned.
+    /// ferry: see [`ChannelMsg::DataWith`].
+    pub(crate) fn data_with(
+        &mut self,
+        channel: ChannelId,
+        len: usize,
+        fill: crate::channels::FillFn,
+    ) -> Result<(), Error> {
+        let is_rekeying = self.kex.active();
+        let common = &mut self.common;
+        let Some(enc) = common.encrypted.as_mut() else {
+            return Err(Error::Inconsistent);
+        };
+        let n = enc.data_fill_with_writer(
+            &mut common.packet_writer,
+            channel,
+            len,
+            fill,
+            is_rekeying,
+        )?;
+        if let Some(ch) = self.channels.get(&channel) {
+            ch.window_size().give_back((len - n.min(len)) as u32);
+        }
+        Ok(())
+    }
+
     pub fn data(&mut self, channel: ChannelId, data: impl Into<bytes::Bytes>) -> Result<(), Error> {
         let is_rekeying = self.kex.active();
         let common = &mut self.common;
