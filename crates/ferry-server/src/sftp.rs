@@ -1173,8 +1173,6 @@ fn write_reply(file: &File, id: u32, offset: u64, data: &[u8]) -> Bytes {
     }
 }
 
-/// The DATA reply for file bytes in `buf[head..]` (at most `len` of them),
-/// the SFTP header written into `buf[skew..head]`; EOF when there are none.
 /// The longest error reply [`fill_read`] writes, less the DATA header.
 const MAX_READ_ERROR: usize = 512;
 
@@ -1199,30 +1197,32 @@ fn fill_read(out: &mut Vec<u8>, file: &File, id: u32, offset: u64, len: usize) {
     let start = out.len();
     let head = start + DATA_PREFIX_LEN;
     out.resize(head, 0);
-    let reply = match readnow::append_all(file, out, head, offset, len) {
-        Ok(()) if out.len() > head => {
-            let got = (out.len() - head) as u32;
-            if let Some(pkt) = out.get_mut(start..) {
-                Response::fill_data_prefix(pkt, id, got);
-            }
-            return;
+    match readnow::append_all(file, out, head, offset, len) {
+        Ok(()) => data_or_eof(out, start, id),
+        Err(e) => {
+            out.truncate(start);
+            out.extend_from_slice(&read_error(id, &e));
         }
-        Ok(()) => encode(&status(id, StatusCode::EOF, "end of file")),
-        Err(e) => read_error(id, &e),
-    };
-    out.truncate(start);
-    out.extend_from_slice(&reply);
+    }
 }
 
-fn data_reply(mut buf: Vec<u8>, skew: usize, head: usize, len: usize, id: u32) -> Bytes {
-    buf.truncate(head + len);
-    let got = buf.len().saturating_sub(head);
+/// `buf[start..]` holds room for the DATA header and then the file bytes
+/// read: write the header, or, when no bytes came, put EOF there instead.
+fn data_or_eof(buf: &mut Vec<u8>, start: usize, id: u32) {
+    let got = buf.len().saturating_sub(start + DATA_PREFIX_LEN);
     if got == 0 {
-        return encode(&status(id, StatusCode::EOF, "end of file"));
-    }
-    if let Some(pkt) = buf.get_mut(skew..) {
+        buf.truncate(start);
+        buf.extend_from_slice(&encode(&status(id, StatusCode::EOF, "end of file")));
+    } else if let Some(pkt) = buf.get_mut(start..) {
         Response::fill_data_prefix(pkt, id, got as u32);
     }
+}
+
+/// The DATA reply for file bytes in `buf[head..]` (at most `len` of them),
+/// the SFTP header written into `buf[skew..head]`; EOF when there are none.
+fn data_reply(mut buf: Vec<u8>, skew: usize, head: usize, len: usize, id: u32) -> Bytes {
+    buf.truncate(head + len);
+    data_or_eof(&mut buf, skew, id);
     Bytes::from(buf).slice(skew..)
 }
 

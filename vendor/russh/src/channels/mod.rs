@@ -463,8 +463,8 @@ impl<S: From<(ChannelId, ChannelMsg)> + Send + Sync + 'static> ChannelWriteHalf<
 
     /// ferry: send at most `len` bytes of data that `fill` appends to the
     /// session's packet buffer when their turn comes ([`DataFill`]). The
-    /// window for all `len` bytes is taken first; what `fill` leaves
-    /// unused comes back with the next window adjustment.
+    /// window for all `len` bytes is taken first; the session gives back
+    /// at once what `fill` leaves unused (`WindowSizeRef::give_back`).
     pub async fn data_with(
         &self,
         len: usize,

@@ -1682,10 +1682,7 @@ impl Session {
             } => self.disconnect(reason, &description, &language_tag)?,
             Msg::Channel(id, ChannelMsg::Data { data }) => self.data(id, data)?,
             Msg::Channel(id, ChannelMsg::DataWith { len, fill }) => {
-                let n = self.data_with(id, len, fill.0)?;
-                if let Some(ch) = self.channels.get(&id) {
-                    ch.window_size().give_back((len - n.min(len)) as u32);
-                }
+                self.data_with(id, len, fill.0)?;
             }
             Msg::Channel(id, ChannelMsg::Eof) => {
                 self.eof(id)?;

@@ -529,19 +529,24 @@ impl Session {
         }
     }
 
-    /// ferry: see [`ChannelMsg::DataWith`]; returns the bytes produced.
+    /// ferry: see [`ChannelMsg::DataWith`], as the server's.
     pub(crate) fn data_with(
         &mut self,
         channel: ChannelId,
         len: usize,
         fill: crate::channels::FillFn,
-    ) -> Result<usize, crate::Error> {
+    ) -> Result<(), crate::Error> {
         let is_rekeying = self.kex.active();
         let common = &mut self.common;
         let Some(enc) = common.encrypted.as_mut() else {
             return Err(crate::Error::Inconsistent);
         };
-        enc.data_fill_with_writer(&mut common.packet_writer, channel, len, fill, is_rekeying)
+        let n =
+            enc.data_fill_with_writer(&mut common.packet_writer, channel, len, fill, is_rekeying)?;
+        if let Some(ch) = self.channels.get(&channel) {
+            ch.window_size().give_back((len - n.min(len)) as u32);
+        }
+        Ok(())
     }
 
     pub fn eof(&mut self, channel: ChannelId) -> Result<(), crate::Error> {
