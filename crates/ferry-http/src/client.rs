@@ -137,6 +137,12 @@ impl Host {
             .saturating_sub(self.shrunk.load(Ordering::Relaxed))
             .saturating_sub(self.slots.available_permits())
     }
+    /// HTTP/1.1 connections open now: leased (and connecting, the
+    /// caller's included) plus idle ones the server has not closed.
+    fn open(&self) -> usize {
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        self.in_use() + idle.iter().filter(|s| !s.is_closed()).count()
+    }
 }
 
 enum Conn {
@@ -552,15 +558,17 @@ impl Client {
                             *host.h2.lock().await = Some(s.clone());
                             return Ok((Conn::H2(s), false));
                         }
-                        Err(HttpError::Network(m)) if host.in_use() > 1 => {
+                        Err(HttpError::Network(m)) if host.open() > 1 => {
                             // Servers with a connection limit (ferry serve's
                             // --max-connections, nginx's limit_conn) close
                             // the ones past it during the handshake. Others
-                            // of ours are open: give this slot up for good
-                            // and wait for one of theirs. A server that is
-                            // down fails them too, so this ends with the
-                            // last one's error.
-                            let open = host.in_use() - 1;
+                            // of ours are open, leased or idle (counting
+                            // only leased ones failed the copy when the
+                            // others had just gone back to the pool): give
+                            // this slot up for good and wait for one of
+                            // theirs. A server that is down fails them too,
+                            // so this ends with the last one's error.
+                            let open = host.open() - 1;
                             permit.forget();
                             host.shrunk.fetch_add(1, Ordering::Relaxed);
                             tracing::info!(
