@@ -567,6 +567,7 @@ fn download(
         protocol: protocol(&ep),
         streams: pool.opened.load(Ordering::Relaxed),
         chunk: 0,
+        cipher: None,
     })
 }
 
@@ -1025,6 +1026,7 @@ fn upload(
         protocol: protocol(&ep),
         streams: pool.opened.load(Ordering::Relaxed),
         chunk: 0,
+        cipher: None,
     })
 }
 

@@ -326,6 +326,7 @@ fn download(
         protocol: negotiated,
         streams: connections,
         chunk: 0,
+        cipher: None,
     })
 }
 
@@ -1372,6 +1373,7 @@ fn upload(
             protocol: protocol(&client, dest.url.https),
             streams: client.connections(),
             chunk: 0,
+            cipher: None,
         })
     })
 }

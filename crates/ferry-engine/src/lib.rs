@@ -149,6 +149,8 @@ pub struct Summary {
     pub streams: usize,
     /// Request size used, after the server's limits.
     pub chunk: u32,
+    /// The SSH cipher (SFTP), when known.
+    pub cipher: Option<String>,
 }
 
 /// Copy `sources` to `dest`. Blocks the calling thread; runs its own

@@ -919,6 +919,7 @@ pub(crate) fn download(
             protocol: "sftp",
             streams,
             chunk: read_chunk,
+            cipher: sftp.info().cipher,
         })
     })
 }
@@ -1304,6 +1305,7 @@ pub(crate) fn upload(
             protocol: "sftp",
             streams,
             chunk: write_chunk,
+            cipher: sftp.info().cipher,
         })
     })
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use russh::keys::ssh_key::AuthorizedKeys;
 use russh::keys::PublicKey;
 use russh::server::{Auth, Msg, Session};
-use russh::{cipher, Channel, ChannelId, MethodKind, MethodSet, Preferred};
+use russh::{Channel, ChannelId, MethodKind, MethodSet, Preferred};
 
 use crate::sftp::SessionConfig;
 
@@ -31,13 +31,8 @@ pub struct AuthPolicy {
 /// The russh configuration `ferry serve` uses.
 pub fn config(host_key: russh::keys::PrivateKey) -> russh::server::Config {
     let preferred = Preferred {
-        cipher: std::borrow::Cow::Borrowed(&[
-            cipher::AES_128_GCM,
-            cipher::AES_256_GCM,
-            cipher::CHACHA20_POLY1305,
-            cipher::AES_128_CTR,
-            cipher::AES_256_CTR,
-        ]),
+        // The client's order decides; ferry cp puts AEGIS-128L first.
+        cipher: std::borrow::Cow::Borrowed(ferry_ssh::CIPHERS),
         ..Preferred::default()
     };
     russh::server::Config {

@@ -139,9 +139,17 @@ pub struct SshConnection {
     proxy: Option<ProxyCommand>,
     /// The largest channel packet we told the server we accept.
     max_packet: u32,
+    /// The cipher the last key exchange chose (set by `ClientHandler`).
+    cipher: Arc<Mutex<Option<String>>>,
 }
 
 impl SshConnection {
+    /// The cipher the key exchange chose, e.g. `aegis-128l@ferry` with
+    /// ferry serve or `aes128-gcm@openssh.com` with OpenSSH.
+    pub fn cipher(&self) -> Option<String> {
+        lock_any(&self.cipher).clone()
+    }
+
     /// Open a session channel, start the sftp subsystem, and return the
     /// SFTP client with at most `max_in_flight` requests outstanding.
     pub async fn sftp(&self, max_in_flight: usize) -> Result<SftpClient, SshError> {
@@ -154,7 +162,7 @@ impl SshConnection {
             .request_subsystem(true, "sftp")
             .await
             .map_err(|e| self.protocol(e))?;
-        SftpClient::start(channel, max_in_flight, self.max_packet)
+        SftpClient::start(channel, max_in_flight, self.max_packet, self.cipher())
             .await
             .map_err(|e| SshError::Protocol {
                 host: self.label.clone(),
@@ -321,24 +329,19 @@ impl Connector {
                         Some(c) => v.push(c),
                         None => {
                             return Err(SshError::Config(format!(
-                                "cipher {name:?} is not supported; use one of aes128-gcm@openssh.com, aes256-gcm@openssh.com, chacha20-poly1305@openssh.com, aes128-ctr, aes192-ctr, aes256-ctr"
+                                "cipher {name:?} is not supported; use one of {}",
+                                CIPHERS
+                                    .iter()
+                                    .map(|c| c.as_ref())
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
                             )))
                         }
                     }
                 }
                 v.into()
             }
-            // AES-GCM first: with AES-NI it costs half of chacha20-poly1305
-            // per byte on this class of machine (shared/BASELINE.md).
-            None => vec![
-                cipher::AES_128_GCM,
-                cipher::AES_256_GCM,
-                cipher::CHACHA20_POLY1305,
-                cipher::AES_128_CTR,
-                cipher::AES_192_CTR,
-                cipher::AES_256_CTR,
-            ]
-            .into(),
+            None => CIPHERS.into(),
         };
         let compression: std::borrow::Cow<'static, [compression::Name]> =
             if self.opts.compression || self.host.compression {
@@ -377,13 +380,14 @@ impl Connector {
         let config = Arc::new(self.client_config().map_err(|e| self.at_hop(e))?);
         let host = self.host.hostname.clone();
         let port = self.host.port;
+        let cipher = Arc::default();
         let (handle, via, mut proxy) = match &self.route {
             Route::Direct => {
                 // No BufReader: ferry's russh reads ahead into its own
                 // buffer and takes packets out of it without a copy
                 // (vendor/russh/FERRY-PATCH.md).
                 let stream = self.tcp(&host, port).await.map_err(|e| self.at_hop(e))?;
-                (self.handshake(config, stream).await, None, None)
+                (self.handshake(config, stream, &cipher).await, None, None)
             }
             Route::Jump(jump) => {
                 let via = Box::pin(jump.connect()).await?;
@@ -428,7 +432,7 @@ impl Connector {
                     })?;
                 let stream = channel.into_stream();
                 (
-                    self.handshake(config, stream).await,
+                    self.handshake(config, stream, &cipher).await,
                     Some(Box::new(via)),
                     None,
                 )
@@ -440,7 +444,11 @@ impl Connector {
                         message: format!("cannot run ProxyCommand {cmd:?}: {e}"),
                     })
                 })?;
-                (self.handshake(config, stream).await, None, Some(proc))
+                (
+                    self.handshake(config, stream, &cipher).await,
+                    None,
+                    Some(proc),
+                )
             }
         };
         let mut handle = match handle {
@@ -479,6 +487,7 @@ impl Connector {
             via,
             proxy,
             max_packet: self.opts.max_packet,
+            cipher,
         })
     }
 
@@ -508,6 +517,7 @@ impl Connector {
         &self,
         config: Arc<client::Config>,
         stream: R,
+        cipher: &Arc<Mutex<Option<String>>>,
     ) -> Result<client::Handle<ClientHandler>, SshError>
     where
         R: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -526,6 +536,7 @@ impl Connector {
             interactive: self.opts.interactive && !self.host.batch_mode,
             verdict: verdict.clone(),
             prompted: prompted.clone(),
+            cipher: cipher.clone(),
         };
         let handshake = client::connect_stream(config, stream, handler);
         // ConnectTimeout also bounds the handshake, as ssh bounds its
@@ -919,17 +930,24 @@ fn expand_home(p: &str) -> PathBuf {
     }
 }
 
+/// The ciphers ferry speaks, in the order it prefers them, as a client
+/// and as `ferry serve`. AEGIS-128L first: only ferry offers it, so it is
+/// chosen between two ferry peers, and with AES-NI it costs a quarter of
+/// AES-128-GCM per byte (docs/internals/sftp.md, "Crypto backend for SSH").
+/// Then AES-GCM, which with AES-NI costs half of chacha20-poly1305 per byte
+/// on this class of machine (shared/BASELINE.md): what OpenSSH gets.
+pub const CIPHERS: &[cipher::Name] = &[
+    cipher::AEGIS_128L,
+    cipher::AES_128_GCM,
+    cipher::AES_256_GCM,
+    cipher::CHACHA20_POLY1305,
+    cipher::AES_128_CTR,
+    cipher::AES_192_CTR,
+    cipher::AES_256_CTR,
+];
+
 fn cipher_by_name(name: &str) -> Option<cipher::Name> {
-    [
-        cipher::AES_128_GCM,
-        cipher::AES_256_GCM,
-        cipher::CHACHA20_POLY1305,
-        cipher::AES_128_CTR,
-        cipher::AES_192_CTR,
-        cipher::AES_256_CTR,
-    ]
-    .into_iter()
-    .find(|c| c.as_ref() == name)
+    CIPHERS.iter().copied().find(|c| c.as_ref() == name)
 }
 
 fn lock_any<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -951,6 +969,8 @@ pub(crate) struct ClientHandler {
     /// Set once the user is asked about the host key: ConnectTimeout no
     /// longer applies then.
     prompted: Arc<AtomicBool>,
+    /// The negotiated cipher, from each finished key exchange.
+    cipher: Arc<Mutex<Option<String>>>,
 }
 
 impl ClientHandler {
@@ -1195,5 +1215,15 @@ impl client::Handler for ClientHandler {
             russh::keys::PublicKeyOrCertificate::PublicKey { key, .. } => self.check(key),
             russh::keys::PublicKeyOrCertificate::Certificate(cert) => self.check_certificate(cert),
         }
+    }
+
+    async fn kex_done(
+        &mut self,
+        _shared_secret: Option<&[u8]>,
+        names: &russh::Names,
+        _session: &mut client::Session,
+    ) -> Result<(), Self::Error> {
+        *lock_any(&self.cipher) = Some(names.cipher.as_ref().to_string());
+        Ok(())
     }
 }

@@ -20,7 +20,7 @@ mod hostcert;
 mod proxy_command;
 mod sftp;
 
-pub use connect::{ConnectOptions, Connector, SshConnection};
+pub use connect::{ConnectOptions, Connector, SshConnection, CIPHERS};
 
 /// The largest channel packet to advertise or ask for. russh drops a
 /// connection whose transport packet is over 256 KiB + 33 bytes, before or

@@ -43,6 +43,8 @@ pub struct SftpInfo {
     /// The server's initial window for our data on this channel: what an
     /// upload over one connection may have in flight (OpenSSH: 2 MiB).
     pub window_out: u32,
+    /// The SSH cipher of the connection, when known.
+    pub cipher: Option<String>,
 }
 
 impl SftpInfo {
@@ -92,11 +94,12 @@ const COALESCE: usize = 64 * 1024;
 impl SftpClient {
     /// Start SFTP on a channel whose "sftp" subsystem is already requested.
     /// `packet_in` is the largest channel packet we advertised (0 if not
-    /// known).
+    /// known); `cipher` is the connection's, for `SftpInfo`.
     pub async fn start<S>(
         channel: russh::Channel<S>,
         max_in_flight: usize,
         packet_in: u32,
+        cipher: Option<String>,
     ) -> Result<SftpClient, SftpError>
     where
         S: From<(russh::ChannelId, ChannelMsg)> + Send + Sync + 'static,
@@ -173,6 +176,7 @@ impl SftpClient {
                 packet_in,
                 packet_out,
                 window_out,
+                cipher,
             },
             limits: std::sync::OnceLock::new(),
         });

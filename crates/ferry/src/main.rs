@@ -280,18 +280,19 @@ fn run_cp(args: CpArgs, matches: Option<&clap::ArgMatches>) -> i32 {
                 } else {
                     0.0
                 };
-                println!(
-                    "{}",
-                    serde_json::json!({
-                        "bytes": s.bytes,
-                        "seconds": s.seconds,
-                        "files": s.files,
-                        "mbps": mbps,
-                        "protocol": s.protocol,
-                        "streams": s.streams,
-                        "chunk": s.chunk,
-                    })
-                );
+                let mut summary = serde_json::json!({
+                    "bytes": s.bytes,
+                    "seconds": s.seconds,
+                    "files": s.files,
+                    "mbps": mbps,
+                    "protocol": s.protocol,
+                    "streams": s.streams,
+                    "chunk": s.chunk,
+                });
+                if let Some(c) = &s.cipher {
+                    summary["cipher"] = c.as_str().into();
+                }
+                println!("{summary}");
             }
             0
         }

@@ -133,6 +133,53 @@ fn cp_both_ways_file_and_tree(serve_args: &[&str]) {
     );
 }
 
+/// Two ferry peers agree on AEGIS-128L (`aegis-128l@ferry`,
+/// docs/internals/sftp.md "Crypto backend for SSH"); `Ciphers` in the
+/// ssh config still picks a standard one. Every byte checked both ways.
+#[test]
+fn ferry_peers_use_aegis_and_ciphers_option_overrides_it() {
+    let s = FerryServe::start(&["--writable"]);
+    let local = tempdir();
+    let src = local.path().join("src.bin");
+    let want = make_file(&src, 6 * 1024 * 1024 + 5, 41);
+    for (cipher, opts) in [
+        ("aegis-128l@ferry", vec![]),
+        (
+            "aes128-gcm@openssh.com",
+            args!["-o", "Ciphers=aes128-gcm@openssh.com"],
+        ),
+        (
+            "chacha20-poly1305@openssh.com",
+            args!["-o", "Ciphers=chacha20-poly1305@openssh.com"],
+        ),
+    ] {
+        let name = cipher.split('@').next().unwrap_or(cipher);
+        let up = format!("/{name}.bin");
+        let mut a = opts.clone();
+        a.extend(args!["--json", "-q", &src, s.url(&up)]);
+        let o = s.cp(&a);
+        assert!(o.status.success(), "put with {cipher}: {}", describe(&o));
+        assert!(
+            stdout_text(&o).contains(&format!("\"cipher\":\"{cipher}\"")),
+            "put: {}",
+            describe(&o)
+        );
+        assert_file_hash(&s.root().join(&up[1..]), &want, cipher);
+
+        let back = local.path().join(format!("back-{name}.bin"));
+        let mut a = opts.clone();
+        a.extend(args!["--json", "-q", s.url(&up), &back]);
+        let o = s.cp(&a);
+        assert!(o.status.success(), "get with {cipher}: {}", describe(&o));
+        assert!(
+            stdout_text(&o).contains(&format!("\"cipher\":\"{cipher}\"")),
+            "get: {}",
+            describe(&o)
+        );
+        assert_file_hash(&back, &want, cipher);
+    }
+}
+
 #[test]
 fn openssh_sftp_and_scp_work_against_it() {
     let s = FerryServe::start(&["--writable"]);

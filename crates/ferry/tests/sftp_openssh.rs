@@ -1779,6 +1779,13 @@ fn json_summary_parses() {
         j.get("streams").and_then(Json::as_f64).unwrap_or(0.0) >= 1.0,
         "{out}"
     );
+    // OpenSSH does not know ferry's AEGIS cipher and agrees on the next
+    // one ferry lists.
+    assert_eq!(
+        j.get("cipher").and_then(Json::as_str),
+        Some("aes128-gcm@openssh.com"),
+        "{out}"
+    );
 }
 
 #[test]

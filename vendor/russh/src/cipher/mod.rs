@@ -40,12 +40,14 @@ use crate::Error;
 use crate::mac::MacAlgorithm;
 use crate::sshbuffer::SSHBuffer;
 
+pub(crate) mod aegis;
 pub(crate) mod block;
 pub(crate) mod cbc;
 pub(crate) mod chacha20poly1305;
 pub(crate) mod clear;
 pub(crate) mod gcm;
 
+use self::aegis::Aegis128LCipher;
 use block::SshBlockCipher;
 use chacha20poly1305::SshChacha20Poly1305Cipher;
 use clear::Clear;
@@ -98,6 +100,9 @@ pub const AES_128_GCM: Name = Name("aes128-gcm@openssh.com");
 pub const AES_256_GCM: Name = Name("aes256-gcm@openssh.com");
 /// `chacha20-poly1305@openssh.com`
 pub const CHACHA20_POLY1305: Name = Name("chacha20-poly1305@openssh.com");
+/// `aegis-128l@ferry`: AEGIS-128L, offered only between ferry peers
+/// (ferry: `cipher/aegis.rs`).
+pub const AEGIS_128L: Name = Name("aegis-128l@ferry");
 /// `none`
 pub const NONE: Name = Name("none");
 
@@ -113,6 +118,7 @@ static _AES_128_CBC: SshBlockCipher<CbcWrapper<Aes128>> = SshBlockCipher(Phantom
 static _AES_192_CBC: SshBlockCipher<CbcWrapper<Aes192>> = SshBlockCipher(PhantomData);
 static _AES_256_CBC: SshBlockCipher<CbcWrapper<Aes256>> = SshBlockCipher(PhantomData);
 static _CHACHA20_POLY1305: SshChacha20Poly1305Cipher = SshChacha20Poly1305Cipher {};
+static _AEGIS_128L: Aegis128LCipher = Aegis128LCipher;
 
 pub static ALL_CIPHERS: &[&Name] = &[
     &CLEAR,
@@ -128,6 +134,7 @@ pub static ALL_CIPHERS: &[&Name] = &[
     &AES_192_CBC,
     &AES_256_CBC,
     &CHACHA20_POLY1305,
+    &AEGIS_128L,
 ];
 
 pub(crate) static CIPHERS: LazyLock<HashMap<&'static Name, &(dyn Cipher + Send + Sync)>> =
@@ -146,6 +153,7 @@ pub(crate) static CIPHERS: LazyLock<HashMap<&'static Name, &(dyn Cipher + Send +
         h.insert(&AES_192_CBC, &_AES_192_CBC);
         h.insert(&AES_256_CBC, &_AES_256_CBC);
         h.insert(&CHACHA20_POLY1305, &_CHACHA20_POLY1305);
+        h.insert(&AEGIS_128L, &_AEGIS_128L);
         assert_eq!(h.len(), ALL_CIPHERS.len());
         h
     });
