@@ -74,7 +74,8 @@ struct CpArgs {
     #[arg(short = 'P', long = "parallel", value_name = "N", default_value_t = CopyOptions::default().parallel)]
     parallel: usize,
     /// SSH connections to use; a large file is split into ranges over them
-    /// [default: 1 for downloads, 4 for uploads, as measured]. Over HTTP(S):
+    /// [default: 2 for downloads, 4 for uploads, 1 to a server with a large
+    /// window such as ferry serve, as measured]. Over HTTP(S):
     /// byte ranges of each file fetched in parallel (h2 streams or HTTP/1.1
     /// connections) [default: 1]. Over FTP: ranges of each file, REST+RETR on
     /// one connection each [default: 1].
