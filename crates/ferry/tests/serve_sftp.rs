@@ -155,27 +155,22 @@ fn ferry_peers_use_aegis_and_ciphers_option_overrides_it() {
     ] {
         let name = cipher.split('@').next().unwrap_or(cipher);
         let up = format!("/{name}.bin");
-        let mut a = opts.clone();
-        a.extend(args!["--json", "-q", &src, s.url(&up)]);
-        let o = s.cp(&a);
-        assert!(o.status.success(), "put with {cipher}: {}", describe(&o));
-        assert!(
-            stdout_text(&o).contains(&format!("\"cipher\":\"{cipher}\"")),
-            "put: {}",
-            describe(&o)
-        );
-        assert_file_hash(&s.root().join(&up[1..]), &want, cipher);
-
         let back = local.path().join(format!("back-{name}.bin"));
-        let mut a = opts.clone();
-        a.extend(args!["--json", "-q", s.url(&up), &back]);
-        let o = s.cp(&a);
-        assert!(o.status.success(), "get with {cipher}: {}", describe(&o));
-        assert!(
-            stdout_text(&o).contains(&format!("\"cipher\":\"{cipher}\"")),
-            "get: {}",
-            describe(&o)
-        );
+        let put = args![&src, s.url(&up)];
+        let get = args![s.url(&up), &back];
+        for (what, paths) in [("put", put), ("get", get)] {
+            let mut a = opts.clone();
+            a.extend(args!["--json"]);
+            a.extend(paths);
+            let o = s.cp(&a);
+            assert!(o.status.success(), "{what} with {cipher}: {}", describe(&o));
+            assert!(
+                stdout_text(&o).contains(&format!("\"cipher\":\"{cipher}\"")),
+                "{what}: {}",
+                describe(&o)
+            );
+        }
+        assert_file_hash(&s.root().join(&up[1..]), &want, cipher);
         assert_file_hash(&back, &want, cipher);
     }
 }
