@@ -36,6 +36,13 @@ else
     echo "== fuzz: skipped (no nightly toolchain, or FERRY_FUZZ_SECONDS=0)" >&2
 fi
 
+# ferry's russh (vendor/russh, outside the workspace) carries a cipher of
+# ferry's own (aegis-128l@ferry); its unit tests check it against the
+# AEGIS draft's test vector and refuse tampered packets.
+echo "== vendor/russh: cargo test --lib cipher::" >&2
+(cd vendor/russh && CARGO_TARGET_DIR="$PWD/../../target/vendor-russh" \
+    cargo test --lib --no-default-features --features ring,rsa cipher::)
+
 echo "== cargo test --workspace --no-fail-fast $*" >&2
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

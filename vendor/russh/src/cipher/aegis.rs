@@ -187,7 +187,7 @@ impl super::SealingKey for SealingKey {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Cipher, OpeningKey as _, SealingKey as _};
+    use super::super::Cipher;
     use super::*;
 
     #[test]
@@ -234,9 +234,9 @@ mod tests {
     fn packets_round_trip_and_tampering_is_refused() {
         let key = [7u8; KEY_LEN];
         let iv = [9u8; NONCE_LEN];
-        let mac = crate::mac::_NONE;
-        let mut seal = Aegis128LCipher.make_sealing_key(&key, &iv, &[], &mac);
-        let mut open = Aegis128LCipher.make_opening_key(&key, &iv, &[], &mac);
+        let mac = &crate::mac::_NONE;
+        let mut seal = Aegis128LCipher.make_sealing_key(&key, &iv, &[], mac);
+        let mut open = Aegis128LCipher.make_opening_key(&key, &iv, &[], mac);
         let mut packets = Vec::new();
         for i in 0..3u8 {
             let payload = vec![i; 1000 + i as usize];
@@ -257,11 +257,11 @@ mod tests {
         for flip in [2, 10, first.len() - 1] {
             let mut bad = first.clone();
             bad[flip] ^= 1;
-            let mut o = Aegis128LCipher.make_opening_key(&key, &iv, &[], &mac);
+            let mut o = Aegis128LCipher.make_opening_key(&key, &iv, &[], mac);
             assert!(o.open(0, &mut bad).is_err(), "bit {flip} flipped");
         }
         let mut out_of_turn = packets[1].0.clone();
-        let mut o = Aegis128LCipher.make_opening_key(&key, &iv, &[], &mac);
+        let mut o = Aegis128LCipher.make_opening_key(&key, &iv, &[], mac);
         assert!(o.open(1, &mut out_of_turn).is_err());
 
         let mut p = first.clone();
