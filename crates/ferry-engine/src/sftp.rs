@@ -316,14 +316,17 @@ fn worker(
             let Ok(permit) = sem.clone().acquire_owned().await else {
                 break;
             };
+            // Room for a range before taking a job: taken first, a range
+            // waited here for one of ours to end while a connection that
+            // joined later found the queue empty (1 GiB in four ranges over
+            // two connections: three went to the first one).
+            let Ok(room) = ranges.clone().acquire_owned().await else {
+                break;
+            };
             let Ok(job) = jobs.recv().await else {
                 break;
             };
-            let range_permit = if job.whole {
-                None
-            } else {
-                ranges.clone().acquire_owned().await.ok()
-            };
+            let range_permit = (!job.whole).then_some(room);
             let (sftp, ctx, results) = (sftp.clone(), ctx.clone(), results.clone());
             tasks.spawn(async move {
                 let file = job.file;
