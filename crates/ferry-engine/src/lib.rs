@@ -105,7 +105,7 @@ impl Tuning {
     /// Downloads: our 64 MiB window lets one connection fill a 20 ms link,
     /// but one sshd process (and its sftp-server behind a 64 KiB pipe)
     /// encrypts every byte of it: a second connection puts a second sshd
-    /// on another core (1 GiB on loopback, Zen 1 host: 2.51 -> 2.23 s, the
+    /// on another core (1 GiB on loopback, Zen 1 host: 2.51 -> 2.32 s, the
     /// machine's CPU the same; docs/internals/sftp.md). Only one per 64 MiB
     /// of work is opened, and a server with a large window (ferry serve)
     /// gets one. More than 16 MiB requested at once only made sshd burn CPU

@@ -17,6 +17,7 @@
 
 use ::aegis::aegis128l::Aegis128L;
 use rand_core::Rng;
+use zeroize::Zeroize;
 
 use super::super::Error;
 use crate::keys::key::safe_rng;
@@ -62,11 +63,8 @@ impl State {
 
 impl Drop for State {
     fn drop(&mut self) {
-        // Best effort: the key does not outlive the connection in memory
-        // we own (the volatile writes are not optimised away).
-        for b in self.key.iter_mut() {
-            unsafe { std::ptr::write_volatile(b, 0) };
-        }
+        // The key does not outlive the connection in memory we own.
+        self.key.zeroize();
     }
 }
 
@@ -145,20 +143,8 @@ impl super::OpeningKey for OpeningKey {
 
 impl super::SealingKey for SealingKey {
     fn padding_length(&self, payload: &[u8]) -> usize {
-        // As for AES-GCM: the encrypted part (padding length, payload,
-        // padding) is a multiple of 16 bytes with at least 4 of padding.
-        let block_size = 16;
-        let extra_len = super::PACKET_LENGTH_LEN + super::PADDING_LENGTH_LEN;
-        let padding_len = if payload.len() + extra_len <= super::MINIMUM_PACKET_LEN {
-            super::MINIMUM_PACKET_LEN - payload.len() - super::PADDING_LENGTH_LEN
-        } else {
-            block_size - ((super::PADDING_LENGTH_LEN + payload.len()) % block_size)
-        };
-        if padding_len < super::PACKET_LENGTH_LEN {
-            padding_len + block_size
-        } else {
-            padding_len
-        }
+        // As for AES-GCM: the encrypted part is a multiple of 16 bytes.
+        super::aead_padding_length(payload)
     }
 
     fn fill_padding(&self, padding_out: &mut [u8]) {

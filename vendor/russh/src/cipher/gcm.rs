@@ -142,18 +142,8 @@ impl<N: NonceSequence> super::OpeningKey for OpeningKey<N> {
 
 impl<N: NonceSequence> super::SealingKey for SealingKey<N> {
     fn padding_length(&self, payload: &[u8]) -> usize {
-        let block_size = 16;
-        let extra_len = super::PACKET_LENGTH_LEN + super::PADDING_LENGTH_LEN;
-        let padding_len = if payload.len() + extra_len <= super::MINIMUM_PACKET_LEN {
-            super::MINIMUM_PACKET_LEN - payload.len() - super::PADDING_LENGTH_LEN
-        } else {
-            block_size - ((super::PADDING_LENGTH_LEN + payload.len()) % block_size)
-        };
-        if padding_len < super::PACKET_LENGTH_LEN {
-            padding_len + block_size
-        } else {
-            padding_len
-        }
+        // ferry: shared with the AEGIS cipher (`super::aead_padding_length`).
+        super::aead_padding_length(payload)
     }
 
     fn fill_padding(&self, padding_out: &mut [u8]) {

@@ -400,6 +400,25 @@ pub(crate) async fn read<R: AsyncRead + Unpin>(
 
 pub(crate) const PACKET_LENGTH_LEN: usize = 4;
 
+/// ferry: the padding of an AEAD cipher whose packet length is sent in the
+/// clear (AES-GCM, AEGIS): padding length, payload and padding fill whole
+/// 16-byte blocks, with at least 4 bytes of padding (RFC 4253 section 6).
+/// Was `GcmCipher`'s own; the AEGIS cipher shares it.
+fn aead_padding_length(payload: &[u8]) -> usize {
+    let block_size = 16;
+    let extra_len = PACKET_LENGTH_LEN + PADDING_LENGTH_LEN;
+    let padding_len = if payload.len() + extra_len <= MINIMUM_PACKET_LEN {
+        MINIMUM_PACKET_LEN - payload.len() - PADDING_LENGTH_LEN
+    } else {
+        block_size - ((PADDING_LENGTH_LEN + payload.len()) % block_size)
+    };
+    if padding_len < PACKET_LENGTH_LEN {
+        padding_len + block_size
+    } else {
+        padding_len
+    }
+}
+
 const MINIMUM_PACKET_LEN: usize = 16;
 // Keep the transport limit aligned with the 256 KiB channel packet baseline.
 const MAXIMUM_PACKET_LEN_BASELINE: usize = 256 * 1024;
