@@ -109,8 +109,9 @@ impl super::OpeningKey for OpeningKey {
         encrypted_packet_length: &[u8],
     ) -> [u8; 4] {
         let mut len = [0; super::PACKET_LENGTH_LEN];
-        // The caller hands over packet_length_to_read_for_block_length()
-        // (4) bytes; a shorter slice leaves zeros, which read() refuses.
+        // The length is sent in the clear (and authenticated in open());
+        // read() always hands over packet_length_to_read_for_block_length()
+        // (4) bytes, so the zip copies all four.
         for (d, s) in len.iter_mut().zip(encrypted_packet_length) {
             *d = *s;
         }
