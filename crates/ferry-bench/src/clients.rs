@@ -124,6 +124,30 @@ pub const CLIENTS: &[Client] = &[
         ferry: true,
         ..c("ferry", "ferry cp", "ferry", Proto::Sftp, true, Fits::All)
     },
+    c(
+        "ferry-base",
+        "ferry cp (baseline)",
+        "ferry",
+        Proto::Sftp,
+        true,
+        Fits::All,
+    ),
+    c(
+        "ferry-base-https",
+        "ferry cp (baseline)",
+        "ferry",
+        Proto::Https,
+        true,
+        Fits::All,
+    ),
+    c(
+        "ferry-base-ftp",
+        "ferry cp (baseline)",
+        "ferry",
+        Proto::Ftp,
+        true,
+        Fits::All,
+    ),
     c("sftp", "OpenSSH sftp", "sftp", Proto::Sftp, true, Fits::All),
     c("scp", "OpenSSH scp", "scp", Proto::Sftp, true, Fits::All),
     c("rclone", "rclone", "rclone", Proto::Sftp, true, Fits::All),
@@ -306,6 +330,19 @@ pub struct Paths {
     pub scratch: PathBuf,
     /// The ferry binary.
     pub ferry: PathBuf,
+    /// `--baseline`: the other ferry binary, for the `ferry-base*` clients.
+    pub baseline: Option<PathBuf>,
+}
+
+/// The `ferry-base*` clients run the `--baseline` binary with the command
+/// line of this ferry client.
+pub fn baseline_twin(id: &str) -> Option<&'static str> {
+    match id {
+        "ferry-base" => Some("ferry"),
+        "ferry-base-https" => Some("ferry-https"),
+        "ferry-base-ftp" => Some("ferry-ftp"),
+        _ => None,
+    }
 }
 
 /// The command for one run, and whether the runner must create the
@@ -340,6 +377,18 @@ pub fn command(
     let scratch = &p.scratch;
     let down = dir == Direction::Download;
     let plan = |cmd: Command, precreate: bool| Ok(Plan { cmd, precreate });
+    if let Some(twin) = baseline_twin(client.id) {
+        let (Some(base), Some(tc)) = (&p.baseline, CLIENTS.iter().find(|c| c.id == twin)) else {
+            anyhow::bail!("{}: no --baseline binary given", client.id);
+        };
+        let bp = Paths {
+            local: p.local.clone(),
+            scratch: p.scratch.clone(),
+            ferry: base.clone(),
+            baseline: None,
+        };
+        return command(tc, ep, ds, dir, variant_dir, &bp);
+    }
     match client.id {
         "ferry" => {
             let mut c = Command::new(&p.ferry);

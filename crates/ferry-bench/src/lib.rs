@@ -132,6 +132,12 @@ pub struct BenchArgs {
     /// The ferry binary to measure [default: this one].
     #[arg(long, hide = true)]
     pub ferry: Option<PathBuf>,
+    /// A second ferry binary (e.g. the build before a change) measured
+    /// beside this one in the same run, cell by cell, as the clients
+    /// ferry-base, ferry-base-https and ferry-base-ftp: the way to show a
+    /// change kept every speed (docs/internals/bench.md).
+    #[arg(long, value_name = "FERRY")]
+    pub baseline: Option<PathBuf>,
     /// The ferry binary that runs `ferry serve` [default: --ferry].
     #[arg(long, hide = true)]
     pub serve_bin: Option<PathBuf>,

@@ -303,11 +303,13 @@ pub fn run_local(args: &BenchArgs) -> Result<Report> {
 
     // Which clients run, which are skipped.
     let mut notes = Vec::new();
+    let base = |c: &Client| clients::baseline_twin(c.id).is_some();
     let wanted: Vec<&Client> = CLIENTS
         .iter()
         .filter(|c| args.clients.is_empty() || args.clients.iter().any(|x| x == c.id))
+        .filter(|c| !base(c) || args.baseline.is_some())
         .collect();
-    let installed = |c: &Client| c.ferry || which(c.program).is_some();
+    let installed = |c: &Client| c.ferry || base(c) || which(c.program).is_some();
     let mut missing: Vec<&str> = wanted
         .iter()
         .filter(|c| !installed(c))
@@ -425,6 +427,7 @@ pub fn run_local(args: &BenchArgs) -> Result<Report> {
         local: local.clone(),
         scratch: scratch.clone(),
         ferry: ferry_bin.clone(),
+        baseline: args.baseline.clone(),
     };
     let mut cells: Vec<Cell> = Vec::new();
     // Count runs for the progress line.

@@ -19,6 +19,21 @@ pub enum TransferError {
     /// Connection refused, lost, or a protocol failure (exit 1).
     #[error("{0}")]
     Network(String),
+    /// The application (or Ctrl-C) cancelled the transfer (exit 130).
+    #[error("{0}")]
+    Cancelled(String),
+}
+
+/// The class of a failure, without its message: what an application
+/// matches on, and what the CLI turns into an exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    Usage,
+    Auth,
+    Remote,
+    Local,
+    Network,
+    Cancelled,
 }
 
 impl TransferError {
@@ -38,7 +53,37 @@ impl TransferError {
             TransferError::Remote(_) => 4,
             TransferError::Local(_) => 5,
             TransferError::Network(_) => 1,
+            TransferError::Cancelled(_) => 130,
         }
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            TransferError::Usage(_) => ErrorKind::Usage,
+            TransferError::Auth(_) => ErrorKind::Auth,
+            TransferError::Remote(_) => ErrorKind::Remote,
+            TransferError::Local(_) => ErrorKind::Local,
+            TransferError::Network(_) => ErrorKind::Network,
+            TransferError::Cancelled(_) => ErrorKind::Cancelled,
+        }
+    }
+
+    pub fn from_kind(kind: ErrorKind, message: String) -> TransferError {
+        match kind {
+            ErrorKind::Usage => TransferError::Usage(message),
+            ErrorKind::Auth => TransferError::Auth(message),
+            ErrorKind::Remote => TransferError::Remote(message),
+            ErrorKind::Local => TransferError::Local(message),
+            ErrorKind::Network => TransferError::Network(message),
+            ErrorKind::Cancelled => TransferError::Cancelled(message),
+        }
+    }
+
+    /// The transfer was cancelled; part files are kept for `--resume`.
+    pub fn cancelled() -> TransferError {
+        TransferError::Cancelled(
+            "cancelled; nothing incomplete was put under a final name (part files are kept for --resume)".into(),
+        )
     }
 
     pub fn local(path: &std::path::Path, what: &str, e: std::io::Error) -> Self {

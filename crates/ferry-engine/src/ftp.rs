@@ -150,7 +150,7 @@ fn credentials(spec: &FtpSpec, opts: &CopyOptions) -> (String, String) {
     (user, pass)
 }
 
-fn endpoint(spec: &FtpSpec, opts: &CopyOptions) -> Result<Arc<Endpoint>, TransferError> {
+pub(crate) fn endpoint(spec: &FtpSpec, opts: &CopyOptions) -> Result<Arc<Endpoint>, TransferError> {
     let security = if spec.implicit_tls {
         Security::Implicit
     } else if opts.ftp.ssl_reqd {
@@ -188,7 +188,7 @@ fn protocol(ep: &Endpoint) -> &'static str {
 
 /// `path` from the URL made absolute: relative ones are under the login
 /// directory (curl's reading of ftp:// paths).
-fn absolute(home: &str, path: &str) -> String {
+pub(crate) fn absolute(home: &str, path: &str) -> String {
     if path.starts_with('/') {
         return path.to_string();
     }
@@ -546,7 +546,7 @@ fn download(
         pool: &pool,
         stats: &stats,
     };
-    let workers = opts.parallel.max(streams);
+    let workers = opts.parallel.unwrap_or(Tuning::FTP_PARALLEL).max(streams);
     let r = run_jobs(&pool, jobs, workers, |conn, job, buf| {
         run_get(&ctx, conn, job, buf)
     });
@@ -844,6 +844,7 @@ fn get_whole(
             write_at(fh, buf, at, &f.p.tmp).map_err(local_fail)?;
             at += n as u64;
             ctx.stats.bytes_done.fetch_add(n as u64, Ordering::Relaxed);
+            ctx.stats.check().map_err(local_fail)?;
         }
         c.finish(t, &f.remote)?;
         if at != f.size {
@@ -897,6 +898,7 @@ fn get_range(
                 .push((at, at + n as u64));
             at += n as u64;
             ctx.stats.bytes_done.fetch_add(n as u64, Ordering::Relaxed);
+            ctx.stats.check().map_err(local_fail)?;
         }
         if at < b {
             // Finish reads the server's verdict: maybe the file shrank.
@@ -1014,9 +1016,12 @@ fn upload(
     stats.bytes_total.fetch_add(total, Ordering::Relaxed);
     let nfiles = files.len() as u64;
     let resume = opts.resume;
-    let r = run_jobs(&pool, files, opts.parallel, |conn, f, buf| {
-        put(&pool, conn, f, resume, buf, &stats)
-    });
+    let r = run_jobs(
+        &pool,
+        files,
+        opts.parallel.unwrap_or(Tuning::FTP_PARALLEL),
+        |conn, f, buf| put(&pool, conn, f, resume, buf, &stats),
+    );
     pool.close();
     r?;
     Ok(Summary {
@@ -1112,6 +1117,7 @@ fn put(
             at += n as u64;
             counted += n as u64;
             stats.bytes_done.fetch_add(n as u64, Ordering::Relaxed);
+            stats.check().map_err(local_fail)?;
         }
         c.finish(t, &f.tmp)?;
         // The server's size must be the file's: a full disk or a quota can

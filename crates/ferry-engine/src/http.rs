@@ -121,7 +121,7 @@ fn client(opts: &CopyOptions) -> Result<Client, TransferError> {
     let mut h = opts.http.clone();
     // -P files (or --streams ranges) at once need as many HTTP/1.1
     // connections; HTTP/2 multiplexes them over one.
-    h.h1_connections = opts.parallel.max(opts.streams.unwrap_or(1)).max(1);
+    h.h1_connections = opts.files_in_flight().max(opts.streams.unwrap_or(1)).max(1);
     Ok(Client::new(h)?)
 }
 
@@ -208,7 +208,7 @@ fn download(
             shards = 1;
         }
     }
-    let per_shard = opts.parallel.max(1).div_ceil(shards);
+    let per_shard = opts.files_in_flight().max(1).div_ceil(shards);
     let mut extra = Vec::new();
     if shards > 1 {
         for n in 1..shards {
@@ -353,7 +353,7 @@ fn shards(sources: &[HttpSpec], opts: &CopyOptions) -> usize {
     let several = sources.len() > 1 || opts.recursive;
     if !several
         || opts.streams.unwrap_or(1) > 1
-        || opts.parallel < 2
+        || opts.files_in_flight() < 2
         || std::env::var_os("FERRY_HTTP_THREADS").is_some()
     {
         return 1;
@@ -362,7 +362,7 @@ fn shards(sources: &[HttpSpec], opts: &CopyOptions) -> usize {
         .map(|n| n.get())
         .unwrap_or(1)
         .clamp(1, MAX_SHARDS)
-        .min(opts.parallel)
+        .min(opts.files_in_flight())
 }
 
 /// What one shard did: files it took, how many failed and the first
@@ -827,6 +827,7 @@ async fn single(
             stats
                 .bytes_done
                 .fetch_add(piece.len() as u64, Ordering::Relaxed);
+            stats.check()?;
             continue;
         }
         let n = if identity {
@@ -846,6 +847,7 @@ async fn single(
             data.len()
         };
         stats.bytes_done.fetch_add(n as u64, Ordering::Relaxed);
+        stats.check()?;
         if buf.len() >= WRITE_BUF {
             // Identity bodies are hashed here, 1 MiB at a time, not per
             // frame: BLAKE3 hashes whole 8 KiB groups with AVX2, and a
@@ -1230,6 +1232,7 @@ async fn range_once(
         let n = (piece.len() as u64).min(room) as usize;
         buf.extend_from_slice(piece.get(..n).unwrap_or(&piece));
         stats.bytes_done.fetch_add(n as u64, Ordering::Relaxed);
+        stats.check().map_err(RangeErr::Fatal)?;
         if buf.len() >= WRITE_BUF {
             flush(&mut buf, at)?;
         }
@@ -1326,7 +1329,7 @@ fn upload(
                 dest.url
             );
         }
-        let parallel = Arc::new(Semaphore::new(opts.parallel.max(1)));
+        let parallel = Arc::new(Semaphore::new(opts.files_in_flight().max(1)));
         let mut set = tokio::task::JoinSet::new();
         for (src, url, size) in files {
             let permit = parallel

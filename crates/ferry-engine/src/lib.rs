@@ -24,22 +24,30 @@
 //! ranges, TLS) in docs/internals/ftp.md.
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod backend;
+mod engine;
 mod error;
 mod ftp;
 mod http;
 mod journal;
 mod location;
 mod part;
+mod retry;
 mod sftp;
+mod transfer;
 mod window;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-pub use error::TransferError;
+pub use error::{ErrorKind, TransferError};
 pub use ferry_http::{Options as HttpOptions, Version as HttpVersion};
 pub use ferry_ssh::{ConnectOptions, MAX_CHANNEL_PACKET};
 pub use ftp::FtpOptions;
 pub use location::{FtpSpec, HttpSpec, Location, RemotePath, RemoteSpec};
+pub use transfer::{
+    run_blocking, BackendPath, Cancel, Event, FileError, FileReport, Prompt, Report, Transfer,
+    TransferHandle,
+};
 
 /// How to copy. The defaults are the measured ones (docs/internals/sftp.md).
 #[derive(Debug, Clone)]
@@ -49,8 +57,10 @@ pub struct CopyOptions {
     pub preserve: bool,
     /// Continue partial files instead of starting over.
     pub resume: bool,
-    /// Files in flight at once, over all connections.
-    pub parallel: usize,
+    /// Files in flight at once, over all connections. `None`: the
+    /// measured default of the protocol ([`Tuning::PARALLEL`]; FTP
+    /// [`Tuning::FTP_PARALLEL`], one control connection per file).
+    pub parallel: Option<usize>,
     /// SSH connections to open; a large file is split over them. `None`:
     /// the measured default for the direction (see [`Tuning`]).
     pub streams: Option<usize>,
@@ -75,6 +85,19 @@ pub struct CopyOptions {
     pub compressed: bool,
     /// FTP(S): explicit TLS. Trust and credentials come from `http`.
     pub ftp: FtpOptions,
+    /// A stream that delivers no byte for this long has stalled: it is
+    /// cut and retried (`--timeout`).
+    pub timeout: std::time::Duration,
+    /// Attempts per file or range for failures another try may cure (a
+    /// lost connection, HTTP 5xx, FTP 421), with backoff and jitter.
+    pub retries: u32,
+}
+
+impl CopyOptions {
+    /// `-P`, or the SFTP/HTTP default.
+    pub(crate) fn files_in_flight(&self) -> usize {
+        self.parallel.unwrap_or(Tuning::PARALLEL).max(1)
+    }
 }
 
 impl Default for CopyOptions {
@@ -83,7 +106,7 @@ impl Default for CopyOptions {
             recursive: false,
             preserve: false,
             resume: false,
-            parallel: 64,
+            parallel: None,
             streams: None,
             chunk: None,
             max_depth: 128,
@@ -93,6 +116,8 @@ impl Default for CopyOptions {
             http: ferry_http::Options::default(),
             compressed: false,
             ftp: FtpOptions::default(),
+            timeout: engine::DEFAULT_TIMEOUT,
+            retries: retry::DEFAULT_ATTEMPTS,
         }
     }
 }
@@ -119,6 +144,8 @@ impl Tuning {
     /// FTP: files at once (one control connection each) when -P is not
     /// given, and ranges per file (docs/internals/ftp.md).
     pub const FTP_PARALLEL: usize = 8;
+    /// Files in flight over SFTP and HTTP(S) when -P is not given.
+    pub const PARALLEL: usize = 64;
     pub const FTP_STREAMS: usize = 1;
 }
 
@@ -129,6 +156,8 @@ pub struct Stats {
     pub bytes_total: AtomicU64,
     pub files_done: AtomicU64,
     pub files_total: AtomicU64,
+    /// Set to stop the copy: the copy loops check it as bytes move.
+    pub cancel: std::sync::atomic::AtomicBool,
 }
 
 impl Stats {
@@ -139,6 +168,15 @@ impl Stats {
             self.files_done.load(Ordering::Relaxed),
             self.files_total.load(Ordering::Relaxed),
         )
+    }
+
+    /// `Err(Cancelled)` once the copy was cancelled.
+    pub(crate) fn check(&self) -> Result<(), TransferError> {
+        if self.cancel.load(Ordering::Relaxed) {
+            Err(TransferError::cancelled())
+        } else {
+            Ok(())
+        }
     }
 }
 
@@ -158,9 +196,44 @@ pub struct Summary {
     pub cipher: Option<String>,
 }
 
-/// Copy `sources` to `dest`. Blocks the calling thread; runs its own
-/// runtimes (one thread per connection).
+/// Copy `sources` to `dest`, blocking the calling thread (not from inside
+/// a tokio runtime: use [`Transfer`] there). `stats` can be polled for
+/// progress, and its `cancel` flag stops the copy. Any two locations:
+/// local, SFTP, HTTP(S), FTP(S), remote to remote included.
 pub fn copy(
+    sources: &[Location],
+    dest: &Location,
+    opts: &CopyOptions,
+    stats: std::sync::Arc<Stats>,
+) -> Result<Summary, TransferError> {
+    if sources.is_empty() {
+        return Err(TransferError::Usage("no source given".into()));
+    }
+    if !transfer::on_engine(sources, dest) {
+        return copy_on_loop(sources, dest, opts, stats);
+    }
+    let t = Transfer::new(sources.to_vec(), dest.clone(), opts.clone());
+    let report = run_blocking(t, |ev| {
+        if let Event::Progress {
+            bytes_done,
+            bytes_total,
+            files_done,
+            files_total,
+        } = ev
+        {
+            stats.bytes_done.store(*bytes_done, Ordering::Relaxed);
+            stats.bytes_total.store(*bytes_total, Ordering::Relaxed);
+            stats.files_done.store(*files_done, Ordering::Relaxed);
+            stats.files_total.store(*files_total, Ordering::Relaxed);
+        }
+        !stats.cancel.load(Ordering::Relaxed)
+    });
+    report.into_result()
+}
+
+/// Copies between the local disk and one server, on the protocol's own
+/// copy loop (docs/internals/engine.md, "Migration").
+pub(crate) fn copy_on_loop(
     sources: &[Location],
     dest: &Location,
     opts: &CopyOptions,

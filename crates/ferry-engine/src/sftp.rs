@@ -34,17 +34,17 @@ use crate::{CopyOptions, Stats, Summary, Tuning};
 
 /// Fallback request size when the server does not state its limits: the
 /// size every SFTP server must accept (draft-02 suggests 32 KiB).
-const FALLBACK_CHUNK: u32 = 32 * 1024;
+pub(crate) const FALLBACK_CHUNK: u32 = 32 * 1024;
 /// The request size we ask for by default (OpenSSH serves up to 255 KiB).
-const DEFAULT_CHUNK: u32 = 1024 * 1024;
+pub(crate) const DEFAULT_CHUNK: u32 = 1024 * 1024;
 
 /// An SFTP DATA reply's bytes before its data: length, type, id, data
 /// length.
-const DATA_REPLY_HEADER: u32 = 4 + 1 + 4 + 4;
+pub(crate) const DATA_REPLY_HEADER: u32 = 4 + 1 + 4 + 4;
 /// A WRITE request's bytes besides its data, for handles of up to 16 bytes
 /// (OpenSSH's are 4, ferry serve's 8): length, type, id, handle, offset,
 /// data length.
-const WRITE_HEADER: u32 = 4 + 1 + 4 + (4 + 16) + 8 + 4;
+pub(crate) const WRITE_HEADER: u32 = 4 + 1 + 4 + (4 + 16) + 8 + 4;
 /// Packets at least this large are worth fitting a request into.
 const FIT_PACKET_MIN: u32 = 128 * 1024;
 
@@ -56,7 +56,7 @@ const FIT_PACKET_MIN: u32 = 128 * 1024;
 /// the noise (docs/internals/sftp.md, "Packet fitting"): it costs nothing,
 /// so it stays. With small packets (OpenSSH's sshd accepts 32 KiB) the
 /// size is left alone: many more requests would cost more than the copy.
-fn fit_packet(size: u32, packet: u32, header: u32) -> u32 {
+pub(crate) fn fit_packet(size: u32, packet: u32, header: u32) -> u32 {
     if packet >= FIT_PACKET_MIN {
         size.min(packet - header)
     } else {
@@ -246,7 +246,7 @@ const RANGES_PER_CONNECTION: usize = 2;
 /// Bytes of work that justify one more connection.
 const EXTRA_STREAM_BYTES: u64 = 64 * 1024 * 1024;
 /// A server window at least this large makes one connection enough.
-const ONE_STREAM_WINDOW: u32 = 16 * 1024 * 1024;
+pub(crate) const ONE_STREAM_WINDOW: u32 = 16 * 1024 * 1024;
 
 #[allow(clippy::too_many_arguments)]
 fn worker(
@@ -372,7 +372,8 @@ impl Pool {
         let (job_tx, job_rx) = async_channel::bounded::<Job>(1024);
         let (results_tx, results_rx) = mpsc::unbounded_channel();
         // Requests in flight per connection: every slot at full depth.
-        let max_in_flight = (opts.parallel.max(1) * opts.max_depth.max(4)).clamp(64, 16384);
+        let max_in_flight =
+            (opts.files_in_flight().max(1) * opts.max_depth.max(4)).clamp(64, 16384);
         let (hold_tx, hold_rx) = oneshot::channel();
         let mut pool = Pool {
             control: None,
@@ -387,7 +388,7 @@ impl Pool {
             pending: Vec::new(),
             hold: Some(hold_tx),
             connector,
-            parallel: opts.parallel.max(1),
+            parallel: opts.files_in_flight().max(1),
             first_slots: Arc::new(Semaphore::new(0)),
             max_in_flight,
         };
@@ -653,6 +654,7 @@ pub(crate) fn with_more(e: TransferError, more: usize) -> TransferError {
         TransferError::Remote(m) => TransferError::Remote(m + &suffix),
         TransferError::Local(m) => TransferError::Local(m + &suffix),
         TransferError::Network(m) => TransferError::Network(m + &suffix),
+        TransferError::Cancelled(m) => TransferError::Cancelled(m),
     }
 }
 
@@ -1633,6 +1635,7 @@ async fn pull(
         ctx.stats
             .bytes_done
             .fetch_add(got as u64, Ordering::Relaxed);
+        ctx.stats.check()?;
         let now = Instant::now();
         window.on_reply(got as u64, now - t0, now);
         if got < n as usize {
@@ -1774,6 +1777,7 @@ async fn push(
         r.map_err(|e| TransferError::sftp(&ctx.host, &f.dst, e))?;
         record(done, at, n as u64);
         ctx.stats.bytes_done.fetch_add(n as u64, Ordering::Relaxed);
+        ctx.stats.check()?;
         let now = Instant::now();
         window.on_reply(n as u64, now - t0, now);
     }

@@ -903,6 +903,54 @@ pub fn file_body(
     .boxed_unsync()
 }
 
+/// A request body fed piece by piece through a channel (a copy from
+/// another server streaming into a PUT). `len`, when known, is sent as
+/// Content-Length. The channel closing early ends the body short, which
+/// the server sees as a cut upload.
+pub fn channel_body(rx: tokio::sync::mpsc::Receiver<Bytes>, len: Option<u64>) -> Body {
+    ChannelBody { rx, left: len }.boxed_unsync()
+}
+
+struct ChannelBody {
+    rx: tokio::sync::mpsc::Receiver<Bytes>,
+    left: Option<u64>,
+}
+
+impl http_body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        match self.rx.poll_recv(cx) {
+            Poll::Ready(Some(b)) => {
+                if let Some(l) = self.left.as_mut() {
+                    *l = l.saturating_sub(b.len() as u64);
+                }
+                Poll::Ready(Some(Ok(Frame::data(b))))
+            }
+            Poll::Ready(None) if self.left.is_some_and(|l| l > 0) => Poll::Ready(Some(Err(
+                std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the source ended early"),
+            ))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.left == Some(0)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.left {
+            Some(l) => SizeHint::with_exact(l),
+            None => SizeHint::default(),
+        }
+    }
+}
+
 struct FileBody {
     file: Arc<std::fs::File>,
     at: u64,

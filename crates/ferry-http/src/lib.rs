@@ -34,7 +34,7 @@ pub mod proxy;
 pub mod tls;
 mod url;
 
-pub use client::{empty, file_body, Body, Client, Options, Response, Version};
+pub use client::{channel_body, empty, file_body, Body, Client, Options, Response, Version};
 pub use error::HttpError;
 pub use http::{HeaderMap, HeaderValue, Method, StatusCode};
 pub use tls::TlsOptions;

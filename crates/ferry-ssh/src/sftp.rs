@@ -492,6 +492,34 @@ impl SftpClient {
         }
     }
 
+    /// Copy `len` bytes (0: to the end) from one open handle to another on
+    /// the server (`copy-data`, OpenSSH's sftp-server since 9.0): no byte
+    /// crosses the connection. The caller checks `info().has("copy-data")`.
+    pub async fn copy_data(
+        &self,
+        read: &Handle,
+        read_offset: u64,
+        len: u64,
+        write: &Handle,
+        write_offset: u64,
+    ) -> Result<(), SftpError> {
+        let (r, w) = (read.0.clone(), write.0.clone());
+        status(
+            self.call(|id| Request::Extended {
+                id,
+                request: Extended::CopyData {
+                    read_handle: r,
+                    read_offset,
+                    read_len: len,
+                    write_handle: w,
+                    write_offset,
+                },
+            })
+            .await?,
+            b"",
+        )
+    }
+
     pub async fn limits(&self) -> Result<Limits, SftpError> {
         match self
             .call(|id| Request::Extended {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
-use ferry_engine::{copy, CopyOptions, Location, Stats, TransferError};
+use ferry_engine::{CopyOptions, Event, Location, Stats, Transfer, TransferError};
 
 mod ftp_args;
 mod http_args;
@@ -41,7 +41,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Copy files between local paths and sftp:// URLs (or scp-style host:path), http(s):// or ftp(s):// URLs.
+    /// Copy files between any two of: local paths, sftp:// URLs (or scp-style host:path), http(s):// and ftp(s):// URLs.
     #[command(arg_required_else_help = true)]
     Cp(CpArgs),
     /// Serve a directory over SFTP (SSH), HTTPS and, with --ftp, FTPS; authenticated, read-only by default.
@@ -70,9 +70,9 @@ struct CpArgs {
     /// Continue partial files (checked against the source) instead of starting over.
     #[arg(long)]
     resume: bool,
-    /// Files in flight at once [FTP: 8, one control connection each].
-    #[arg(short = 'P', long = "parallel", value_name = "N", default_value_t = CopyOptions::default().parallel)]
-    parallel: usize,
+    /// Files in flight at once [default: 64; FTP: 8, one control connection each].
+    #[arg(short = 'P', long = "parallel", value_name = "N")]
+    parallel: Option<usize>,
     /// SSH connections to use; a large file is split into ranges over them
     /// [default: 2 for downloads, 4 for uploads, 1 to a server with a large
     /// window such as ferry serve, as measured]. Over HTTP(S):
@@ -112,6 +112,14 @@ struct CpArgs {
     /// its own name. Beats ProxyJump and ProxyCommand in ssh_config.
     #[arg(short = 'J', value_name = "[USER@]HOST[:PORT][,...]")]
     jump: Option<String>,
+    /// A connection that delivers no byte for this many seconds has
+    /// stalled: it is cut and the file or range is tried again.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    timeout: u64,
+    /// Attempts per file or range for failures another try may cure (a
+    /// lost connection, HTTP 5xx, FTP 421), with backoff and jitter.
+    #[arg(long, value_name = "N", default_value_t = CopyOptions::default().retries)]
+    retries: u32,
     /// Compress the SSH connection (zlib).
     #[arg(short = 'C', long)]
     compress: bool,
@@ -219,8 +227,11 @@ fn run_cp(args: CpArgs, matches: Option<&clap::ArgMatches>) -> i32 {
         Ok(l) => l,
         Err(e) => return usage(&e),
     };
-    if args.parallel == 0 || args.streams == Some(0) || args.depth == 0 {
-        return usage("-P, --streams and --depth take a number of at least 1");
+    if args.parallel == Some(0) || args.streams == Some(0) || args.depth == 0 || args.retries == 0 {
+        return usage("-P, --streams, --depth and --retries take a number of at least 1");
+    }
+    if args.timeout == 0 {
+        return usage("--timeout takes a number of seconds of at least 1");
     }
     let mut opts = CopyOptions {
         recursive: args.recursive,
@@ -234,6 +245,8 @@ fn run_cp(args: CpArgs, matches: Option<&clap::ArgMatches>) -> i32 {
             None => None,
         },
         max_depth: args.depth,
+        timeout: Duration::from_secs(args.timeout),
+        retries: args.retries,
         ..CopyOptions::default()
     };
     opts.connect.config_file = args.ssh_config;
@@ -244,14 +257,6 @@ fn run_cp(args: CpArgs, matches: Option<&clap::ArgMatches>) -> i32 {
     opts.compressed = args.http.compressed;
     args.http.apply(&mut opts.http);
     args.ftp.apply(&mut opts.ftp);
-    let is_ftp = |l: &Location| matches!(l, Location::Ftp(_));
-    let given = |id: &str| {
-        matches.and_then(|m| m.value_source(id)) == Some(clap::parser::ValueSource::CommandLine)
-    };
-    if (is_ftp(&dest) || sources.iter().any(is_ftp)) && !given("parallel") {
-        // One control connection per file in flight: fewer than over SFTP.
-        opts.parallel = ferry_engine::Tuning::FTP_PARALLEL;
-    }
     if let Some(b) = args.inflight {
         opts.max_inflight = Some(b);
     }
@@ -268,10 +273,46 @@ fn run_cp(args: CpArgs, matches: Option<&clap::ArgMatches>) -> i32 {
     let show = !args.quiet && (args.progress || std::io::stderr().is_terminal());
     let done = Arc::new(AtomicBool::new(false));
     let bar = show.then(|| spawn_progress(stats.clone(), done.clone()));
-    let result = copy(&sources, &dest, &opts, stats.clone());
+    let interrupted = on_interrupt();
+    // Each failed file is said once, as it fails; the end says how many.
+    let outcome = ferry_engine::run_blocking(Transfer::new(sources, dest, opts), |ev| {
+        match ev {
+            Event::Progress {
+                bytes_done,
+                bytes_total,
+                files_done,
+                files_total,
+            } => {
+                stats.bytes_done.store(*bytes_done, Ordering::Relaxed);
+                stats.bytes_total.store(*bytes_total, Ordering::Relaxed);
+                stats.files_done.store(*files_done, Ordering::Relaxed);
+                stats.files_total.store(*files_total, Ordering::Relaxed);
+            }
+            Event::FileDone(f) => {
+                if let Some(e) = &f.error {
+                    if e.kind != ferry_engine::ErrorKind::Cancelled {
+                        eprintln!("ferry: {}", e.message);
+                    }
+                }
+            }
+            Event::Warning(w) => eprintln!("ferry: warning: {w}"),
+            Event::Planned { .. } | Event::FileStarted { .. } => {}
+        }
+        !interrupted.load(Ordering::Relaxed)
+    });
     done.store(true, Ordering::Relaxed);
     if let Some(b) = bar {
         let _ = b.join();
+    }
+    let per_file = !outcome.files.is_empty();
+    let failed = outcome.files.iter().filter(|f| f.error.is_some()).count();
+    let planned = outcome.files.len();
+    let result = outcome.into_result();
+    if let (true, Err(e)) = (per_file, &result) {
+        if e.kind() != ferry_engine::ErrorKind::Cancelled {
+            eprintln!("ferry: {failed} of {planned} files failed");
+            return e.exit_code();
+        }
     }
     match result {
         Ok(s) => {
@@ -346,7 +387,7 @@ fn apply_saved_settings(
         opts.streams = Some(v);
     }
     if let (false, Some(v)) = (given("parallel"), t.parallel) {
-        opts.parallel = v;
+        opts.parallel = Some(v);
     }
     if let (false, Some(v)) = (given("chunk"), t.chunk) {
         opts.chunk = Some(v.min(16 << 20) as u32);
@@ -373,6 +414,41 @@ fn apply_saved_settings(
         path.display(),
         t.describe()
     );
+}
+
+/// The first Ctrl-C (or SIGTERM) cancels the copy: every range stops at
+/// its next piece, part files stay for --resume, exit 130. A second one
+/// ends the process at once.
+fn on_interrupt() -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let f = flag.clone();
+    let _ = std::thread::Builder::new()
+        .name("ferry-signals".into())
+        .spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+                return;
+            };
+            rt.block_on(async move {
+                use tokio::signal::unix::{signal, SignalKind};
+                let (Ok(mut int), Ok(mut term)) =
+                    (signal(SignalKind::interrupt()), signal(SignalKind::terminate()))
+                else {
+                    return;
+                };
+                for n in 0.. {
+                    tokio::select! {
+                        _ = int.recv() => {}
+                        _ = term.recv() => {}
+                    }
+                    if n > 0 {
+                        std::process::exit(130);
+                    }
+                    eprintln!("\nferry: stopping; part files are kept for --resume (again to quit at once)");
+                    f.store(true, Ordering::Relaxed);
+                }
+            });
+        });
+    flag
 }
 
 fn usage(msg: &str) -> i32 {

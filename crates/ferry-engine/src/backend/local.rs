@@ -1,0 +1,327 @@
+//! The local file system as a backend: positioned reads and writes
+//! (`pread`/`pwrite`) on blocking threads, `rename(2)` over the final
+//! name, times and modes kept with `utimensat`/`chmod`.
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+
+use super::{Backend, ByteStream, Capabilities, Entry, EntryKind, Sink, WriteMode};
+use crate::error::TransferError;
+
+/// Bytes read per piece: large enough that a blocking-thread hand-off per
+/// piece costs nothing measurable, small enough to keep memory bounded.
+const PIECE: usize = 1024 * 1024;
+
+pub struct Local;
+
+fn os(p: &[u8]) -> PathBuf {
+    PathBuf::from(std::ffi::OsString::from_vec(p.to_vec()))
+}
+
+fn entry_of(name: &[u8], m: &std::fs::Metadata) -> Entry {
+    let kind = if m.is_dir() {
+        EntryKind::Dir
+    } else if m.is_file() {
+        EntryKind::File
+    } else {
+        EntryKind::Other
+    };
+    Entry {
+        name: name.to_vec(),
+        kind,
+        size: Some(m.len()),
+        mtime: Some(m.mtime()),
+        mode: Some(m.mode() & 0o7777),
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, TransferError> + Send + 'static,
+) -> Result<T, TransferError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| TransferError::Local(format!("internal: a file task failed: {e}")))?
+}
+
+#[async_trait]
+impl Backend for Local {
+    fn scheme(&self) -> &'static str {
+        "local"
+    }
+    fn display(&self, path: &[u8]) -> String {
+        String::from_utf8_lossy(path).into_owned()
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            ranged_read: true,
+            offset_write: true,
+            rename_over: true,
+            atomic_write: false,
+            set_times: true,
+            set_mode: true,
+            list: true,
+            server_copy: false,
+            max_files: 64,
+            max_ranges: 4,
+        }
+    }
+    fn endpoint_key(&self) -> String {
+        "local".into()
+    }
+
+    async fn stat(&self, path: &[u8]) -> Result<Option<Entry>, TransferError> {
+        let p = os(path);
+        let name = super::path::basename(path).to_vec();
+        blocking(move || match std::fs::metadata(&p) {
+            Ok(m) => Ok(Some(entry_of(&name, &m))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(TransferError::local(&p, "cannot stat", e)),
+        })
+        .await
+    }
+
+    async fn list(&self, dir: &[u8]) -> Result<Vec<Entry>, TransferError> {
+        let p = os(dir);
+        blocking(move || {
+            let rd =
+                std::fs::read_dir(&p).map_err(|e| TransferError::local(&p, "cannot list", e))?;
+            let mut out = Vec::new();
+            for e in rd {
+                let e = e.map_err(|e| TransferError::local(&p, "cannot list", e))?;
+                let name = e.file_name().as_bytes().to_vec();
+                // Follow links as cp -r does for its sources' files.
+                match std::fs::metadata(e.path()) {
+                    Ok(m) => out.push(entry_of(&name, &m)),
+                    Err(_) => out.push(Entry {
+                        name,
+                        kind: EntryKind::Other,
+                        size: None,
+                        mtime: None,
+                        mode: None,
+                    }),
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn read(
+        &self,
+        path: &[u8],
+        offset: u64,
+        len: Option<u64>,
+    ) -> Result<Box<dyn ByteStream>, TransferError> {
+        let p = os(path);
+        let p2 = p.clone();
+        let file = blocking(move || {
+            std::fs::File::open(&p2).map_err(|e| TransferError::local(&p2, "cannot open", e))
+        })
+        .await?;
+        let left = match len {
+            Some(l) => l,
+            None => file
+                .metadata()
+                .map_err(|e| TransferError::local(&p, "cannot stat", e))?
+                .len()
+                .saturating_sub(offset),
+        };
+        Ok(Box::new(LocalRead {
+            file: Arc::new(file),
+            path: p,
+            at: offset,
+            left,
+        }))
+    }
+
+    async fn write(
+        &self,
+        path: &[u8],
+        mode: WriteMode,
+        _size: Option<u64>,
+    ) -> Result<Box<dyn Sink>, TransferError> {
+        let p = os(path);
+        let p2 = p.clone();
+        let (file, at) = blocking(move || {
+            let mut o = std::fs::OpenOptions::new();
+            o.write(true);
+            match mode {
+                WriteMode::Create => o.create(true).truncate(true),
+                WriteMode::At(_) => o.create(true),
+            };
+            let f = o
+                .open(&p2)
+                .map_err(|e| TransferError::local(&p2, "cannot create", e))?;
+            Ok((
+                f,
+                match mode {
+                    WriteMode::Create => 0,
+                    WriteMode::At(a) => a,
+                },
+            ))
+        })
+        .await?;
+        Ok(Box::new(LocalWrite {
+            file: Arc::new(file),
+            path: p,
+            at,
+            pending: BytesMut::new(),
+        }))
+    }
+
+    async fn mkdir_all(&self, dir: &[u8]) -> Result<(), TransferError> {
+        let p = os(dir);
+        blocking(move || {
+            std::fs::create_dir_all(&p)
+                .map_err(|e| TransferError::local(&p, "cannot create the directory", e))
+        })
+        .await
+    }
+
+    async fn rename_over(&self, from: &[u8], to: &[u8]) -> Result<(), TransferError> {
+        let (f, t) = (os(from), os(to));
+        blocking(move || {
+            std::fs::rename(&f, &t).map_err(|e| {
+                if e.kind() == std::io::ErrorKind::IsADirectory {
+                    let _ = std::fs::remove_file(&f);
+                    TransferError::Local(format!(
+                        "{}: a directory is in the way; move it or copy into it",
+                        t.display()
+                    ))
+                } else {
+                    TransferError::local(&t, "cannot rename the finished file into place", e)
+                }
+            })
+        })
+        .await
+    }
+
+    async fn remove(&self, path: &[u8]) -> Result<(), TransferError> {
+        let p = os(path);
+        blocking(move || {
+            std::fs::remove_file(&p).map_err(|e| TransferError::local(&p, "cannot remove", e))
+        })
+        .await
+    }
+
+    async fn set_attrs(
+        &self,
+        path: &[u8],
+        mtime: Option<i64>,
+        mode: Option<u32>,
+    ) -> Result<(), TransferError> {
+        let p = os(path);
+        blocking(move || {
+            if let Some(m) = mode {
+                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(m & 0o7777))
+                    .map_err(|e| TransferError::local(&p, "cannot set permissions", e))?;
+            }
+            if let Some(t) = mtime {
+                let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(t.max(0) as u64);
+                let f = std::fs::File::options()
+                    .write(true)
+                    .open(&p)
+                    .map_err(|e| TransferError::local(&p, "cannot set times", e))?;
+                f.set_times(std::fs::FileTimes::new().set_accessed(t).set_modified(t))
+                    .map_err(|e| TransferError::local(&p, "cannot set times", e))?;
+            }
+            Ok(())
+        })
+        .await
+    }
+}
+
+struct LocalRead {
+    file: Arc<std::fs::File>,
+    path: PathBuf,
+    at: u64,
+    left: u64,
+}
+
+#[async_trait]
+impl ByteStream for LocalRead {
+    async fn next(&mut self) -> Result<Option<Bytes>, TransferError> {
+        if self.left == 0 {
+            return Ok(None);
+        }
+        let n = self.left.min(PIECE as u64) as usize;
+        let (file, path, at) = (self.file.clone(), self.path.clone(), self.at);
+        let buf = blocking(move || {
+            let mut buf = vec![0u8; n];
+            let mut got = 0;
+            while got < n {
+                let k = file
+                    .read_at(buf.get_mut(got..).unwrap_or_default(), at + got as u64)
+                    .map_err(|e| TransferError::local(&path, "cannot read", e))?;
+                if k == 0 {
+                    return Err(TransferError::Local(format!(
+                        "{}: the file shrank while it was being copied",
+                        path.display()
+                    )));
+                }
+                got += k;
+            }
+            Ok(buf)
+        })
+        .await?;
+        self.at += n as u64;
+        self.left -= n as u64;
+        Ok(Some(Bytes::from(buf)))
+    }
+}
+
+struct LocalWrite {
+    file: Arc<std::fs::File>,
+    path: PathBuf,
+    at: u64,
+    /// Small pieces gathered into one write.
+    pending: BytesMut,
+}
+
+impl LocalWrite {
+    async fn flush(&mut self) -> Result<(), TransferError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let data = self.pending.split().freeze();
+        let (file, path, at) = (self.file.clone(), self.path.clone(), self.at);
+        let n = data.len() as u64;
+        blocking(move || {
+            file.write_all_at(&data, at)
+                .map_err(|e| TransferError::local(&path, "cannot write", e))
+        })
+        .await?;
+        self.at += n;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Sink for LocalWrite {
+    async fn write(&mut self, data: Bytes) -> Result<(), TransferError> {
+        if self.pending.is_empty() && data.len() >= PIECE / 4 {
+            let (file, path, at) = (self.file.clone(), self.path.clone(), self.at);
+            let n = data.len() as u64;
+            blocking(move || {
+                file.write_all_at(&data, at)
+                    .map_err(|e| TransferError::local(&path, "cannot write", e))
+            })
+            .await?;
+            self.at += n;
+            return Ok(());
+        }
+        self.pending.extend_from_slice(&data);
+        if self.pending.len() >= PIECE {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    async fn finish(mut self: Box<Self>) -> Result<(), TransferError> {
+        self.flush().await
+    }
+}

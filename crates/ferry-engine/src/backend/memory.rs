@@ -1,0 +1,508 @@
+//! A backend in memory, with faults injected on demand: the engine's
+//! planning, scheduling, resume, cancellation, retries and rename
+//! atomicity are tested against it without a socket, deterministically
+//! (quinn tests `quinn-proto` the same way with its in-memory `Pair`).
+//!
+//! Faults ([`Faults`]): a read that fails after N bytes (a few times, then
+//! heals: a transient failure), a read of one named file that fails every
+//! time, reads that stall (bytes stop, nothing closes), ranges that complete
+//! in reverse order, writes that arrive in small pieces, a disk that fills
+//! up after N bytes, and a rename that fails.
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use super::{path, Backend, ByteStream, Capabilities, Entry, EntryKind, Sink, WriteMode};
+use crate::error::TransferError;
+
+/// What goes wrong, and when.
+#[derive(Debug, Clone, Default)]
+pub struct Faults {
+    /// Reads fail with a network error once this many bytes of one read
+    /// have been served, for the first `transient_reads` reads that get
+    /// that far (0: every time).
+    pub fail_read_after: Option<u64>,
+    pub transient_reads: usize,
+    /// Reads of this path fail at once, every time (a server refusal).
+    pub refuse_path: Option<Vec<u8>>,
+    /// Reads stop delivering after this many bytes and never end.
+    pub stall_after: Option<u64>,
+    /// Each read delays its first piece by (1000 - offset / 1 MiB) µs, so
+    /// later ranges of a split file finish before earlier ones.
+    pub reorder: bool,
+    /// Writes are stored a few bytes at a time.
+    pub short_writes: bool,
+    /// Stored bytes (all files) may not exceed this: "no space left".
+    pub capacity: Option<u64>,
+    /// `rename_over` fails.
+    pub fail_rename: bool,
+}
+
+#[derive(Debug, Clone)]
+struct MemFile {
+    data: Vec<u8>,
+    mtime: i64,
+    mode: u32,
+}
+
+#[derive(Default)]
+struct State {
+    files: BTreeMap<Vec<u8>, MemFile>,
+    dirs: BTreeSet<Vec<u8>>,
+}
+
+/// Counters a test reads after a run.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub reads: AtomicUsize,
+    pub bytes_read: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub renames: AtomicUsize,
+    /// Reads that failed by injection so far.
+    pub failed_reads: AtomicUsize,
+}
+
+/// A tree of files in memory; clones share it (a test keeps one, the
+/// engine gets another).
+#[derive(Clone)]
+pub struct Memory(Arc<Inner>);
+
+pub struct Inner {
+    name: String,
+    state: Mutex<State>,
+    faults: Mutex<Faults>,
+    pub counters: Counters,
+    /// Bytes served per read piece.
+    piece: usize,
+}
+
+impl std::ops::Deref for Memory {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Memory {
+    /// An empty store with a root directory `/`. `name` tells two stores
+    /// apart in messages (`mem://NAME/path`).
+    pub fn new(name: &str) -> Memory {
+        let m = Inner {
+            name: name.into(),
+            state: Mutex::new(State::default()),
+            faults: Mutex::new(Faults::default()),
+            counters: Counters::default(),
+            piece: 64 * 1024,
+        };
+        lock(&m.state).dirs.insert(b"/".to_vec());
+        Memory(Arc::new(m))
+    }
+
+    pub fn set_faults(&self, f: Faults) {
+        *lock(&self.faults) = f;
+    }
+
+    /// Put a file (its parents are created).
+    pub fn put(&self, p: &str, data: &[u8], mtime: i64) {
+        let mut s = lock(&self.state);
+        let mut d = path::parent(p.as_bytes()).to_vec();
+        while !d.is_empty() && s.dirs.insert(d.clone()) {
+            d = path::parent(&d).to_vec();
+        }
+        s.files.insert(
+            p.as_bytes().to_vec(),
+            MemFile {
+                data: data.to_vec(),
+                mtime,
+                mode: 0o644,
+            },
+        );
+    }
+
+    pub fn mkdir(&self, p: &str) {
+        lock(&self.state).dirs.insert(p.as_bytes().to_vec());
+    }
+
+    pub fn get(&self, p: &str) -> Option<Vec<u8>> {
+        lock(&self.state)
+            .files
+            .get(p.as_bytes())
+            .map(|f| f.data.clone())
+    }
+
+    pub fn mtime(&self, p: &str) -> Option<i64> {
+        lock(&self.state).files.get(p.as_bytes()).map(|f| f.mtime)
+    }
+
+    /// Every file's path, sorted.
+    pub fn files(&self) -> Vec<String> {
+        lock(&self.state)
+            .files
+            .keys()
+            .map(|k| String::from_utf8_lossy(k).into_owned())
+            .collect()
+    }
+
+    fn stored(&self) -> u64 {
+        lock(&self.state)
+            .files
+            .values()
+            .map(|f| f.data.len() as u64)
+            .sum()
+    }
+}
+
+#[async_trait]
+impl Backend for Memory {
+    fn scheme(&self) -> &'static str {
+        "memory"
+    }
+    fn display(&self, p: &[u8]) -> String {
+        format!("mem://{}{}", self.name, String::from_utf8_lossy(p))
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            ranged_read: true,
+            offset_write: true,
+            rename_over: true,
+            atomic_write: false,
+            set_times: true,
+            set_mode: true,
+            list: true,
+            server_copy: false,
+            max_files: 16,
+            max_ranges: 4,
+        }
+    }
+    fn endpoint_key(&self) -> String {
+        format!("memory:{}", self.name)
+    }
+
+    async fn stat(&self, p: &[u8]) -> Result<Option<Entry>, TransferError> {
+        let s = lock(&self.state);
+        let name = path::basename(p).to_vec();
+        if let Some(f) = s.files.get(p) {
+            return Ok(Some(Entry {
+                name,
+                kind: EntryKind::File,
+                size: Some(f.data.len() as u64),
+                mtime: Some(f.mtime),
+                mode: Some(f.mode),
+            }));
+        }
+        let d = if p.len() > 1 {
+            p.strip_suffix(b"/").unwrap_or(p)
+        } else {
+            p
+        };
+        Ok(s.dirs.contains(d).then_some(Entry {
+            name,
+            kind: EntryKind::Dir,
+            size: None,
+            mtime: None,
+            mode: Some(0o755),
+        }))
+    }
+
+    async fn list(&self, dir: &[u8]) -> Result<Vec<Entry>, TransferError> {
+        let s = lock(&self.state);
+        let d = if dir.len() > 1 {
+            dir.strip_suffix(b"/").unwrap_or(dir)
+        } else {
+            dir
+        };
+        if !s.dirs.contains(d) {
+            return Err(TransferError::Remote(format!(
+                "{}: no such directory",
+                self.display(dir)
+            )));
+        }
+        let under = |p: &[u8]| path::parent(p) == d && p != d;
+        let mut out: Vec<Entry> = s
+            .dirs
+            .iter()
+            .filter(|p| under(p))
+            .map(|p| Entry {
+                name: path::basename(p).to_vec(),
+                kind: EntryKind::Dir,
+                size: None,
+                mtime: None,
+                mode: Some(0o755),
+            })
+            .collect();
+        out.extend(
+            s.files
+                .iter()
+                .filter(|(p, _)| under(p))
+                .map(|(p, f)| Entry {
+                    name: path::basename(p).to_vec(),
+                    kind: EntryKind::File,
+                    size: Some(f.data.len() as u64),
+                    mtime: Some(f.mtime),
+                    mode: Some(f.mode),
+                }),
+        );
+        Ok(out)
+    }
+
+    async fn read(
+        &self,
+        p: &[u8],
+        offset: u64,
+        len: Option<u64>,
+    ) -> Result<Box<dyn ByteStream>, TransferError> {
+        self.counters.reads.fetch_add(1, Ordering::Relaxed);
+        let faults = lock(&self.faults).clone();
+        if faults.refuse_path.as_deref() == Some(p) {
+            return Err(TransferError::Remote(format!(
+                "{}: permission denied",
+                self.display(p)
+            )));
+        }
+        let data = {
+            let s = lock(&self.state);
+            let f = s.files.get(p).ok_or_else(|| {
+                TransferError::Remote(format!("{}: no such file", self.display(p)))
+            })?;
+            let start = (offset as usize).min(f.data.len());
+            let end = match len {
+                Some(l) => (start + l as usize).min(f.data.len()),
+                None => f.data.len(),
+            };
+            Bytes::copy_from_slice(f.data.get(start..end).unwrap_or_default())
+        };
+        let fail_after = faults.fail_read_after.filter(|_| {
+            faults.transient_reads == 0
+                || self.counters.failed_reads.load(Ordering::Relaxed) < faults.transient_reads
+        });
+        let delay = faults
+            .reorder
+            .then(|| Duration::from_micros(1000u64.saturating_sub(offset >> 20) * 5));
+        Ok(Box::new(MemRead {
+            data,
+            at: 0,
+            piece: self.piece,
+            fail_after,
+            stall_after: faults.stall_after,
+            delay,
+            display: self.display(p),
+            store: self.clone(),
+        }))
+    }
+
+    async fn write(
+        &self,
+        p: &[u8],
+        mode: WriteMode,
+        _size: Option<u64>,
+    ) -> Result<Box<dyn Sink>, TransferError> {
+        let parent = path::parent(p);
+        {
+            let mut s = lock(&self.state);
+            if !parent.is_empty() && !s.dirs.contains(parent) {
+                return Err(TransferError::Remote(format!(
+                    "{}: no such directory",
+                    self.display(parent)
+                )));
+            }
+            let f = s.files.entry(p.to_vec()).or_insert(MemFile {
+                data: Vec::new(),
+                mtime: 0,
+                mode: 0o644,
+            });
+            if mode == WriteMode::Create {
+                f.data.clear();
+            }
+        }
+        let at = match mode {
+            WriteMode::Create => 0,
+            WriteMode::At(a) => a,
+        };
+        Ok(Box::new(MemWrite {
+            path: p.to_vec(),
+            at,
+            store: self.clone(),
+        }))
+    }
+
+    async fn mkdir_all(&self, dir: &[u8]) -> Result<(), TransferError> {
+        let mut s = lock(&self.state);
+        let mut d = if dir.len() > 1 {
+            dir.strip_suffix(b"/").unwrap_or(dir).to_vec()
+        } else {
+            dir.to_vec()
+        };
+        if s.files.contains_key(&d) {
+            return Err(TransferError::Remote(format!(
+                "{}: a file is in the way",
+                self.display(dir)
+            )));
+        }
+        while !d.is_empty() && s.dirs.insert(d.clone()) {
+            d = path::parent(&d).to_vec();
+        }
+        Ok(())
+    }
+
+    async fn rename_over(&self, from: &[u8], to: &[u8]) -> Result<(), TransferError> {
+        if lock(&self.faults).fail_rename {
+            return Err(TransferError::Remote(format!(
+                "{}: rename refused (injected)",
+                self.display(to)
+            )));
+        }
+        let mut s = lock(&self.state);
+        if s.dirs.contains(to) {
+            return Err(TransferError::Remote(format!(
+                "{}: a directory is in the way",
+                self.display(to)
+            )));
+        }
+        let f = s.files.remove(from).ok_or_else(|| {
+            TransferError::Remote(format!("{}: no such file", self.display(from)))
+        })?;
+        s.files.insert(to.to_vec(), f);
+        self.counters.renames.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    async fn remove(&self, p: &[u8]) -> Result<(), TransferError> {
+        lock(&self.state).files.remove(p);
+        Ok(())
+    }
+
+    async fn set_attrs(
+        &self,
+        p: &[u8],
+        mtime: Option<i64>,
+        mode: Option<u32>,
+    ) -> Result<(), TransferError> {
+        let mut s = lock(&self.state);
+        if let Some(f) = s.files.get_mut(p) {
+            if let Some(t) = mtime {
+                f.mtime = t;
+            }
+            if let Some(m) = mode {
+                f.mode = m;
+            }
+        }
+        Ok(())
+    }
+}
+
+struct MemRead {
+    data: Bytes,
+    at: usize,
+    piece: usize,
+    fail_after: Option<u64>,
+    stall_after: Option<u64>,
+    delay: Option<Duration>,
+    display: String,
+    store: Memory,
+}
+
+#[async_trait]
+impl ByteStream for MemRead {
+    async fn next(&mut self) -> Result<Option<Bytes>, TransferError> {
+        if let Some(d) = self.delay.take() {
+            tokio::time::sleep(d).await;
+        }
+        if let Some(n) = self.stall_after {
+            if self.at as u64 >= n {
+                std::future::pending::<()>().await;
+            }
+        }
+        if let Some(n) = self.fail_after {
+            if self.at as u64 >= n {
+                self.store
+                    .counters
+                    .failed_reads
+                    .fetch_add(1, Ordering::Relaxed);
+                return Err(TransferError::Network(format!(
+                    "{}: connection reset (injected after {n} bytes)",
+                    self.display
+                )));
+            }
+        }
+        if self.at >= self.data.len() {
+            return Ok(None);
+        }
+        let mut end = (self.at + self.piece).min(self.data.len());
+        if let Some(n) = self.fail_after.or(self.stall_after) {
+            end = end.min((n as usize).max(self.at + 1));
+        }
+        let b = self.data.slice(self.at..end);
+        self.at = end;
+        self.store
+            .counters
+            .bytes_read
+            .fetch_add(b.len() as u64, Ordering::Relaxed);
+        tokio::task::yield_now().await;
+        Ok(Some(b))
+    }
+}
+
+struct MemWrite {
+    path: Vec<u8>,
+    at: u64,
+    store: Memory,
+}
+
+#[async_trait]
+impl Sink for MemWrite {
+    async fn write(&mut self, data: Bytes) -> Result<(), TransferError> {
+        let m = &self.store;
+        let faults = lock(&m.faults).clone();
+        if let Some(cap) = faults.capacity {
+            if m.stored() + data.len() as u64 > cap {
+                return Err(TransferError::Remote(format!(
+                    "{}: no space left on device",
+                    m.display(&self.path)
+                )));
+            }
+        }
+        let step = if faults.short_writes {
+            7
+        } else {
+            data.len().max(1)
+        };
+        for piece in data.chunks(step) {
+            {
+                let mut s = lock(&m.state);
+                let f = s.files.get_mut(&self.path).ok_or_else(|| {
+                    TransferError::Remote(format!(
+                        "{}: removed while writing",
+                        m.display(&self.path)
+                    ))
+                })?;
+                let at = self.at as usize;
+                if f.data.len() < at + piece.len() {
+                    f.data.resize(at + piece.len(), 0);
+                }
+                if let Some(dst) = f.data.get_mut(at..at + piece.len()) {
+                    dst.copy_from_slice(piece);
+                }
+            }
+            self.at += piece.len() as u64;
+            if faults.short_writes {
+                tokio::task::yield_now().await;
+            }
+        }
+        m.counters
+            .bytes_written
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    async fn finish(self: Box<Self>) -> Result<(), TransferError> {
+        Ok(())
+    }
+}

@@ -1,0 +1,380 @@
+//! The backend contract: what the engine needs from a place files live in
+//! (a local directory tree, an SFTP server, an HTTP(S) server, an FTP(S)
+//! server, or memory in the tests), and what each one can do.
+//!
+//! The engine ([`crate::engine`]) plans and runs every copy over two
+//! backends, a source and a destination, and never asks which protocol is
+//! behind them: it asks for [`Capabilities`] instead (in the spirit of
+//! rclone's `Features()` and opendal's `AccessorInfo`). Paths are byte
+//! strings with `/` separators, absolute in the backend's own namespace
+//! (an SFTP backend has resolved `~` before the engine sees a path).
+//!
+//! A backend hides its threading: SFTP runs each SSH connection where
+//! measurement put it, FTP's blocking client runs on blocking threads, and
+//! the engine only sees futures. docs/internals/engine.md has the contract
+//! in prose, with one file's way through the engine.
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use crate::error::TransferError;
+
+pub mod ftp;
+pub mod http;
+pub mod local;
+pub mod memory;
+pub mod sftp;
+
+/// What a backend can do. The engine checks these before it plans: a
+/// destination without `offset_write` gets each file as one stream, one
+/// without `rename_over` is written under the final name only when the
+/// server itself makes a write appear whole (`atomic_write`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// `read` can start anywhere and stop anywhere (ranges of one file in
+    /// parallel, resume).
+    pub ranged_read: bool,
+    /// `write` can start at any offset of an existing file, from several
+    /// writers at once (a big file in parallel ranges, resume).
+    pub offset_write: bool,
+    /// `rename_over` replaces the target atomically: the engine writes a
+    /// temporary name and renames it when complete.
+    pub rename_over: bool,
+    /// A write becomes visible under its name only when it completes (an
+    /// HTTP PUT to a WebDAV server or ferry serve): no temporary name is
+    /// needed, or possible.
+    pub atomic_write: bool,
+    /// `set_attrs` can set modification times / permission bits.
+    pub set_times: bool,
+    pub set_mode: bool,
+    /// `list` works (directories can be walked).
+    pub list: bool,
+    /// `copy_within` copies on the server, no byte through us.
+    pub server_copy: bool,
+    /// Most files the engine should move at once through this backend
+    /// (an FTP server: one control connection each).
+    pub max_files: usize,
+    /// Most parallel ranges of one file worth opening.
+    pub max_ranges: usize,
+}
+
+impl Capabilities {
+    /// Nothing optional.
+    pub const NONE: Capabilities = Capabilities {
+        ranged_read: false,
+        offset_write: false,
+        rename_over: false,
+        atomic_write: false,
+        set_times: false,
+        set_mode: false,
+        list: false,
+        server_copy: false,
+        max_files: 1,
+        max_ranges: 1,
+    };
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    File,
+    Dir,
+    /// A link, device, socket...: skipped with a warning.
+    Other,
+}
+
+/// One name in a listing, or the answer to `stat`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The last path component (for `stat`, of the path asked).
+    pub name: Vec<u8>,
+    pub kind: EntryKind,
+    pub size: Option<u64>,
+    /// Seconds since the epoch.
+    pub mtime: Option<i64>,
+    /// Permission bits, no file type.
+    pub mode: Option<u32>,
+}
+
+/// How `write` opens its file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteMode {
+    /// Create or truncate, then write from offset 0.
+    Create,
+    /// Write into the existing file from this offset, keeping the rest
+    /// (a range of a split file, or the rest of a resumed one).
+    At(u64),
+}
+
+/// Bytes of one read, in order.
+#[async_trait]
+pub trait ByteStream: Send {
+    /// The next piece; `None` at the end of the range asked for. A source
+    /// that ends early is an error, never a short `None`.
+    async fn next(&mut self) -> Result<Option<Bytes>, TransferError>;
+}
+
+/// Where one writer's bytes go, in order from where it was opened.
+#[async_trait]
+pub trait Sink: Send {
+    /// Queue `data`; a pipelining sink may return before it is on disk.
+    async fn write(&mut self, data: Bytes) -> Result<(), TransferError>;
+    /// Everything written reached the destination (every reply is in, the
+    /// file is closed). Dropping a sink without `finish` abandons it.
+    async fn finish(self: Box<Self>) -> Result<(), TransferError>;
+}
+
+/// One place files live. Every method but `stat`, `read` and `write` has a
+/// default that says the backend cannot, so a new backend starts small and
+/// grows (opendal's `Accessor` does the same).
+#[async_trait]
+pub trait Backend: Send + Sync {
+    /// `sftp`, `https`, `ftp`, `local`, `memory`: for reports.
+    fn scheme(&self) -> &'static str;
+    /// `path` as the user would write it (a URL or a local path): for
+    /// every message about it.
+    fn display(&self, path: &[u8]) -> String;
+    fn capabilities(&self) -> Capabilities;
+
+    /// `None` when nothing is there.
+    async fn stat(&self, path: &[u8]) -> Result<Option<Entry>, TransferError>;
+
+    /// The entries of a directory (no `.` or `..`).
+    async fn list(&self, dir: &[u8]) -> Result<Vec<Entry>, TransferError> {
+        Err(TransferError::Usage(format!(
+            "{}: this server cannot list directories",
+            self.display(dir)
+        )))
+    }
+
+    /// `len` bytes of `path` from `offset` (`None`: to the end).
+    async fn read(
+        &self,
+        path: &[u8],
+        offset: u64,
+        len: Option<u64>,
+    ) -> Result<Box<dyn ByteStream>, TransferError>;
+
+    /// A writer into `path`. `size` is the whole file's, when known.
+    async fn write(
+        &self,
+        path: &[u8],
+        mode: WriteMode,
+        size: Option<u64>,
+    ) -> Result<Box<dyn Sink>, TransferError>;
+
+    /// Create `dir` and its missing parents; an existing directory is fine.
+    async fn mkdir_all(&self, dir: &[u8]) -> Result<(), TransferError> {
+        Err(TransferError::Usage(format!(
+            "{}: this server cannot create directories",
+            self.display(dir)
+        )))
+    }
+
+    /// Rename `from` over `to`, replacing it (see `Capabilities::rename_over`).
+    async fn rename_over(&self, from: &[u8], _to: &[u8]) -> Result<(), TransferError> {
+        Err(TransferError::Usage(format!(
+            "{}: this server cannot rename",
+            self.display(from)
+        )))
+    }
+
+    async fn remove(&self, path: &[u8]) -> Result<(), TransferError> {
+        Err(TransferError::Usage(format!(
+            "{}: this server cannot remove files",
+            self.display(path)
+        )))
+    }
+
+    /// Set the modification time and permission bits, where the
+    /// capabilities say it can; others are ignored.
+    async fn set_attrs(
+        &self,
+        _path: &[u8],
+        _mtime: Option<i64>,
+        _mode: Option<u32>,
+    ) -> Result<(), TransferError> {
+        Ok(())
+    }
+
+    /// Copy `len` bytes of `from` to a new `to` on the server itself.
+    /// `Ok(false)`: not offered, the engine moves the bytes.
+    async fn copy_within(
+        &self,
+        _from: &[u8],
+        _to: &[u8],
+        _len: u64,
+    ) -> Result<bool, TransferError> {
+        Ok(false)
+    }
+
+    /// Identity of the server and account, for "is this the same store?":
+    /// two backends with the same key may use `copy_within`.
+    fn endpoint_key(&self) -> String;
+
+    /// Connections opened, cipher and request size, for the report.
+    fn info(&self) -> BackendInfo {
+        BackendInfo::default()
+    }
+
+    /// Close connections politely. Dropping works too.
+    async fn close(&self) {}
+}
+
+/// What a backend tells the report.
+#[derive(Debug, Clone, Default)]
+pub struct BackendInfo {
+    pub connections: usize,
+    pub cipher: Option<String>,
+    pub chunk: u32,
+    /// `sftp`, `https (h2)`...: what the protocol field of the report says.
+    pub protocol: Option<String>,
+}
+
+/// `/`-separated path helpers shared by the engine and the backends.
+pub mod path {
+    /// `dir` + `/` + `name`, without doubling the slash.
+    pub fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
+        let mut p = dir.to_vec();
+        if !p.ends_with(b"/") && !p.is_empty() {
+            p.push(b'/');
+        }
+        p.extend_from_slice(name);
+        p
+    }
+
+    /// The last component, trailing slashes ignored.
+    pub fn basename(p: &[u8]) -> &[u8] {
+        let t = trim_end(p);
+        match t.iter().rposition(|&c| c == b'/') {
+            Some(i) => t.get(i + 1..).unwrap_or_default(),
+            None => t,
+        }
+    }
+
+    /// Everything before the last component (`/` for `/x`, empty for `x`).
+    pub fn parent(p: &[u8]) -> &[u8] {
+        let t = trim_end(p);
+        match t.iter().rposition(|&c| c == b'/') {
+            Some(0) => b"/",
+            Some(i) => t.get(..i).unwrap_or_default(),
+            None => b"",
+        }
+    }
+
+    fn trim_end(p: &[u8]) -> &[u8] {
+        let mut t = p;
+        while t.len() > 1 && t.ends_with(b"/") {
+            t = t.get(..t.len() - 1).unwrap_or_default();
+        }
+        t
+    }
+
+    /// The temporary name a file is written under before it is renamed:
+    /// `.NAME.ferry-part` beside it (every protocol, every direction).
+    pub fn part_name(p: &[u8]) -> Vec<u8> {
+        let mut name = b".".to_vec();
+        name.extend_from_slice(basename(p));
+        name.extend_from_slice(b".ferry-part");
+        join(parent(p), &name)
+    }
+
+    /// A name that can be a plain file name: not empty, `.`, `..`, and no
+    /// `/` or NUL (a listing that names anything else could write outside
+    /// the destination).
+    pub fn safe_name(name: &[u8]) -> bool {
+        !name.is_empty()
+            && name != b"."
+            && name != b".."
+            && !name.contains(&b'/')
+            && !name.contains(&0)
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn names() {
+            assert_eq!(join(b"/a", b"b"), b"/a/b");
+            assert_eq!(join(b"/a/", b"b"), b"/a/b");
+            assert_eq!(join(b"", b"b"), b"b");
+            assert_eq!(basename(b"/a/b/"), b"b");
+            assert_eq!(basename(b"b"), b"b");
+            assert_eq!(parent(b"/a/b"), b"/a");
+            assert_eq!(parent(b"/a"), b"/");
+            assert_eq!(parent(b"a"), b"");
+            assert_eq!(part_name(b"/d/f.bin"), b"/d/.f.bin.ferry-part");
+            assert_eq!(part_name(b"f"), b".f.ferry-part");
+            assert!(safe_name(b"a b"));
+            assert!(!safe_name(b".."));
+            assert!(!safe_name(b"a/b"));
+        }
+    }
+}
+
+/// One key per server and account: locations with the same key share a
+/// backend (one set of connections; `copy_within` between them).
+pub(crate) fn key_of(l: &crate::Location) -> String {
+    use crate::Location;
+    match l {
+        Location::Local(_) => "local".into(),
+        Location::Sftp(r) => format!("sftp://{:?}@{}:{:?}", r.user, r.host, r.port),
+        Location::Http(h) => format!("{}://{}", h.url.scheme(), h.url.authority()),
+        Location::Ftp(f) => format!(
+            "ftp{}://{:?}:{:?}@{}:{:?}",
+            if f.implicit_tls { "s" } else { "" },
+            f.user,
+            f.password.as_deref().map(|_| "*"),
+            f.host,
+            f.port
+        ),
+    }
+}
+
+/// The backend for a location (a new one, or `existing` for the same
+/// server), the location's path in it, and whether the user ended it
+/// with `/`.
+pub(crate) async fn open(
+    l: &crate::Location,
+    opts: &crate::CopyOptions,
+    existing: Option<std::sync::Arc<dyn Backend>>,
+) -> Result<(std::sync::Arc<dyn Backend>, Vec<u8>, bool), TransferError> {
+    use crate::location::RemotePath;
+    use crate::Location;
+    use std::os::unix::ffi::OsStrExt;
+    use std::sync::Arc;
+    match l {
+        Location::Local(p) => {
+            let b = p.as_os_str().as_bytes().to_vec();
+            let dir = b.ends_with(b"/");
+            let backend = existing.unwrap_or_else(|| Arc::new(local::Local));
+            Ok((backend, b, dir))
+        }
+        Location::Sftp(r) => {
+            let dir = r.trailing_slash();
+            if let Some(b) = existing {
+                // Same server: resolve the path on the open connections.
+                let p = match &r.path {
+                    RemotePath::Absolute(a) => a.clone(),
+                    RemotePath::HomeRelative(_) => {
+                        // Rare (two scp-style locations on one server):
+                        // connect once more to resolve home.
+                        let (_, p) = sftp::Sftp::open(r, opts).await?;
+                        p
+                    }
+                };
+                return Ok((b, p, dir));
+            }
+            let (b, p) = sftp::Sftp::open(r, opts).await?;
+            Ok((Arc::new(b), p, dir))
+        }
+        Location::Http(h) => {
+            let (b, p, dir) = http::Http::open(h, opts)?;
+            Ok((existing.unwrap_or_else(|| Arc::new(b)), p, dir))
+        }
+        Location::Ftp(f) => {
+            let dir = f.trailing_slash();
+            let (b, p) = ftp::Ftp::open(f, opts).await?;
+            Ok((existing.unwrap_or_else(|| Arc::new(b)), p, dir))
+        }
+    }
+}

@@ -1,0 +1,584 @@
+//! SFTP as a backend: a few SSH connections to one server, each on a
+//! thread of its own with a current-thread runtime (on two cores that was
+//! twice as fast as one shared runtime: docs/internals/sftp.md), reads and
+//! writes pipelined many requests deep, `posix-rename@openssh.com` over
+//! the final name, `copy-data` when the server copies by itself.
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use ferry_sftp::{FileAttrs, OpenFlags};
+use ferry_ssh::{Connector, Handle, SftpClient, SftpError};
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::oneshot;
+
+use super::{
+    path, Backend, BackendInfo, ByteStream, Capabilities, Entry, EntryKind, Sink, WriteMode,
+};
+use crate::error::TransferError;
+use crate::location::{RemotePath, RemoteSpec};
+use crate::sftp::{
+    fit_packet, DATA_REPLY_HEADER, DEFAULT_CHUNK, FALLBACK_CHUNK, ONE_STREAM_WINDOW, WRITE_HEADER,
+};
+use crate::{CopyOptions, Tuning};
+
+/// Bytes requested and not yet answered per read or write stream: a
+/// 64 MiB window's worth would only queue in the server (sshd spends more
+/// CPU per byte with many megabytes of replies queued:
+/// docs/internals/sftp.md), so 8 MiB per stream, several streams at once.
+const STREAM_INFLIGHT: u64 = 8 * 1024 * 1024;
+
+type Call<T> = Pin<Box<dyn Future<Output = Result<T, SftpError>> + Send>>;
+
+pub struct Sftp {
+    host: String,
+    /// `sftp://user@host:port`, for messages.
+    prefix: String,
+    clients: Vec<SftpClient>,
+    next: AtomicUsize,
+    read_chunk: u32,
+    write_chunk: u32,
+    cipher: Option<String>,
+    copy_data: bool,
+    /// Dropping these lets the connection threads say goodbye and end.
+    holds: Mutex<Vec<oneshot::Sender<()>>>,
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+/// A connection thread: the client when it is up, what keeps the thread
+/// alive, and the thread.
+type Spawned = (
+    oneshot::Receiver<Result<SftpClient, TransferError>>,
+    oneshot::Sender<()>,
+    std::thread::JoinHandle<()>,
+);
+
+/// One connection on its own thread; the client comes back through the
+/// channel, and the thread lives until `hold` is dropped.
+fn spawn_connection(
+    connector: Arc<Connector>,
+    max_in_flight: usize,
+) -> Result<Spawned, TransferError> {
+    let (ready_tx, ready_rx) = oneshot::channel();
+    let (hold_tx, hold_rx) = oneshot::channel::<()>();
+    let t = std::thread::Builder::new()
+        .name("ferry-ssh".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(TransferError::Local(format!(
+                        "cannot start a runtime: {e}"
+                    ))));
+                    return;
+                }
+            };
+            rt.block_on(async move {
+                let conn = match connector.connect().await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e.into()));
+                        return;
+                    }
+                };
+                match conn.sftp(max_in_flight).await {
+                    Ok(s) => {
+                        let _ = ready_tx.send(Ok(s));
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e.into()));
+                        return;
+                    }
+                }
+                let _ = hold_rx.await;
+                conn.close().await;
+            });
+        })
+        .map_err(|e| TransferError::Local(format!("cannot start a connection thread: {e}")))?;
+    Ok((ready_rx, hold_tx, t))
+}
+
+impl Sftp {
+    /// Connect to the server of `spec`; returns the backend and the path
+    /// resolved (home-relative paths made absolute).
+    pub async fn open(
+        spec: &RemoteSpec,
+        opts: &CopyOptions,
+    ) -> Result<(Sftp, Vec<u8>), TransferError> {
+        let mut copts = opts.connect.clone();
+        if spec.user.is_some() {
+            copts.user = spec.user.clone();
+        }
+        if spec.port.is_some() {
+            copts.port = spec.port;
+        }
+        let connector = Arc::new(Connector::new(&spec.host, copts)?);
+        let max_in_flight =
+            (opts.files_in_flight().max(1) * opts.max_depth.max(4)).clamp(64, 16384);
+        // The first connection alone: a password or host-key question is
+        // asked once.
+        let (rx, hold, thread) = spawn_connection(connector.clone(), max_in_flight)?;
+        let first = rx.await.map_err(|_| {
+            TransferError::Network(format!("{}: the connection thread died", spec.host))
+        })??;
+        let info = first.info();
+        let streams = match opts.streams {
+            Some(n) => n.max(1),
+            None if info.window_out >= ONE_STREAM_WINDOW => 1,
+            None => Tuning::DOWNLOAD_STREAMS,
+        };
+        let mut clients = vec![first];
+        let mut holds = vec![hold];
+        let mut threads = vec![thread];
+        let mut waiting = Vec::new();
+        for _ in 1..streams {
+            let (rx, hold, thread) = spawn_connection(connector.clone(), max_in_flight)?;
+            holds.push(hold);
+            threads.push(thread);
+            waiting.push(rx);
+        }
+        for rx in waiting {
+            // An extra connection that fails is not fatal: fewer streams.
+            if let Ok(Ok(c)) = rx.await {
+                clients.push(c);
+            }
+        }
+        let want = opts.chunk.unwrap_or(DEFAULT_CHUNK).max(512);
+        let read = match info.max_read() {
+            Some(m) => want.min(m),
+            None if opts.chunk.is_some() => want,
+            None => FALLBACK_CHUNK,
+        };
+        let write = match info.max_write() {
+            Some(m) => want.min(m),
+            None if opts.chunk.is_some() => want,
+            None => FALLBACK_CHUNK,
+        };
+        let first = &clients[0];
+        let resolved = match &spec.path {
+            RemotePath::Absolute(a) => a.clone(),
+            RemotePath::HomeRelative(rel) => {
+                let h = first
+                    .realpath(b".")
+                    .await
+                    .map_err(|e| TransferError::sftp(&spec.host, b"~", e))?
+                    .to_vec();
+                if rel.is_empty() {
+                    h
+                } else {
+                    path::join(&h, rel)
+                }
+            }
+        };
+        let user = spec
+            .user
+            .as_deref()
+            .map(|u| format!("{u}@"))
+            .unwrap_or_default();
+        let port = spec.port.map(|p| format!(":{p}")).unwrap_or_default();
+        Ok((
+            Sftp {
+                host: spec.host.clone(),
+                prefix: format!("sftp://{user}{}{port}", spec.host),
+                copy_data: info.has(ferry_sftp::consts::EXT_COPY_DATA),
+                cipher: info.cipher.clone(),
+                clients,
+                next: AtomicUsize::new(0),
+                read_chunk: fit_packet(read, info.packet_in, DATA_REPLY_HEADER),
+                write_chunk: fit_packet(write, info.packet_out, WRITE_HEADER),
+                holds: Mutex::new(holds),
+                threads: Mutex::new(threads),
+            },
+            resolved,
+        ))
+    }
+
+    /// The next connection, round robin: ranges and files spread over all.
+    fn client(&self) -> SftpClient {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.clients.len().max(1);
+        self.clients[i].clone()
+    }
+
+    fn err(&self, p: &[u8], e: SftpError) -> TransferError {
+        TransferError::sftp(&self.host, p, e)
+    }
+}
+
+fn entry_of(name: &[u8], a: &FileAttrs) -> Entry {
+    let kind = if a.is_dir() {
+        EntryKind::Dir
+    } else if a.is_regular() || a.permissions.is_none() {
+        EntryKind::File
+    } else {
+        EntryKind::Other
+    };
+    Entry {
+        name: name.to_vec(),
+        kind,
+        size: a.size,
+        mtime: a.mtime().map(i64::from),
+        mode: a.permissions.map(|m| m & 0o7777),
+    }
+}
+
+#[async_trait]
+impl Backend for Sftp {
+    fn scheme(&self) -> &'static str {
+        "sftp"
+    }
+    fn display(&self, p: &[u8]) -> String {
+        format!("{}{}", self.prefix, String::from_utf8_lossy(p))
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            ranged_read: true,
+            offset_write: true,
+            rename_over: true,
+            atomic_write: false,
+            set_times: true,
+            set_mode: true,
+            list: true,
+            server_copy: self.copy_data,
+            max_files: 64,
+            max_ranges: self.clients.len().max(2),
+        }
+    }
+    fn endpoint_key(&self) -> String {
+        self.prefix.clone()
+    }
+    fn info(&self) -> BackendInfo {
+        BackendInfo {
+            connections: self.clients.len(),
+            cipher: self.cipher.clone(),
+            chunk: self.read_chunk,
+            protocol: Some("sftp".into()),
+        }
+    }
+
+    async fn stat(&self, p: &[u8]) -> Result<Option<Entry>, TransferError> {
+        match self.client().stat(p).await {
+            Ok(a) => Ok(Some(entry_of(path::basename(p), &a))),
+            Err(e) if e.is_no_such_file() => Ok(None),
+            Err(e) => Err(self.err(p, e)),
+        }
+    }
+
+    async fn list(&self, dir: &[u8]) -> Result<Vec<Entry>, TransferError> {
+        let c = self.client();
+        let names = c.list_dir(dir).await.map_err(|e| self.err(dir, e))?;
+        let mut out = Vec::with_capacity(names.len());
+        for n in names {
+            if n.filename.as_ref() == b"." || n.filename.as_ref() == b".." {
+                continue;
+            }
+            let mut e = entry_of(&n.filename, &n.attrs);
+            // A link: what it points to decides (as cp -r follows the
+            // files it is given).
+            if n.attrs.is_symlink() {
+                match c.stat(&path::join(dir, &n.filename)).await {
+                    Ok(a) => e = entry_of(&n.filename, &a),
+                    Err(_) => e.kind = EntryKind::Other,
+                }
+            }
+            out.push(e);
+        }
+        Ok(out)
+    }
+
+    async fn read(
+        &self,
+        p: &[u8],
+        offset: u64,
+        len: Option<u64>,
+    ) -> Result<Box<dyn ByteStream>, TransferError> {
+        let c = self.client();
+        let h = c
+            .open(p, OpenFlags::READ, FileAttrs::default())
+            .await
+            .map_err(|e| self.err(p, e))?;
+        let end = match len {
+            Some(l) => offset + l,
+            None => {
+                let a = c.fstat(&h).await.map_err(|e| self.err(p, e))?;
+                a.size.unwrap_or(0)
+            }
+        };
+        Ok(Box::new(SftpRead {
+            c,
+            h: Some(h),
+            host: self.host.clone(),
+            path: p.to_vec(),
+            next: offset,
+            end,
+            chunk: self.read_chunk,
+            depth: (STREAM_INFLIGHT / u64::from(self.read_chunk.max(1))).max(4) as usize,
+            queue: VecDeque::new(),
+        }))
+    }
+
+    async fn write(
+        &self,
+        p: &[u8],
+        mode: WriteMode,
+        _size: Option<u64>,
+    ) -> Result<Box<dyn Sink>, TransferError> {
+        let c = self.client();
+        let flags = match mode {
+            WriteMode::Create => OpenFlags::WRITE | OpenFlags::CREATE | OpenFlags::TRUNCATE,
+            WriteMode::At(_) => OpenFlags::WRITE | OpenFlags::CREATE,
+        };
+        let h = c
+            .open(p, flags, FileAttrs::default())
+            .await
+            .map_err(|e| self.err(p, e))?;
+        let at = match mode {
+            WriteMode::Create => 0,
+            WriteMode::At(a) => a,
+        };
+        Ok(Box::new(SftpWrite {
+            c,
+            h: Some(h),
+            host: self.host.clone(),
+            path: p.to_vec(),
+            at,
+            chunk: self.write_chunk as usize,
+            depth: (STREAM_INFLIGHT / (self.write_chunk.max(1) as u64)).max(4) as usize,
+            pending: BytesMut::new(),
+            running: FuturesUnordered::new(),
+        }))
+    }
+
+    async fn mkdir_all(&self, dir: &[u8]) -> Result<(), TransferError> {
+        let c = self.client();
+        let mut missing = Vec::new();
+        let mut d = dir.to_vec();
+        while !d.is_empty() && d != b"/" {
+            match c.stat(&d).await {
+                Ok(a) if a.is_dir() => break,
+                Ok(_) => {
+                    return Err(TransferError::Remote(format!(
+                        "{}: not a directory",
+                        self.display(&d)
+                    )))
+                }
+                Err(_) => {
+                    missing.push(d.clone());
+                    d = path::parent(&d).to_vec();
+                }
+            }
+        }
+        for d in missing.iter().rev() {
+            if let Err(e) = c.mkdir(d, FileAttrs::default()).await {
+                // Made meanwhile by another listing of ours: fine.
+                if !c.stat(d).await.is_ok_and(|a| a.is_dir()) {
+                    return Err(self.err(d, e));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn rename_over(&self, from: &[u8], to: &[u8]) -> Result<(), TransferError> {
+        self.client()
+            .rename_over(from, to)
+            .await
+            .map_err(|e| self.err(to, e))
+    }
+
+    async fn remove(&self, p: &[u8]) -> Result<(), TransferError> {
+        self.client().remove(p).await.map_err(|e| self.err(p, e))
+    }
+
+    async fn set_attrs(
+        &self,
+        p: &[u8],
+        mtime: Option<i64>,
+        mode: Option<u32>,
+    ) -> Result<(), TransferError> {
+        let a = FileAttrs {
+            permissions: mode,
+            atime_mtime: mtime.map(|t| {
+                let t = t.clamp(0, u32::MAX as i64) as u32;
+                (t, t)
+            }),
+            ..FileAttrs::default()
+        };
+        self.client()
+            .setstat(p, a)
+            .await
+            .map_err(|e| self.err(p, e))
+    }
+
+    async fn copy_within(&self, from: &[u8], to: &[u8], len: u64) -> Result<bool, TransferError> {
+        if !self.copy_data {
+            return Ok(false);
+        }
+        let c = self.client();
+        let r = c
+            .open(from, OpenFlags::READ, FileAttrs::default())
+            .await
+            .map_err(|e| self.err(from, e))?;
+        let w = c
+            .open(
+                to,
+                OpenFlags::WRITE | OpenFlags::CREATE | OpenFlags::TRUNCATE,
+                FileAttrs::default(),
+            )
+            .await
+            .map_err(|e| self.err(to, e))?;
+        let res = c.copy_data(&r, 0, len, &w, 0).await;
+        let _ = c.close(&r).await;
+        let closed = c.close(&w).await;
+        res.map_err(|e| self.err(to, e))?;
+        closed.map_err(|e| self.err(to, e))?;
+        Ok(true)
+    }
+
+    async fn close(&self) {
+        let holds = std::mem::take(&mut *self.holds.lock().unwrap_or_else(|p| p.into_inner()));
+        drop(holds);
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
+        let _ = tokio::task::spawn_blocking(move || {
+            for t in threads {
+                let _ = t.join();
+            }
+        })
+        .await;
+    }
+}
+
+/// A pipelined read: up to `depth` READs in flight, handed on in order.
+struct SftpRead {
+    c: SftpClient,
+    h: Option<Handle>,
+    host: String,
+    path: Vec<u8>,
+    /// Next offset to ask for, and where to stop.
+    next: u64,
+    end: u64,
+    chunk: u32,
+    depth: usize,
+    /// (offset, length asked, reply), oldest first.
+    queue: VecDeque<(u64, u32, Call<Option<Bytes>>)>,
+}
+
+impl SftpRead {
+    fn request(&self, at: u64, len: u32) -> Call<Option<Bytes>> {
+        let (c, h) = (
+            self.c.clone(),
+            self.h.clone().unwrap_or(Handle(Bytes::new())),
+        );
+        Box::pin(async move { c.read(&h, at, len).await })
+    }
+    fn fill(&mut self) {
+        while self.queue.len() < self.depth && self.next < self.end {
+            let len = (self.end - self.next).min(u64::from(self.chunk)) as u32;
+            let call = self.request(self.next, len);
+            self.queue.push_back((self.next, len, call));
+            self.next += u64::from(len);
+        }
+    }
+}
+
+#[async_trait]
+impl ByteStream for SftpRead {
+    async fn next(&mut self) -> Result<Option<Bytes>, TransferError> {
+        self.fill();
+        let Some((at, len, call)) = self.queue.pop_front() else {
+            if let Some(h) = self.h.take() {
+                let _ = self.c.close(&h).await;
+            }
+            return Ok(None);
+        };
+        match call.await {
+            Ok(Some(data)) if !data.is_empty() => {
+                let got = data.len() as u32;
+                if got < len {
+                    // The server answered short (its read limit): ask for
+                    // the rest before anything after it.
+                    let rest = self.request(at + u64::from(got), len - got);
+                    self.queue.push_front((at + u64::from(got), len - got, rest));
+                }
+                Ok(Some(data))
+            }
+            Ok(_) => Err(TransferError::Remote(format!(
+                "{}:{}: the file ended at byte {at}, before the {} bytes its size promised (it changed during the copy?)",
+                self.host,
+                String::from_utf8_lossy(&self.path),
+                self.end
+            ))),
+            Err(e) => Err(TransferError::sftp(&self.host, &self.path, e)),
+        }
+    }
+}
+
+/// A pipelined write: full-size WRITEs, up to `depth` unanswered.
+struct SftpWrite {
+    c: SftpClient,
+    h: Option<Handle>,
+    host: String,
+    path: Vec<u8>,
+    at: u64,
+    chunk: usize,
+    depth: usize,
+    pending: BytesMut,
+    running: FuturesUnordered<Call<()>>,
+}
+
+impl SftpWrite {
+    async fn send(&mut self, data: Bytes) -> Result<(), TransferError> {
+        while self.running.len() >= self.depth {
+            if let Some(r) = self.running.next().await {
+                r.map_err(|e| TransferError::sftp(&self.host, &self.path, e))?;
+            }
+        }
+        let (c, h, at) = (
+            self.c.clone(),
+            self.h.clone().unwrap_or(Handle(Bytes::new())),
+            self.at,
+        );
+        self.at += data.len() as u64;
+        self.running
+            .push(Box::pin(async move { c.write(&h, at, &data).await }));
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Sink for SftpWrite {
+    async fn write(&mut self, data: Bytes) -> Result<(), TransferError> {
+        if self.pending.is_empty() && data.len() == self.chunk {
+            return self.send(data).await;
+        }
+        self.pending.extend_from_slice(&data);
+        while self.pending.len() >= self.chunk {
+            let piece = self.pending.split_to(self.chunk).freeze();
+            self.send(piece).await?;
+        }
+        Ok(())
+    }
+
+    async fn finish(mut self: Box<Self>) -> Result<(), TransferError> {
+        if !self.pending.is_empty() {
+            let piece = self.pending.split().freeze();
+            self.send(piece).await?;
+        }
+        while let Some(r) = self.running.next().await {
+            r.map_err(|e| TransferError::sftp(&self.host, &self.path, e))?;
+        }
+        if let Some(h) = self.h.take() {
+            self.c
+                .close(&h)
+                .await
+                .map_err(|e| TransferError::sftp(&self.host, &self.path, e))?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,580 @@
+//! The transfer engine: one planner, one scheduler, one copy loop, one
+//! finalize step, one retry policy, for every pair of backends.
+//!
+//! One file's way through it (docs/internals/engine.md has the diagram):
+//! 1. `plan` stats each source, walks directories (listings in parallel),
+//!    and maps every file to its destination name as `cp -r` would;
+//! 2. `run` creates the destination directories, then moves up to
+//!    `parallel` files at once; a big file whose source reads ranges and
+//!    whose destination writes at offsets is split into ranges moved at
+//!    once;
+//! 3. `copy_file` writes `.NAME.ferry-part` beside the final name (or the
+//!    final name itself where the server only shows a write once it is
+//!    whole), each range a stream from the source's `read` into the
+//!    destination's `write`, through bounded memory;
+//! 4. `finalize` checks the size, sets times and modes (`-p`), and renames
+//!    the part over the final name: a failed, cancelled or interrupted copy
+//!    never leaves a wrong file under the final name.
+//!
+//! A stalled stream (no byte within `timeout`) and transient network
+//! failures are retried (`retry`); everything that fails is reported once,
+//! per file, in the [`Report`](crate::Report).
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::Semaphore;
+
+use crate::backend::{path, Backend, Entry, EntryKind, WriteMode};
+use crate::error::TransferError;
+use crate::transfer::{Cancel, Emitter, Event, FileReport};
+use crate::{CopyOptions, Stats};
+
+/// Bytes of a partial file compared with the source before resuming.
+const RESUME_CHECK: u64 = 64 * 1024;
+/// Listings in flight at once while walking a tree.
+const LISTINGS: usize = 16;
+
+/// A source or destination: a backend and a path in it.
+#[derive(Clone)]
+pub(crate) struct Place {
+    pub backend: Arc<dyn Backend>,
+    pub path: Vec<u8>,
+    /// The user ended the path with `/`: "into this directory".
+    pub dir_hint: bool,
+}
+
+/// One file to copy.
+#[derive(Debug, Clone)]
+pub(crate) struct FilePlan {
+    /// Index into the sources.
+    pub source: usize,
+    pub src: Vec<u8>,
+    pub dst: Vec<u8>,
+    pub size: Option<u64>,
+    pub mtime: Option<i64>,
+    pub mode: Option<u32>,
+}
+
+pub(crate) struct Plan {
+    pub files: Vec<FilePlan>,
+    /// Destination directories to create, parents first.
+    pub dirs: Vec<Vec<u8>>,
+    /// (directory, mtime) to set after the copy, with -p.
+    pub dir_times: Vec<(Vec<u8>, i64)>,
+}
+
+/// Decide what goes where.
+pub(crate) async fn plan(
+    sources: &[Place],
+    dest: &Place,
+    opts: &CopyOptions,
+    events: &Emitter,
+) -> Result<Plan, TransferError> {
+    let dst_entry = dest.backend.stat(&dest.path).await?;
+    let dst_is_dir = matches!(&dst_entry, Some(e) if e.kind == EntryKind::Dir);
+    if matches!(&dst_entry, Some(e) if e.kind == EntryKind::Other) {
+        return Err(TransferError::Usage(format!(
+            "{}: not a regular file or a directory (a device, pipe or socket); ferry writes a \
+             temporary file and renames it into place, which would replace it. Copy to a file or a directory",
+            dest.backend.display(&dest.path)
+        )));
+    }
+    let into = dst_is_dir || dest.dir_hint || sources.len() > 1;
+    if sources.len() > 1 && !dst_is_dir && !dest.dir_hint {
+        return Err(TransferError::Usage(format!(
+            "{}: several sources need an existing directory as the destination (or end it with /)",
+            dest.backend.display(&dest.path)
+        )));
+    }
+    let mut out = Plan {
+        files: Vec::new(),
+        dirs: Vec::new(),
+        dir_times: Vec::new(),
+    };
+    if into && !dst_is_dir {
+        out.dirs.push(dest.path.clone());
+    }
+    for (i, s) in sources.iter().enumerate() {
+        let e = s.backend.stat(&s.path).await?.ok_or_else(|| {
+            TransferError::Remote(format!(
+                "{}: no such file or directory",
+                s.backend.display(&s.path)
+            ))
+        })?;
+        let target = if into {
+            path::join(&dest.path, path::basename(&s.path))
+        } else {
+            dest.path.clone()
+        };
+        match e.kind {
+            EntryKind::File => out.files.push(FilePlan {
+                source: i,
+                src: s.path.clone(),
+                dst: target,
+                size: e.size,
+                mtime: e.mtime,
+                mode: e.mode,
+            }),
+            EntryKind::Dir if !opts.recursive => {
+                return Err(TransferError::Usage(format!(
+                    "{}: is a directory; use -r to copy it",
+                    s.backend.display(&s.path)
+                )))
+            }
+            EntryKind::Dir => walk(i, s, target, e.mtime, &mut out, opts, events).await?,
+            EntryKind::Other => {
+                return Err(TransferError::Usage(format!(
+                    "{}: not a regular file or directory",
+                    s.backend.display(&s.path)
+                )))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Walk a source directory, `LISTINGS` listings at a time.
+async fn walk(
+    source: usize,
+    s: &Place,
+    target: Vec<u8>,
+    mtime: Option<i64>,
+    out: &mut Plan,
+    opts: &CopyOptions,
+    events: &Emitter,
+) -> Result<(), TransferError> {
+    out.dirs.push(target.clone());
+    if let (true, Some(t)) = (opts.preserve, mtime) {
+        out.dir_times.push((target.clone(), t));
+    }
+    let mut pending = vec![(s.path.clone(), target)];
+    let mut running = FuturesUnordered::new();
+    loop {
+        while running.len() < LISTINGS {
+            let Some((src, dst)) = pending.pop() else {
+                break;
+            };
+            let b = s.backend.clone();
+            running.push(async move {
+                let r = b.list(&src).await;
+                (src, dst, r)
+            });
+        }
+        let Some((src, dst, listed)) = running.next().await else {
+            break;
+        };
+        let mut entries: Vec<Entry> = listed?;
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        for e in entries {
+            if !path::safe_name(&e.name) {
+                events.warn(format!(
+                    "{}: skipping the entry {:?}: not a plain file name (it could write outside the destination)",
+                    s.backend.display(&src),
+                    String::from_utf8_lossy(&e.name)
+                ));
+                continue;
+            }
+            let (sp, dp) = (path::join(&src, &e.name), path::join(&dst, &e.name));
+            match e.kind {
+                EntryKind::File => out.files.push(FilePlan {
+                    source,
+                    src: sp,
+                    dst: dp,
+                    size: e.size,
+                    mtime: e.mtime,
+                    mode: e.mode,
+                }),
+                EntryKind::Dir => {
+                    out.dirs.push(dp.clone());
+                    if let (true, Some(t)) = (opts.preserve, e.mtime) {
+                        out.dir_times.push((dp.clone(), t));
+                    }
+                    pending.push((sp, dp));
+                }
+                EntryKind::Other => events.warn(format!(
+                    "skipping {}: not a regular file or directory",
+                    s.backend.display(&sp)
+                )),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Everything one run shares.
+pub(crate) struct Run {
+    pub sources: Vec<Place>,
+    pub dest: Place,
+    pub opts: CopyOptions,
+    pub stats: Arc<Stats>,
+    pub events: Emitter,
+    pub cancel: Cancel,
+}
+
+/// Copy every planned file; a report per file, in plan order.
+pub(crate) async fn run(r: Arc<Run>, plan: Plan) -> Vec<FileReport> {
+    let dst = &r.dest.backend;
+    for d in &plan.dirs {
+        if let Err(e) = dst.mkdir_all(d).await {
+            // Every file under it will fail and say so; this says why.
+            r.events.warn(e.to_string());
+        }
+    }
+    let total: u64 = plan.files.iter().filter_map(|f| f.size).sum();
+    r.stats.bytes_total.store(total, Ordering::Relaxed);
+    r.stats
+        .files_total
+        .store(plan.files.len() as u64, Ordering::Relaxed);
+    r.events.emit(Event::Planned {
+        files: plan.files.len() as u64,
+        bytes: total,
+    });
+    let caps = (
+        max_files(&r),
+        r.sources
+            .iter()
+            .map(|s| s.backend.capabilities().max_files)
+            .min(),
+    );
+    let parallel = caps.0.min(caps.1.unwrap_or(usize::MAX)).max(1);
+    let gate = Arc::new(Semaphore::new(parallel));
+    let mut running = FuturesUnordered::new();
+    let mut reports: Vec<Option<FileReport>> = vec![None; plan.files.len()];
+    for (i, f) in plan.files.into_iter().enumerate() {
+        if r.cancel.is_cancelled() {
+            reports[i] = Some(FileReport::failed(&r, &f, TransferError::cancelled()));
+            continue;
+        }
+        // Wait for a slot while finishing what is done (bounded memory,
+        // bounded futures).
+        let permit = loop {
+            if let Ok(p) = gate.clone().try_acquire_owned() {
+                break p;
+            }
+            if let Some((j, rep)) = running.next().await {
+                reports[j] = Some(rep);
+            }
+        };
+        let run = r.clone();
+        running.push(async move {
+            let rep = copy_file(&run, &f).await;
+            drop(permit);
+            (i, rep)
+        });
+    }
+    while let Some((j, rep)) = running.next().await {
+        reports[j] = Some(rep);
+    }
+    if r.opts.preserve && !r.cancel.is_cancelled() {
+        for (d, t) in plan.dir_times.iter().rev() {
+            let _ = dst.set_attrs(d, Some(*t), None).await;
+        }
+    }
+    reports.into_iter().flatten().collect()
+}
+
+fn max_files(r: &Run) -> usize {
+    r.opts
+        .parallel
+        .unwrap_or(usize::MAX)
+        .min(r.dest.backend.capabilities().max_files)
+}
+
+/// How a file is written.
+struct Target {
+    /// Where the bytes go: the part name, or the final name.
+    write: Vec<u8>,
+    /// Renamed over the final name when complete.
+    renamed: bool,
+}
+
+async fn copy_file(r: &Arc<Run>, f: &FilePlan) -> FileReport {
+    r.events.emit(Event::FileStarted {
+        source: r.sources[f.source].backend.display(&f.src),
+        dest: r.dest.backend.display(&f.dst),
+        size: f.size,
+    });
+    let started = r.stats.bytes_done.load(Ordering::Relaxed);
+    let result = copy_file_inner(r, f).await;
+    let rep = match result {
+        Ok(moved) => FileReport::ok(r, f, moved),
+        Err(e) => FileReport::failed(r, f, e),
+    };
+    let _ = started;
+    r.stats.files_done.fetch_add(1, Ordering::Relaxed);
+    r.events.emit(Event::FileDone(rep.clone()));
+    rep
+}
+
+async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferError> {
+    let src = &r.sources[f.source].backend;
+    let dst = &r.dest.backend;
+    let (sc, dc) = (src.capabilities(), dst.capabilities());
+    let target = if dc.rename_over {
+        Target {
+            write: path::part_name(&f.dst),
+            renamed: true,
+        }
+    } else {
+        Target {
+            write: f.dst.clone(),
+            renamed: false,
+        }
+    };
+    let size = match f.size {
+        Some(s) => s,
+        None => src
+            .stat(&f.src)
+            .await?
+            .and_then(|e| e.size)
+            .ok_or_else(|| {
+                TransferError::Remote(format!("{}: size unknown", src.display(&f.src)))
+            })?,
+    };
+
+    // One server holds both ends and can copy by itself.
+    if dc.server_copy
+        && target.renamed
+        && src.endpoint_key() == dst.endpoint_key()
+        && !r.opts.resume
+        && dst.copy_within(&f.src, &target.write, size).await?
+    {
+        r.stats.bytes_done.fetch_add(size, Ordering::Relaxed);
+        finalize(r, f, &target, size).await?;
+        return Ok(size);
+    }
+
+    // Resume: a part file from an earlier run whose last bytes match the
+    // source continues where it stopped.
+    let mut from = 0;
+    if r.opts.resume && target.renamed && dc.offset_write && sc.ranged_read {
+        from = resume_point(r, f, &target.write, size).await?;
+        if from > 0 {
+            r.events.warn(format!(
+                "{}: resuming at byte {from} of {size}",
+                dst.display(&f.dst)
+            ));
+        }
+    }
+    let todo = size - from;
+    let streams = r
+        .opts
+        .streams
+        .unwrap_or(sc.max_ranges.min(dc.max_ranges))
+        .clamp(1, 64);
+    let split = sc.ranged_read && dc.offset_write && todo >= r.opts.split_min && streams > 1;
+    if from == 0 {
+        // Create (or truncate) first, so ranges write into one file.
+        let sink = dst
+            .write(&target.write, WriteMode::Create, Some(size))
+            .await?;
+        if split || size == 0 {
+            sink.finish().await?;
+        } else {
+            pump_with_retry(r, f, &target, 0, size, Some(sink)).await?;
+            finalize(r, f, &target, size).await?;
+            return Ok(size);
+        }
+    }
+    if todo > 0 {
+        let n = if split { streams as u64 } else { 1 };
+        let per = todo.div_ceil(n);
+        let mut ranges = FuturesUnordered::new();
+        let mut at = from;
+        while at < size {
+            let len = per.min(size - at);
+            ranges.push(pump_with_retry(r, f, &target, at, len, None));
+            at += len;
+        }
+        while let Some(res) = ranges.next().await {
+            res?;
+        }
+    }
+    finalize(r, f, &target, size).await?;
+    Ok(todo)
+}
+
+/// Where a part file can continue: its length, if its last bytes are the
+/// source's bytes at the same place; else 0 (start over).
+async fn resume_point(r: &Run, f: &FilePlan, part: &[u8], size: u64) -> Result<u64, TransferError> {
+    let src = &r.sources[f.source].backend;
+    let dst = &r.dest.backend;
+    let Some(e) = dst.stat(part).await? else {
+        return Ok(0);
+    };
+    let have = e.size.unwrap_or(0);
+    if have == 0 || have > size {
+        return Ok(0);
+    }
+    let n = have.min(RESUME_CHECK);
+    let (a, b) = tokio::join!(
+        read_all(src.as_ref(), &f.src, have - n, n),
+        read_all(dst.as_ref(), part, have - n, n)
+    );
+    if a? == b? {
+        Ok(have)
+    } else {
+        r.events.warn(format!(
+            "{}: the partial file does not match the source; starting over",
+            dst.display(part)
+        ));
+        Ok(0)
+    }
+}
+
+async fn read_all(b: &dyn Backend, p: &[u8], at: u64, n: u64) -> Result<Vec<u8>, TransferError> {
+    let mut s = b.read(p, at, Some(n)).await?;
+    let mut out = Vec::with_capacity(n as usize);
+    while let Some(piece) = s.next().await? {
+        out.extend_from_slice(&piece);
+    }
+    Ok(out)
+}
+
+/// Move one range, retrying transient failures with backoff and jitter.
+async fn pump_with_retry(
+    r: &Run,
+    f: &FilePlan,
+    target: &Target,
+    at: u64,
+    len: u64,
+    mut first_sink: Option<Box<dyn crate::backend::Sink>>,
+) -> Result<(), TransferError> {
+    let dc = r.dest.backend.capabilities();
+    let mut attempt = 0u32;
+    loop {
+        let sink = match first_sink.take() {
+            Some(s) => s,
+            None => {
+                let mode = if at == 0 && !dc.offset_write {
+                    WriteMode::Create
+                } else {
+                    WriteMode::At(at)
+                };
+                r.dest.backend.write(&target.write, mode, f.size).await?
+            }
+        };
+        let mut moved = 0u64;
+        let res = pump(r, f, at, len, sink, &mut moved).await;
+        match res {
+            Ok(()) => return Ok(()),
+            Err(e) => {
+                // Bytes of a failed attempt are sent again: take them back.
+                r.stats.bytes_done.fetch_sub(moved, Ordering::Relaxed);
+                let again = crate::retry::transient(&e) && attempt + 1 < r.opts.retries;
+                // A destination that only takes whole files starts over
+                // from 0, which only a range starting at 0 can do.
+                let restartable = dc.offset_write || at == 0;
+                if !again || !restartable || r.cancel.is_cancelled() {
+                    return Err(e);
+                }
+                let wait = crate::retry::backoff(attempt);
+                r.events
+                    .warn(format!("{e}; retrying in {:.1} s", wait.as_secs_f64()));
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = r.cancel.cancelled() => return Err(TransferError::cancelled()),
+                }
+                attempt += 1;
+            }
+        }
+    }
+}
+
+/// Stream `len` bytes of the source at `at` into `sink`.
+async fn pump(
+    r: &Run,
+    f: &FilePlan,
+    at: u64,
+    len: u64,
+    mut sink: Box<dyn crate::backend::Sink>,
+    moved: &mut u64,
+) -> Result<(), TransferError> {
+    let src = &r.sources[f.source].backend;
+    let mut stream = r.sources[f.source]
+        .backend
+        .read(&f.src, at, Some(len))
+        .await?;
+    let stall = r.opts.timeout;
+    loop {
+        let next = tokio::select! {
+            biased;
+            _ = r.cancel.cancelled() => return Err(TransferError::cancelled()),
+            n = tokio::time::timeout(stall, stream.next()) => n,
+        };
+        let piece = match next {
+            Err(_) => {
+                return Err(TransferError::Network(format!(
+                    "{}: no data for {} s: the connection stalled (--timeout)",
+                    src.display(&f.src),
+                    stall.as_secs()
+                )))
+            }
+            Ok(p) => p?,
+        };
+        let Some(piece) = piece else { break };
+        let n = piece.len() as u64;
+        if *moved + n > len {
+            return Err(TransferError::Remote(format!(
+                "{}: the source sent more bytes than its size said (it changed during the copy?)",
+                src.display(&f.src)
+            )));
+        }
+        tokio::select! {
+            biased;
+            _ = r.cancel.cancelled() => return Err(TransferError::cancelled()),
+            w = sink.write(piece) => w?,
+        }
+        *moved += n;
+        r.stats.bytes_done.fetch_add(n, Ordering::Relaxed);
+    }
+    if *moved != len {
+        return Err(TransferError::Remote(format!(
+            "{}: {} bytes arrived where {len} were expected (the file changed during the copy?)",
+            src.display(&f.src),
+            *moved
+        )));
+    }
+    sink.finish().await
+}
+
+/// Check the size, set times and modes, rename into place.
+async fn finalize(r: &Run, f: &FilePlan, target: &Target, size: u64) -> Result<(), TransferError> {
+    let dst = &r.dest.backend;
+    let dc = dst.capabilities();
+    if target.renamed {
+        if let Some(e) = dst.stat(&target.write).await? {
+            if e.size.is_some_and(|s| s != size) {
+                return Err(TransferError::Remote(format!(
+                    "{}: holds {} bytes after the copy, {size} expected; the final name was left alone",
+                    dst.display(&target.write),
+                    e.size.unwrap_or(0)
+                )));
+            }
+        }
+    }
+    if r.opts.preserve {
+        let mtime = f.mtime.filter(|_| dc.set_times);
+        let mode = f.mode.filter(|_| dc.set_mode).map(|m| m & 0o7777);
+        if mtime.is_some() || mode.is_some() {
+            dst.set_attrs(&target.write, mtime, mode).await?;
+        }
+    }
+    if target.renamed {
+        if r.cancel.is_cancelled() {
+            return Err(TransferError::cancelled());
+        }
+        dst.rename_over(&target.write, &f.dst).await?;
+    }
+    Ok(())
+}
+
+/// The engine's default stall timeout.
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Seconds since `t`, for reports.
+pub(crate) fn since(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64()
+}

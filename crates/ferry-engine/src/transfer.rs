@@ -1,0 +1,610 @@
+//! The library API: start a transfer, get a handle at once, read its
+//! events, cancel it, and get a report with a result per file.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), ferry_engine::TransferError> {
+//! use ferry_engine::{CopyOptions, Event, Location, Transfer};
+//!
+//! let src = Location::parse("sftp://example.org/srv/data.bin").map_err(ferry_engine::TransferError::Usage)?;
+//! let dst = Location::parse("/tmp/").map_err(ferry_engine::TransferError::Usage)?;
+//! let mut t = Transfer::new(vec![src], dst, CopyOptions::default()).start();
+//! while let Some(ev) = t.next_event().await {
+//!     if let Event::Progress { bytes_done, bytes_total, .. } = ev {
+//!         eprintln!("{bytes_done}/{bytes_total}");
+//!     }
+//! }
+//! let report = t.wait().await;
+//! for f in &report.files {
+//!     println!("{} -> {}: {:?}", f.source, f.dest, f.error);
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! Nothing here prints, reads the environment or prompts: warnings are
+//! events, and passwords, passphrases and host-key questions go through
+//! the [`Prompt`] the application gives (`ferry` the binary answers them
+//! on the terminal and from `FERRY_PASSWORD`).
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, Notify};
+
+use crate::engine::{self, FilePlan, Place, Run};
+use crate::error::{ErrorKind, TransferError};
+use crate::{CopyOptions, Location, Stats, Summary};
+
+/// What happens during a transfer, in order.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// The plan is made: this many files and bytes will move.
+    Planned { files: u64, bytes: u64 },
+    FileStarted {
+        source: String,
+        dest: String,
+        size: Option<u64>,
+    },
+    /// At most ten a second, and once at the end.
+    Progress {
+        bytes_done: u64,
+        bytes_total: u64,
+        files_done: u64,
+        files_total: u64,
+    },
+    /// One file is finished, well or not.
+    FileDone(FileReport),
+    /// Something the user should know that did not stop the transfer.
+    Warning(String),
+}
+
+/// How one file went.
+#[derive(Debug, Clone)]
+pub struct FileReport {
+    pub source: String,
+    pub dest: String,
+    /// Bytes this run moved for it (resumed bytes not counted).
+    pub bytes: u64,
+    /// `None` when it is complete under its final name.
+    pub error: Option<FileError>,
+}
+
+/// Why a file failed: its kind (what the CLI turns into an exit code) and
+/// the message, which names the file and says what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileError {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+impl FileReport {
+    pub(crate) fn ok(r: &Run, f: &FilePlan, bytes: u64) -> FileReport {
+        FileReport {
+            source: r.sources[f.source].backend.display(&f.src),
+            dest: r.dest.backend.display(&f.dst),
+            bytes,
+            error: None,
+        }
+    }
+    pub(crate) fn failed(r: &Run, f: &FilePlan, e: TransferError) -> FileReport {
+        FileReport {
+            source: r.sources[f.source].backend.display(&f.src),
+            dest: r.dest.backend.display(&f.dst),
+            bytes: 0,
+            error: Some(FileError {
+                kind: e.kind(),
+                message: e.to_string(),
+            }),
+        }
+    }
+}
+
+/// What a finished transfer did.
+#[derive(Debug)]
+pub struct Report {
+    /// One entry per file, in plan order. Copies between a local path and
+    /// one server still run on the protocol's own copy loop (see
+    /// docs/internals/engine.md, "Migration"), which reports totals only:
+    /// there this is empty and `error` says what failed.
+    pub files: Vec<FileReport>,
+    /// Files complete under their final names.
+    pub files_copied: u64,
+    pub bytes: u64,
+    pub seconds: f64,
+    pub protocol: String,
+    pub streams: usize,
+    pub chunk: u32,
+    pub cipher: Option<String>,
+    /// Why the transfer as a whole failed (planning failed, a file failed:
+    /// the first in plan order, with the number of others), or `None`.
+    pub error: Option<TransferError>,
+}
+
+impl Report {
+    /// The totals, or the error the transfer ended with.
+    pub fn into_result(self) -> Result<Summary, TransferError> {
+        match self.error {
+            Some(e) => Err(e),
+            None => Ok(Summary {
+                bytes: self.bytes,
+                files: self.files_copied,
+                seconds: self.seconds,
+                protocol: leak(self.protocol),
+                streams: self.streams,
+                chunk: self.chunk,
+                cipher: self.cipher,
+            }),
+        }
+    }
+}
+
+/// `Summary.protocol` is a `&'static str` (kept for the old API); the few
+/// protocol names there are live for the process.
+fn leak(s: String) -> &'static str {
+    match s.as_str() {
+        "sftp" => "sftp",
+        "local" => "local",
+        "memory" => "memory",
+        "ftp" => "ftp",
+        "ftps" => "ftps",
+        "http" => "http",
+        "https" => "https",
+        _ => Box::leak(s.into_boxed_str()),
+    }
+}
+
+/// Cancels a transfer; clones share it.
+#[derive(Clone, Default)]
+pub struct Cancel(Arc<CancelInner>);
+
+#[derive(Default)]
+struct CancelInner {
+    flag: AtomicBool,
+    notify: Notify,
+}
+
+impl Cancel {
+    pub fn cancel(&self) {
+        self.0.flag.store(true, Ordering::SeqCst);
+        self.0.notify.notify_waiters();
+    }
+    pub fn is_cancelled(&self) -> bool {
+        self.0.flag.load(Ordering::SeqCst)
+    }
+    /// Completes once `cancel` was called.
+    pub async fn cancelled(&self) {
+        loop {
+            let n = self.0.notify.notified();
+            if self.is_cancelled() {
+                return;
+            }
+            n.await;
+        }
+    }
+}
+
+/// Sends events to the handle, if anyone still listens.
+#[derive(Clone)]
+pub(crate) struct Emitter(Option<mpsc::UnboundedSender<Event>>);
+
+impl Emitter {
+    pub(crate) fn emit(&self, e: Event) {
+        if let Some(tx) = &self.0 {
+            let _ = tx.send(e);
+        }
+    }
+    pub(crate) fn warn(&self, m: String) {
+        tracing::warn!("{m}");
+        self.emit(Event::Warning(m));
+    }
+}
+
+/// Answers what a person would be asked: passwords, key passphrases, and
+/// whether to trust a host key never seen before. The default answers
+/// nothing (no password, no passphrase, unknown keys refused), which is
+/// what an unattended program wants.
+pub trait Prompt: Send + Sync {
+    /// `what` is e.g. `alice@host's password`.
+    fn password(&self, _what: &str) -> Option<String> {
+        None
+    }
+    /// `key` is the key file's path.
+    fn passphrase(&self, _key: &str) -> Option<String> {
+        None
+    }
+}
+
+/// A transfer to start: sources, a destination and options.
+pub struct Transfer {
+    sources: Vec<Location>,
+    dest: Location,
+    opts: CopyOptions,
+    /// Backends given by the application instead of locations.
+    places: Option<(Vec<Place>, Place)>,
+}
+
+/// A backend and a path in it, for [`Transfer::between`].
+pub struct BackendPath {
+    pub backend: Arc<dyn crate::backend::Backend>,
+    pub path: String,
+}
+
+impl Transfer {
+    pub fn new(sources: Vec<Location>, dest: Location, opts: CopyOptions) -> Transfer {
+        Transfer {
+            sources,
+            dest,
+            opts,
+            places: None,
+        }
+    }
+
+    /// A transfer between backends the application made (its own
+    /// [`Backend`](crate::backend::Backend), or the in-memory one in
+    /// tests). A destination path ending in `/` means "into this
+    /// directory", as on the command line.
+    pub fn between(sources: Vec<BackendPath>, dest: BackendPath, opts: CopyOptions) -> Transfer {
+        let place = |b: BackendPath| Place {
+            dir_hint: b.path.ends_with('/') && b.path.len() > 1,
+            backend: b.backend,
+            path: b.path.into_bytes(),
+        };
+        Transfer {
+            sources: Vec::new(),
+            dest: Location::Local(std::path::PathBuf::new()),
+            opts,
+            places: Some((sources.into_iter().map(place).collect(), place(dest))),
+        }
+    }
+
+    /// Start on the current tokio runtime (any flavour) and return at once.
+    /// Panics outside a runtime, like `tokio::spawn`.
+    pub fn start(self) -> TransferHandle {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let cancel = Cancel::default();
+        let stats = Arc::new(Stats::default());
+        let emitter = Emitter(Some(tx));
+        let task = tokio::spawn(drive(self, stats.clone(), emitter, cancel.clone()));
+        TransferHandle {
+            events: rx,
+            cancel,
+            stats,
+            task,
+        }
+    }
+}
+
+/// A running transfer.
+pub struct TransferHandle {
+    events: mpsc::UnboundedReceiver<Event>,
+    cancel: Cancel,
+    stats: Arc<Stats>,
+    task: tokio::task::JoinHandle<Report>,
+}
+
+impl TransferHandle {
+    /// The next event; `None` once the transfer is over and every event was
+    /// read.
+    pub async fn next_event(&mut self) -> Option<Event> {
+        self.events.recv().await
+    }
+    /// Stop promptly: ranges in flight are abandoned, part files are kept
+    /// for `--resume`, nothing appears under a final name that was not
+    /// complete before.
+    pub fn cancel(&self) {
+        self.cancel.cancel()
+    }
+    /// A handle that cancels this transfer from elsewhere.
+    pub fn canceller(&self) -> Cancel {
+        self.cancel.clone()
+    }
+    /// Live counters (bytes and files done and planned).
+    pub fn stats(&self) -> &Arc<Stats> {
+        &self.stats
+    }
+    /// Wait for the end. Events not read yet are dropped.
+    pub async fn wait(self) -> Report {
+        match self.task.await {
+            Ok(r) => r,
+            Err(e) => Report {
+                files: Vec::new(),
+                files_copied: 0,
+                bytes: 0,
+                seconds: 0.0,
+                protocol: String::new(),
+                streams: 0,
+                chunk: 0,
+                cipher: None,
+                error: Some(TransferError::Local(format!(
+                    "internal: the transfer task failed: {e}"
+                ))),
+            },
+        }
+    }
+}
+
+/// For programs without a tokio runtime: run a transfer to the end on a
+/// runtime of its own, calling `on_event` for each event. Returning
+/// `false` from `on_event` cancels (as libcurl's progress callback).
+pub fn run_blocking(t: Transfer, mut on_event: impl FnMut(&Event) -> bool) -> Report {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            return Report {
+                files: Vec::new(),
+                files_copied: 0,
+                bytes: 0,
+                seconds: 0.0,
+                protocol: String::new(),
+                streams: 0,
+                chunk: 0,
+                cipher: None,
+                error: Some(TransferError::Local(format!("cannot start a runtime: {e}"))),
+            }
+        }
+    };
+    rt.block_on(async move {
+        let mut h = t.start();
+        while let Some(ev) = h.next_event().await {
+            if !on_event(&ev) {
+                h.cancel();
+            }
+        }
+        h.wait().await
+    })
+}
+
+/// Does this pair run on the engine, or on a protocol's own copy loop?
+/// Local <-> one server keeps the loop that measurement tuned (threads
+/// per SSH connection, HTTP shards, blocking FTP) until the engine
+/// matches its speed: docs/internals/engine.md, "Migration".
+pub(crate) fn on_engine(sources: &[Location], dest: &Location) -> bool {
+    let local = |l: &Location| matches!(l, Location::Local(_));
+    let all_local_src = sources.iter().all(local);
+    let any_local_src = sources.iter().any(local);
+    if local(dest) {
+        // local -> local, or mixed sources: the engine.
+        if all_local_src || any_local_src {
+            return true;
+        }
+        // remote -> local from several servers or protocols: the engine.
+        return !same_server(sources);
+    }
+    // -> remote: from remote sources (any), or mixed: the engine.
+    !all_local_src
+}
+
+fn same_server(sources: &[Location]) -> bool {
+    let Some(first) = sources.first() else {
+        return true;
+    };
+    sources.iter().all(|s| match (first, s) {
+        (Location::Sftp(a), Location::Sftp(b)) => a.same_endpoint(b),
+        (Location::Ftp(a), Location::Ftp(b)) => a.same_endpoint(b),
+        (Location::Http(_), Location::Http(_)) => true,
+        _ => false,
+    })
+}
+
+async fn drive(mut t: Transfer, stats: Arc<Stats>, events: Emitter, cancel: Cancel) -> Report {
+    let started = Instant::now();
+    let mut opened: Vec<(String, Arc<dyn crate::backend::Backend>)> = Vec::new();
+    let (sources, dest) = if let Some((sources, dest)) = t.places.take() {
+        if sources.is_empty() {
+            return failed_report(TransferError::Usage("no source given".into()), started);
+        }
+        for p in sources.iter().chain(std::iter::once(&dest)) {
+            let key = p.backend.endpoint_key();
+            if !opened.iter().any(|(k, _)| *k == key) {
+                opened.push((key, p.backend.clone()));
+            }
+        }
+        (sources, dest)
+    } else {
+        if t.sources.is_empty() {
+            return failed_report(TransferError::Usage("no source given".into()), started);
+        }
+        if !on_engine(&t.sources, &t.dest) {
+            return drive_loop(t, stats, events, cancel, started).await;
+        }
+        let mut sources = Vec::new();
+        for s in &t.sources {
+            let key = crate::backend::key_of(s);
+            match open_shared(&mut opened, key, s, &t.opts).await {
+                Ok(p) => sources.push(p),
+                Err(e) => return failed_report(e, started),
+            }
+        }
+        let key = crate::backend::key_of(&t.dest);
+        let dest = match open_shared(&mut opened, key, &t.dest, &t.opts).await {
+            Ok(p) => p,
+            Err(e) => return failed_report(e, started),
+        };
+        (sources, dest)
+    };
+    let run = Arc::new(Run {
+        sources,
+        dest,
+        opts: t.opts.clone(),
+        stats: stats.clone(),
+        events: events.clone(),
+        cancel: cancel.clone(),
+    });
+    let ticker = tokio::spawn(tick(stats.clone(), events.clone()));
+    let planned = tokio::select! {
+        p = engine::plan(&run.sources, &run.dest, &run.opts, &events) => p,
+        _ = cancel.cancelled() => Err(TransferError::cancelled()),
+    };
+    let files = match planned {
+        Ok(p) => engine::run(run.clone(), p).await,
+        Err(e) => {
+            ticker.abort();
+            close_all(&opened).await;
+            return failed_report(e, started);
+        }
+    };
+    ticker.abort();
+    emit_progress(&stats, &events);
+    let info: Vec<_> = opened.iter().map(|(_, b)| b.info()).collect();
+    close_all(&opened).await;
+    let bytes = files.iter().map(|f| f.bytes).sum();
+    let failed: Vec<&FileReport> = files.iter().filter(|f| f.error.is_some()).collect();
+    let error = failed.first().and_then(|f| f.error.as_ref()).map(|e| {
+        let more = failed.len() - 1;
+        let msg = if more > 0 {
+            format!(
+                "{} (and {more} more file{} failed)",
+                e.message,
+                if more == 1 { "" } else { "s" }
+            )
+        } else {
+            e.message.clone()
+        };
+        TransferError::from_kind(e.kind, msg)
+    });
+    let protocol = opened
+        .iter()
+        .map(|(_, b)| b.info().protocol.unwrap_or_else(|| b.scheme().to_string()))
+        .filter(|p| p != "local")
+        .collect::<Vec<_>>();
+    Report {
+        files_copied: files.iter().filter(|f| f.error.is_none()).count() as u64,
+        bytes,
+        seconds: engine::since(started),
+        protocol: if protocol.is_empty() {
+            "local".into()
+        } else {
+            protocol.join(" -> ")
+        },
+        streams: info.iter().map(|i| i.connections).sum(),
+        chunk: info.iter().map(|i| i.chunk).max().unwrap_or(0),
+        cipher: info.iter().find_map(|i| i.cipher.clone()),
+        files,
+        error,
+    }
+}
+
+/// One backend per server and account, shared by every source and the
+/// destination that name it (so SFTP to the same server can copy on the
+/// server).
+async fn open_shared(
+    opened: &mut Vec<(String, Arc<dyn crate::backend::Backend>)>,
+    key: String,
+    loc: &Location,
+    opts: &CopyOptions,
+) -> Result<Place, TransferError> {
+    let existing = opened
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, b)| b.clone());
+    let (backend, path, dir_hint) = crate::backend::open(loc, opts, existing).await?;
+    if !opened.iter().any(|(k, _)| *k == key) {
+        opened.push((key, backend.clone()));
+    }
+    Ok(Place {
+        backend,
+        path,
+        dir_hint,
+    })
+}
+
+async fn close_all(opened: &[(String, Arc<dyn crate::backend::Backend>)]) {
+    for (_, b) in opened {
+        b.close().await;
+    }
+}
+
+fn failed_report(e: TransferError, started: Instant) -> Report {
+    Report {
+        files: Vec::new(),
+        files_copied: 0,
+        bytes: 0,
+        seconds: engine::since(started),
+        protocol: String::new(),
+        streams: 0,
+        chunk: 0,
+        cipher: None,
+        error: Some(e),
+    }
+}
+
+async fn tick(stats: Arc<Stats>, events: Emitter) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        emit_progress(&stats, &events);
+    }
+}
+
+fn emit_progress(stats: &Stats, events: &Emitter) {
+    let (bytes_done, bytes_total, files_done, files_total) = stats.snapshot();
+    events.emit(Event::Progress {
+        bytes_done,
+        bytes_total,
+        files_done,
+        files_total,
+    });
+}
+
+/// A copy between the local disk and one server, on its protocol's copy
+/// loop, on a thread of its own (the loops build their own runtimes).
+/// Progress comes from the loop's counters; cancel sets the flag the
+/// loops check as bytes move.
+async fn drive_loop(
+    t: Transfer,
+    stats: Arc<Stats>,
+    events: Emitter,
+    cancel: Cancel,
+    started: Instant,
+) -> Report {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let s2 = stats.clone();
+    let spawned = std::thread::Builder::new()
+        .name("ferry-copy".into())
+        .spawn(move || {
+            let r = crate::copy_on_loop(&t.sources, &t.dest, &t.opts, s2);
+            let _ = tx.send(r);
+        });
+    if let Err(e) = spawned {
+        return failed_report(
+            TransferError::Local(format!("cannot start a thread: {e}")),
+            started,
+        );
+    }
+    let ticker = tokio::spawn(tick(stats.clone(), events.clone()));
+    let watch = {
+        let (stats, cancel) = (stats.clone(), cancel.clone());
+        tokio::spawn(async move {
+            cancel.cancelled().await;
+            stats.cancel.store(true, Ordering::SeqCst);
+        })
+    };
+    let res = rx.await.unwrap_or_else(|_| {
+        Err(TransferError::Local(
+            "internal: the copy thread ended without a result".into(),
+        ))
+    });
+    ticker.abort();
+    watch.abort();
+    emit_progress(&stats, &events);
+    let res = match res {
+        Err(_) if cancel.is_cancelled() => Err(TransferError::cancelled()),
+        r => r,
+    };
+    match res {
+        Ok(s) => Report {
+            files: Vec::new(),
+            files_copied: s.files,
+            bytes: s.bytes,
+            seconds: s.seconds,
+            protocol: s.protocol.to_string(),
+            streams: s.streams,
+            chunk: s.chunk,
+            cipher: s.cipher,
+            error: None,
+        },
+        Err(e) => failed_report(e, started),
+    }
+}

@@ -1,0 +1,471 @@
+//! The engine against the in-memory backend, with faults injected: plan,
+//! ranges, retries, stalls, a full disk, failed renames, cancellation and
+//! resume, without a socket. Each test says what must hold for a user:
+//! no wrong file under a final name, what was there kept unless the copy
+//! completed, every failure reported once per file.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferry_engine::backend::memory::{Faults, Memory};
+use ferry_engine::{BackendPath, CopyOptions, ErrorKind, Event, Report, Transfer};
+
+fn data(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 9) as u8)
+        .collect()
+}
+
+fn at(m: &Memory, p: &str) -> BackendPath {
+    BackendPath {
+        backend: Arc::new(m.clone()),
+        path: p.into(),
+    }
+}
+
+async fn run(t: Transfer) -> (Report, Vec<Event>) {
+    let mut h = t.start();
+    let mut events = Vec::new();
+    while let Some(e) = h.next_event().await {
+        events.push(e);
+    }
+    (h.wait().await, events)
+}
+
+fn opts() -> CopyOptions {
+    CopyOptions {
+        timeout: Duration::from_secs(5),
+        ..CopyOptions::default()
+    }
+}
+
+fn parts(m: &Memory) -> Vec<String> {
+    m.files()
+        .into_iter()
+        .filter(|f| f.contains(".ferry-part"))
+        .collect()
+}
+
+#[tokio::test]
+async fn one_file_into_a_directory_with_events_in_order() {
+    let (a, b) = (Memory::new("a"), Memory::new("b"));
+    a.put("/src/f.bin", &data(300_000, 1), 1_700_000_000);
+    b.mkdir("/dst");
+    let (r, ev) = run(Transfer::between(
+        vec![at(&a, "/src/f.bin")],
+        at(&b, "/dst"),
+        opts(),
+    ))
+    .await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(b.get("/dst/f.bin").as_deref(), Some(&data(300_000, 1)[..]));
+    assert!(parts(&b).is_empty());
+    assert_eq!(r.files.len(), 1);
+    assert_eq!(r.bytes, 300_000);
+    assert!(matches!(
+        ev.first(),
+        Some(Event::Planned {
+            files: 1,
+            bytes: 300_000
+        })
+    ));
+    assert!(ev.iter().any(|e| matches!(e, Event::FileStarted { .. })));
+    assert!(ev
+        .iter()
+        .any(|e| matches!(e, Event::FileDone(f) if f.error.is_none())));
+    assert!(matches!(
+        ev.last(),
+        Some(Event::Progress {
+            bytes_done: 300_000,
+            ..
+        })
+    ));
+}
+
+#[tokio::test]
+async fn tree_with_odd_names_and_times_kept() {
+    let (a, b) = (Memory::new("a"), Memory::new("b"));
+    let names = [
+        "/t/a b.txt",
+        "/t/ünï/ç%d+.bin",
+        "/t/x/y/z/deep",
+        "/t/empty.dat",
+    ];
+    for (i, n) in names.iter().enumerate() {
+        let len = if n.ends_with("empty.dat") {
+            0
+        } else {
+            1000 * (i + 1)
+        };
+        a.put(n, &data(len, i as u8), 1_600_000_000 + i as i64);
+    }
+    a.mkdir("/t/emptydir");
+    let o = CopyOptions {
+        recursive: true,
+        preserve: true,
+        ..opts()
+    };
+    let (r, _) = run(Transfer::between(vec![at(&a, "/t")], at(&b, "/copy"), o)).await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    for (i, n) in names.iter().enumerate() {
+        let d = n.replacen("/t/", "/copy/", 1);
+        assert_eq!(b.get(&d), a.get(n), "{d}");
+        assert_eq!(b.mtime(&d), Some(1_600_000_000 + i as i64), "{d}");
+    }
+    assert!(parts(&b).is_empty());
+    assert_eq!(r.files.len(), names.len());
+}
+
+#[tokio::test]
+async fn a_big_file_in_ranges_finishing_out_of_order() {
+    let (a, b) = (Memory::new("a"), Memory::new("b"));
+    let body = data(5_000_000, 7);
+    a.put("/big", &body, 0);
+    a.set_faults(Faults {
+        reorder: true,
+        ..Faults::default()
+    });
+    b.set_faults(Faults {
+        short_writes: false,
+        ..Faults::default()
+    });
+    let o = CopyOptions {
+        split_min: 1_000_000,
+        streams: Some(4),
+        ..opts()
+    };
+    let (r, _) = run(Transfer::between(
+        vec![at(&a, "/big")],
+        at(&b, "/big.copy"),
+        o,
+    ))
+    .await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(b.get("/big.copy").as_deref(), Some(&body[..]));
+    // Four ranges, four reads.
+    assert_eq!(
+        a.counters.reads.load(std::sync::atomic::Ordering::Relaxed),
+        4
+    );
+}
+
+#[tokio::test]
+async fn short_writes_keep_every_byte_in_place() {
+    let (a, b) = (Memory::new("a"), Memory::new("b"));
+    let body = data(40_000, 3);
+    a.put("/f", &body, 0);
+    b.set_faults(Faults {
+        short_writes: true,
+        ..Faults::default()
+    });
+    let (r, _) = run(Transfer::between(vec![at(&a, "/f")], at(&b, "/g"), opts())).await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(b.get("/g").as_deref(), Some(&body[..]));
+}
+
+#[tokio::test]
+async fn transient_failures_are_retried_and_said() {
+    let (a, b) = (Memory::new("a"), Memory::new("b"));
+    let body = data(1_000_000, 9);
+    a.put("/f", &body, 0);
+    a.set_faults(Faults {
+        fail_read_after: Some(200_000),
+        transient_reads: 2,
+        ..Faults::default()
+    });
+    let (r, ev) = run(Transfer::between(vec![at(&a, "/f")], at(&b, "/g"), opts())).await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(b.get("/g").as_deref(), Some(&body[..]));
+    let retries = ev
+        .iter()
+        .filter(|e| matches!(e, Event::Warning(w) if w.contains("retrying")))
+        .count();
+    assert_eq!(retries, 2);
+    // Bytes of failed attempts are not counted twice.
+    assert_eq!(r.bytes, 1_000_000);
+}
+
+#[tokio::test]
+async fn one_refused_file_fails_alone_and_is_reported_once() {
+    let (a, b) = (Memory::new("a"), Memory::new("b"));
+    for i in 0..5 {
+        a.put(&format!("/d/f{i}"), &data(10_000, i), 0);
+    }
+    a.set_faults(Faults {
+        refuse_path: Some(b"/d/f2".to_vec()),
+        ..Faults::default()
+    });
+    let o = CopyOptions {
+        recursive: true,
+        ..opts()
+    };
+    let (r, ev) = run(Transfer::between(vec![at(&a, "/d")], at(&b, "/e"), o)).await;
+    let failed: Vec<_> = r.files.iter().filter(|f| f.error.is_some()).collect();
+    assert_eq!(failed.len(), 1);
+    let err = failed[0]
+        .error
+        .as_ref()
+        .map(|e| (e.kind, e.message.clone()));
+    assert!(
+        matches!(&err, Some((ErrorKind::Remote, m)) if m.contains("/d/f2") && m.contains("permission denied")),
+        "{err:?}"
+    );
+    assert_eq!(r.error.as_ref().map(|e| e.exit_code()), Some(4));
+    assert_eq!(b.get("/e/f2"), None);
+    for i in [0, 1, 3, 4] {
+        assert_eq!(b.get(&format!("/e/f{i}")), a.get(&format!("/d/f{i}")));
+    }
+    let done_events = ev
+        .iter()
+        .filter(|e| matches!(e, Event::FileDone(f) if f.error.is_some()))
+        .count();
+    assert_eq!(done_events, 1);
+}
+
+#[tokio::test]
+async fn a_stalled_source_ends_within_its_timeout() {
+    let (a, b) = (Memory::new("a"), Memory::new("b"));
+    a.put("/f", &data(500_000, 1), 0);
+    a.set_faults(Faults {
+        stall_after: Some(100_000),
+        ..Faults::default()
+    });
+    let o = CopyOptions {
+        timeout: Duration::from_millis(300),
+        retries: 2,
+        ..opts()
+    };
+    let t0 = Instant::now();
+    let (r, _) = run(Transfer::between(vec![at(&a, "/f")], at(&b, "/g"), o)).await;
+    let took = t0.elapsed();
+    let e = r.error.expect("a stall must fail");
+    assert!(e.to_string().contains("stalled"), "{e}");
+    assert_eq!(e.exit_code(), 1);
+    // Two attempts of 300 ms and one backoff of at most ~0.3 s.
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    assert_eq!(b.get("/g"), None);
+}
+
+#[tokio::test]
+async fn a_full_disk_keeps_the_old_file() {
+    let (a, b) = (Memory::new("a"), Memory::new("b"));
+    a.put("/f", &data(2_000_000, 1), 0);
+    b.put("/g", b"the old contents", 5);
+    b.set_faults(Faults {
+        capacity: Some(1_000_000),
+        ..Faults::default()
+    });
+    let (r, _) = run(Transfer::between(vec![at(&a, "/f")], at(&b, "/g"), opts())).await;
+    let e = r.error.expect("must fail");
+    assert!(e.to_string().contains("no space left"), "{e}");
+    assert_eq!(b.get("/g").as_deref(), Some(&b"the old contents"[..]));
+}
+
+#[tokio::test]
+async fn a_failed_rename_leaves_the_final_name_alone() {
+    let (a, b) = (Memory::new("a"), Memory::new("b"));
+    a.put("/f", &data(10_000, 1), 0);
+    b.put("/g", b"old", 5);
+    b.set_faults(Faults {
+        fail_rename: true,
+        ..Faults::default()
+    });
+    let (r, _) = run(Transfer::between(vec![at(&a, "/f")], at(&b, "/g"), opts())).await;
+    assert!(r.error.is_some());
+    assert_eq!(b.get("/g").as_deref(), Some(&b"old"[..]));
+}
+
+#[tokio::test]
+async fn cancel_stops_promptly_and_leaves_no_final_file() {
+    let (a, b) = (Memory::new("a"), Memory::new("b"));
+    for i in 0..20 {
+        a.put(&format!("/d/f{i:02}"), &data(400_000, i), 0);
+    }
+    a.set_faults(Faults {
+        // Slow enough to cancel in the middle.
+        reorder: true,
+        ..Faults::default()
+    });
+    let o = CopyOptions {
+        recursive: true,
+        parallel: Some(2),
+        ..opts()
+    };
+    let mut h = Transfer::between(vec![at(&a, "/d")], at(&b, "/e"), o).start();
+    let t0 = Instant::now();
+    while let Some(e) = h.next_event().await {
+        if let Event::Progress { bytes_done, .. } = e {
+            if bytes_done > 1_000_000 {
+                h.cancel();
+            }
+        }
+        if let Event::FileDone(f) = &e {
+            if f.error.is_none()
+                && h.stats()
+                    .bytes_done
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                    > 1_000_000
+            {
+                h.cancel();
+            }
+        }
+    }
+    let r = h.wait().await;
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    let e = r.error.expect("cancelled");
+    assert_eq!(e.kind(), ErrorKind::Cancelled);
+    // Every file under a final name is complete; some never started.
+    let finals: Vec<String> = b
+        .files()
+        .into_iter()
+        .filter(|f| !f.contains(".ferry-part"))
+        .collect();
+    assert!(finals.len() < 20, "{finals:?}");
+    for f in finals {
+        assert_eq!(b.get(&f), a.get(&f.replacen("/e/", "/d/", 1)), "{f}");
+    }
+}
+
+#[tokio::test]
+async fn resume_sends_only_the_rest_after_checking_the_tail() {
+    let (a, b) = (Memory::new("a"), Memory::new("b"));
+    let body = data(3_000_000, 5);
+    a.put("/f", &body, 0);
+    a.set_faults(Faults {
+        fail_read_after: Some(2_000_000),
+        ..Faults::default()
+    });
+    let o = CopyOptions {
+        retries: 1,
+        ..opts()
+    };
+    let (r, _) = run(Transfer::between(
+        vec![at(&a, "/f")],
+        at(&b, "/g"),
+        o.clone(),
+    ))
+    .await;
+    assert!(r.error.is_some());
+    assert_eq!(b.get("/g"), None);
+    assert_eq!(b.get("/.g.ferry-part").map(|p| p.len()), Some(2_000_000));
+
+    a.set_faults(Faults::default());
+    let read_before = a
+        .counters
+        .bytes_read
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let o = CopyOptions { resume: true, ..o };
+    let (r, _) = run(Transfer::between(vec![at(&a, "/f")], at(&b, "/g"), o)).await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(b.get("/g").as_deref(), Some(&body[..]));
+    let read = a
+        .counters
+        .bytes_read
+        .load(std::sync::atomic::Ordering::Relaxed)
+        - read_before;
+    // The rest (1 MB) and the 64 KiB tail check, nothing more.
+    assert_eq!(read, 1_000_000 + 64 * 1024);
+    assert_eq!(r.bytes, 1_000_000);
+}
+
+#[tokio::test]
+async fn resume_starts_over_when_the_part_differs() {
+    let (a, b) = (Memory::new("a"), Memory::new("b"));
+    let body = data(500_000, 5);
+    a.put("/f", &body, 0);
+    b.put("/.g.ferry-part", &data(200_000, 99), 0);
+    let o = CopyOptions {
+        resume: true,
+        ..opts()
+    };
+    let (r, ev) = run(Transfer::between(vec![at(&a, "/f")], at(&b, "/g"), o)).await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(b.get("/g").as_deref(), Some(&body[..]));
+    assert!(ev
+        .iter()
+        .any(|e| matches!(e, Event::Warning(w) if w.contains("starting over"))));
+}
+
+#[tokio::test]
+async fn usage_errors_say_what_to_do() {
+    let (a, b) = (Memory::new("a"), Memory::new("b"));
+    a.put("/d/f", b"x", 0);
+    a.put("/g", b"y", 0);
+    let (r, _) = run(Transfer::between(vec![at(&a, "/d")], at(&b, "/x"), opts())).await;
+    let e = r.error.expect("a directory without -r");
+    assert!(e.to_string().contains("use -r"), "{e}");
+    let (r, _) = run(Transfer::between(
+        vec![at(&a, "/d/f"), at(&a, "/g")],
+        at(&b, "/nope"),
+        opts(),
+    ))
+    .await;
+    let e = r.error.expect("several sources, no directory");
+    assert!(e.to_string().contains("several sources"), "{e}");
+    assert_eq!(e.exit_code(), 2);
+    let (r, _) = run(Transfer::between(
+        vec![at(&a, "/missing")],
+        at(&b, "/x"),
+        opts(),
+    ))
+    .await;
+    let e = r.error.expect("missing source");
+    assert!(e.to_string().contains("mem://a/missing"), "{e}");
+}
+
+#[test]
+fn the_blocking_wrapper_runs_and_cancels_from_its_callback() {
+    let (a, b) = (Memory::new("a"), Memory::new("b"));
+    for i in 0..10 {
+        a.put(&format!("/d/f{i}"), &data(200_000, i), 0);
+    }
+    let o = CopyOptions {
+        recursive: true,
+        parallel: Some(1),
+        ..opts()
+    };
+    let mut seen = 0;
+    let r = ferry_engine::run_blocking(
+        Transfer::between(vec![at(&a, "/d")], at(&b, "/e"), o),
+        |e| {
+            if matches!(e, Event::FileDone(_)) {
+                seen += 1;
+            }
+            seen < 3
+        },
+    );
+    assert_eq!(r.error.map(|e| e.kind()), Some(ErrorKind::Cancelled));
+    let finals = b
+        .files()
+        .into_iter()
+        .filter(|f| !f.contains(".ferry-part"))
+        .count();
+    assert!((3..10).contains(&finals), "{finals}");
+}
+
+#[test]
+fn local_to_local_through_the_library() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(src.join("sub")).expect("mkdir");
+    std::fs::write(src.join("a.txt"), b"hello").expect("write");
+    std::fs::write(src.join("sub/b.bin"), data(3_000_000, 2)).expect("write");
+    let dst = dir.path().join("dst");
+    let opts = CopyOptions {
+        recursive: true,
+        ..CopyOptions::default()
+    };
+    let s = ferry_engine::copy(
+        &[ferry_engine::Location::Local(src.clone())],
+        &ferry_engine::Location::Local(dst.clone()),
+        &opts,
+        Arc::new(ferry_engine::Stats::default()),
+    )
+    .expect("copy");
+    assert_eq!(s.files, 2);
+    assert_eq!(std::fs::read(dst.join("a.txt")).expect("read"), b"hello");
+    assert_eq!(
+        std::fs::read(dst.join("sub/b.bin")).expect("read"),
+        data(3_000_000, 2)
+    );
+}
