@@ -58,6 +58,8 @@ impl Http {
         let mut h = opts.http.clone();
         h.h1_connections = opts.files_in_flight().max(opts.streams.unwrap_or(1)).max(1);
         let client = Client::new(h)?;
+        // The command line's credentials go to the origins it names.
+        client.trust(&spec.url);
         let root_path = spec.url.decoded_path();
         let dir = spec.url.is_dir();
         Ok((
