@@ -140,7 +140,11 @@ fn credentials(spec: &FtpSpec, opts: &CopyOptions) -> (String, String) {
         },
     };
     let pass = pass
-        .or_else(|| std::env::var("FERRY_PASSWORD").ok())
+        .or_else(|| {
+            opts.connect
+                .prompt
+                .password(&format!("{user}@{}", spec.host), opts.connect.interactive)
+        })
         .or_else(|| {
             entry
                 .filter(|e| e.login == user)
@@ -167,8 +171,8 @@ pub(crate) fn endpoint(spec: &FtpSpec, opts: &CopyOptions) -> Result<Arc<Endpoin
         None
     } else {
         if opts.http.tls.insecure {
-            eprintln!(
-                "ferry: warning: --insecure: the server's certificate is not checked; anyone on the path can read and change this transfer"
+            tracing::warn!(
+                "--insecure: the server's certificate is not checked; anyone on the path can read and change this transfer"
             );
         }
         Some(ferry_http::tls::client_config(&opts.http.tls, &[])?)
@@ -584,8 +588,8 @@ fn walk(
     while let Some((d, local)) = stack.pop() {
         let (entries, refused) = conn.list(&d)?;
         for r in refused {
-            eprintln!(
-                "ferry: {}: skipping the entry {r:?}: not a plain file name (it could write outside the destination)",
+            tracing::warn!(
+                "{}: skipping the entry {r:?}: not a plain file name (it could write outside the destination)",
                 conn.url(&d)
             );
         }
@@ -639,18 +643,20 @@ fn plan_file(
     if opts.resume {
         let part_len = std::fs::metadata(&p.tmp).map(|m| m.len()).unwrap_or(0);
         match Partial::read(&p.journal) {
-            Some(pr) if validator.is_some() && pr.validator == validator && pr.size == Some(size) => {
+            Some(pr)
+                if validator.is_some() && pr.validator == validator && pr.size == Some(size) =>
+            {
                 done = if pr.sequential {
                     vec![(0, part_len.min(size))]
                 } else {
                     pr.done.clone()
                 };
             }
-            Some(_) => eprintln!(
-                "ferry: {url}: the file changed on the server since the partial download; starting over"
+            Some(_) => tracing::warn!(
+                "{url}: the file changed on the server since the partial download; starting over"
             ),
-            None if part_len > 0 => eprintln!(
-                "ferry: {url}: no resume record next to {}; starting over",
+            None if part_len > 0 => tracing::warn!(
+                "{url}: no resume record next to {}; starting over",
                 p.tmp.display()
             ),
             None => {}
@@ -1055,8 +1061,8 @@ fn resumable(c: &mut Conn, f: &PutFile, local: &File) -> Result<u64, Fail> {
     if theirs == ours {
         Ok(have)
     } else {
-        eprintln!(
-            "ferry: {}: the partial upload on the server does not match the local file; starting over",
+        tracing::warn!(
+            "{}: the partial upload on the server does not match the local file; starting over",
             c.url(&f.tmp)
         );
         Ok(0)

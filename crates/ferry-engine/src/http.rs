@@ -91,13 +91,10 @@ pub(crate) fn copy(
 /// decrypt in parallel on two workers: one thread was 12% slower there
 /// (docs/internals/http.md, "Runtime").
 fn runtime(opts: &CopyOptions) -> Result<tokio::runtime::Runtime, TransferError> {
-    // FERRY_HTTP_THREADS (tuning): 0 runs everything on this thread;
-    // N > 0 uses N worker threads.
+    // http_threads (tuning): 0 runs everything on this thread; N > 0
+    // uses N worker threads.
     let default = if opts.streams.unwrap_or(1) > 1 { 2 } else { 0 };
-    let threads = std::env::var("FERRY_HTTP_THREADS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .unwrap_or(default);
+    let threads = opts.http_threads.unwrap_or(default);
     if threads == 0 {
         return one_thread_runtime();
     }
@@ -341,20 +338,18 @@ const MAX_SHARDS: usize = 4;
 /// kB from nginx 18% faster on this 2-core machine (51.9 -> 42.6 ms;
 /// docs/internals/http.md, "Shards"). One shard for a single file, for `--streams`
 /// (ranges run on a multi-thread runtime), with `-P 1`, and when
-/// `FERRY_HTTP_THREADS` picks the runtime; `FERRY_HTTP_SHARDS=N` sets the
-/// count (tuning).
+/// `CopyOptions::http_threads` picks the runtime; `http_shards` sets the
+/// count (tuning; the CLI reads them from `FERRY_HTTP_THREADS` and
+/// `FERRY_HTTP_SHARDS`).
 fn shards(sources: &[HttpSpec], opts: &CopyOptions) -> usize {
-    if let Some(n) = std::env::var("FERRY_HTTP_SHARDS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-    {
+    if let Some(n) = opts.http_shards {
         return n.clamp(1, MAX_SHARDS);
     }
     let several = sources.len() > 1 || opts.recursive;
     if !several
         || opts.streams.unwrap_or(1) > 1
         || opts.files_in_flight() < 2
-        || std::env::var_os("FERRY_HTTP_THREADS").is_some()
+        || opts.http_threads.is_some()
     {
         return 1;
     }
@@ -589,7 +584,7 @@ async fn list(
         return Ok(None);
     };
     for r in refused {
-        eprintln!("ferry: {base}: skipping the entry {r:?}: not a plain file name (it could write outside the destination)");
+        tracing::warn!("{base}: skipping the entry {r:?}: not a plain file name (it could write outside the destination)");
     }
     Ok(Some((base.as_dir(), entries)))
 }
@@ -681,14 +676,14 @@ async fn single(
                 if_range = Some(v.clone());
             }
             Some(_) => {}
-            None => eprintln!(
-                "ferry: {}: the server gave no ETag or Last-Modified for the partial download, so it cannot be checked; starting over",
+            None => tracing::warn!(
+                "{}: the server gave no ETag or Last-Modified for the partial download, so it cannot be checked; starting over",
                 job.url
             ),
         }
     } else if ctx.resume && part_len > 0 {
-        eprintln!(
-            "ferry: {}: no resume record next to {}; starting over",
+        tracing::warn!(
+            "{}: no resume record next to {}; starting over",
             job.url,
             p.tmp.display()
         );
@@ -706,8 +701,8 @@ async fn single(
     let mut resp = ctx.client.get(&job.url, &h).await?;
     if resp.status == StatusCode::RANGE_NOT_SATISFIABLE && have > 0 {
         // The file shrank (or the part file is already whole): start over.
-        eprintln!(
-            "ferry: {}: the server refused to continue at byte {have}; starting over",
+        tracing::warn!(
+            "{}: the server refused to continue at byte {have}; starting over",
             job.url
         );
         drop(resp);
@@ -745,13 +740,13 @@ async fn single(
         _ => {
             if have > 0 {
                 if validator(&resp.headers) == if_range {
-                    eprintln!(
-                        "ferry: {}: the server does not continue downloads (no Range support); starting over",
+                    tracing::warn!(
+                        "{}: the server does not continue downloads (no Range support); starting over",
                         job.url
                     );
                 } else {
-                    eprintln!(
-                        "ferry: {}: the file changed on the server since the partial download; starting over",
+                    tracing::warn!(
+                        "{}: the file changed on the server since the partial download; starting over",
                         job.url
                     );
                 }
@@ -1021,8 +1016,8 @@ async fn segmented(
                 pr.done.clone()
             };
         } else {
-            eprintln!(
-                "ferry: {}: the file changed on the server since the partial download; starting over",
+            tracing::warn!(
+                "{}: the file changed on the server since the partial download; starting over",
                 job.url
             );
         }
@@ -1323,8 +1318,8 @@ fn upload(
         // ignored Content-Range would store the rest as the whole file.
         let ranged = big && put_ranges(&client, &dest.url).await;
         if resume && big && !ranged {
-            eprintln!(
-                "ferry: {}: the server does not take ranged PUTs (Content-Range), so uploads \
+            tracing::warn!(
+                "{}: the server does not take ranged PUTs (Content-Range), so uploads \
                  cannot be resumed there; sending every file from the start",
                 dest.url
             );
@@ -1421,8 +1416,8 @@ async fn mkcol_all(client: &Client, dirs: &[Url]) -> Result<(), TransferError> {
                 return Err(HttpError::status(&url.to_string(), resp.status).into())
             }
             s => {
-                eprintln!(
-                    "ferry: {url}: the server refused to create the directory (HTTP {s}); \
+                tracing::warn!(
+                    "{url}: the server refused to create the directory (HTTP {s}); \
                      directories without files are left out"
                 );
                 return Ok(());
@@ -1575,8 +1570,8 @@ async fn resume_point(
         if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
             return Err(HttpError::status(&url.to_string(), status).into());
         }
-        eprintln!(
-            "ferry: {url}: the server did not say how much of the upload it holds \
+        tracing::warn!(
+            "{url}: the server did not say how much of the upload it holds \
              (HTTP {status}); sending {} from the start",
             src.display()
         );
@@ -1601,8 +1596,8 @@ async fn resume_point(
         _ => false,
     };
     if !matches {
-        eprintln!(
-            "ferry: {url}: the partial upload on the server ({have} bytes) is not the start \
+        tracing::warn!(
+            "{url}: the partial upload on the server ({have} bytes) is not the start \
              of {}; starting over",
             src.display()
         );

@@ -41,11 +41,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 pub use error::{ErrorKind, TransferError};
 pub use ferry_http::{Options as HttpOptions, Version as HttpVersion};
-pub use ferry_ssh::{ConnectOptions, MAX_CHANNEL_PACKET};
+pub use ferry_ssh::{ConnectOptions, Prompt, PromptHandle, MAX_CHANNEL_PACKET};
 pub use ftp::FtpOptions;
 pub use location::{FtpSpec, HttpSpec, Location, RemotePath, RemoteSpec};
 pub use transfer::{
-    run_blocking, BackendPath, Cancel, Event, FileError, FileReport, Prompt, Report, Transfer,
+    run_blocking, BackendPath, Cancel, Event, FileError, FileReport, Report, Transfer,
     TransferHandle,
 };
 
@@ -91,6 +91,10 @@ pub struct CopyOptions {
     /// Attempts per file or range for failures another try may cure (a
     /// lost connection, HTTP 5xx, FTP 421), with backoff and jitter.
     pub retries: u32,
+    /// HTTP tuning: worker threads of the runtime (0: the calling thread)
+    /// and download shards (docs/internals/http.md); `None`: measured.
+    pub http_threads: Option<usize>,
+    pub http_shards: Option<usize>,
 }
 
 impl CopyOptions {
@@ -118,6 +122,8 @@ impl Default for CopyOptions {
             ftp: FtpOptions::default(),
             timeout: engine::DEFAULT_TIMEOUT,
             retries: retry::DEFAULT_ATTEMPTS,
+            http_threads: None,
+            http_shards: None,
         }
     }
 }

@@ -639,7 +639,7 @@ pub(crate) fn report(first: &mut Option<TransferError>, e: TransferError) {
         (&e, f),
         (TransferError::Network(_), TransferError::Network(_))
     ) {
-        eprintln!("ferry: {e}");
+        tracing::warn!("{e}");
     }
 }
 
@@ -985,17 +985,14 @@ async fn walk_remote(
                 match sftp.stat(&rpath).await {
                     Ok(a) if a.is_regular() => attrs = a,
                     Ok(_) => {
-                        eprintln!(
-                            "ferry: skipping {host}:{}: symbolic link to a directory",
+                        tracing::warn!(
+                            "skipping {host}:{}: symbolic link to a directory",
                             lossy(&rpath)
                         );
                         continue;
                     }
                     Err(_) => {
-                        eprintln!(
-                            "ferry: skipping {host}:{}: dangling symbolic link",
-                            lossy(&rpath)
-                        );
+                        tracing::warn!("skipping {host}:{}: dangling symbolic link", lossy(&rpath));
                         continue;
                     }
                 }
@@ -1010,10 +1007,7 @@ async fn walk_remote(
             } else if attrs.is_regular() || attrs.permissions.is_none() {
                 files.push((rpath, lpath, attrs));
             } else {
-                eprintln!(
-                    "ferry: skipping {host}:{}: not a regular file",
-                    lossy(&rpath)
-                );
+                tracing::warn!("skipping {host}:{}: not a regular file", lossy(&rpath));
             }
         }
     }
@@ -1061,8 +1055,8 @@ async fn prepare_local_tmp(
             }
             let start = have.saturating_sub(backoff);
             if have > size {
-                eprintln!(
-                    "ferry: {}: partial file is larger than the source; starting over",
+                tracing::warn!(
+                    "{}: partial file is larger than the source; starting over",
                     dst.display()
                 );
             } else if start > 0 {
@@ -1070,8 +1064,8 @@ async fn prepare_local_tmp(
                     journal::remove(journal_path);
                     return Ok((vec![(start, size)], false));
                 }
-                eprintln!(
-                    "ferry: {}: partial file does not match {host}:{}; starting over",
+                tracing::warn!(
+                    "{}: partial file does not match {host}:{}; starting over",
                     dst.display(),
                     lossy(src)
                 );
@@ -1298,7 +1292,7 @@ pub(crate) fn upload(
                     ..Default::default()
                 };
                 if let Err(e) = sftp.setstat(d, attrs).await {
-                    eprintln!("ferry: {}", TransferError::sftp(&host, d, e));
+                    tracing::warn!("{}", TransferError::sftp(&host, d, e));
                 }
             }
         }
@@ -1356,16 +1350,13 @@ pub(crate) fn walk_local(
             let m = match std::fs::metadata(&p) {
                 Ok(m) => m,
                 Err(_) => {
-                    eprintln!("ferry: skipping {}: dangling symbolic link", p.display());
+                    tracing::warn!("skipping {}: dangling symbolic link", p.display());
                     continue;
                 }
             };
             if m.is_dir() {
                 if e.file_type().map(|t| t.is_symlink()).unwrap_or(false) {
-                    eprintln!(
-                        "ferry: skipping {}: symbolic link to a directory",
-                        p.display()
-                    );
+                    tracing::warn!("skipping {}: symbolic link to a directory", p.display());
                     continue;
                 }
                 dirs.push((rp.clone(), m));
@@ -1373,7 +1364,7 @@ pub(crate) fn walk_local(
             } else if m.is_file() {
                 files.push((p, rp, m));
             } else {
-                eprintln!("ferry: skipping {}: not a regular file", p.display());
+                tracing::warn!("skipping {}: not a regular file", p.display());
             }
         }
     }
@@ -1439,8 +1430,8 @@ async fn resume_remote_tmp(
     }
     let start = have.saturating_sub(backoff);
     if have > size {
-        eprintln!(
-            "ferry: {host}:{}: partial file is larger than the source; starting over",
+        tracing::warn!(
+            "{host}:{}: partial file is larger than the source; starting over",
             lossy(dst)
         );
     } else if start > 0 {
@@ -1448,8 +1439,8 @@ async fn resume_remote_tmp(
             journal::remove(journal_path);
             return Ok(Some(vec![(start, size)]));
         }
-        eprintln!(
-            "ferry: {host}:{}: partial file does not match {}; starting over",
+        tracing::warn!(
+            "{host}:{}: partial file does not match {}; starting over",
             lossy(dst),
             src.display()
         );

@@ -22,8 +22,9 @@
 //!
 //! Nothing here prints, reads the environment or prompts: warnings are
 //! events, and passwords, passphrases and host-key questions go through
-//! the [`Prompt`] the application gives (`ferry` the binary answers them
-//! on the terminal and from `FERRY_PASSWORD`).
+//! the [`Prompt`](crate::Prompt) the application puts in
+//! `CopyOptions::connect.prompt` (`ferry` the binary answers them on the
+//! terminal and from `FERRY_PASSWORD`).
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -193,23 +194,8 @@ impl Emitter {
         }
     }
     pub(crate) fn warn(&self, m: String) {
-        tracing::warn!("{m}");
+        tracing::debug!("{m}");
         self.emit(Event::Warning(m));
-    }
-}
-
-/// Answers what a person would be asked: passwords, key passphrases, and
-/// whether to trust a host key never seen before. The default answers
-/// nothing (no password, no passphrase, unknown keys refused), which is
-/// what an unattended program wants.
-pub trait Prompt: Send + Sync {
-    /// `what` is e.g. `alice@host's password`.
-    fn password(&self, _what: &str) -> Option<String> {
-        None
-    }
-    /// `key` is the key file's path.
-    fn passphrase(&self, _key: &str) -> Option<String> {
-        None
     }
 }
 

@@ -201,8 +201,8 @@ impl Client {
             resolve.insert((h.to_ascii_lowercase(), port), SocketAddr::new(ip, port));
         }
         if opts.tls.insecure && opts.tls.pins.is_empty() {
-            eprintln!(
-                "ferry: WARNING: --insecure: server certificates are NOT checked; anyone on the path can read and change this transfer"
+            tracing::warn!(
+                "--insecure: server certificates are NOT checked; anyone on the path can read and change this transfer"
             );
         }
         let netrc = if opts.netrc {

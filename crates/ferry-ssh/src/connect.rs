@@ -12,7 +12,6 @@
 //! with the jump host's own configuration. Every hop's host key is checked
 //! under that hop's own name, and host certificates are accepted when an
 //! `@cert-authority` line trusts their CA for the host.
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -52,8 +51,12 @@ pub struct ConnectOptions {
     /// Largest SSH channel packet we accept (default 255 KiB: a READ reply
     /// then fits one packet; docs/internals/sftp.md).
     pub max_packet: u32,
-    /// May we prompt on the terminal (passwords, passphrases, new host keys)?
+    /// May a person be asked (passwords, passphrases, new host keys),
+    /// through `prompt`? Off by default: a library asks nothing unless
+    /// the application says a person is there.
     pub interactive: bool,
+    /// Where questions and notices go (see [`crate::Prompt`]).
+    pub prompt: crate::PromptHandle,
     /// Compression (`-C`): zlib, as OpenSSH.
     pub compression: bool,
     /// `-J`: jump hosts, `[user@]host[:port][,...]`; beats `ProxyJump` and
@@ -71,7 +74,8 @@ impl Default for ConnectOptions {
             port: None,
             window_size: 64 * 1024 * 1024,
             max_packet: crate::MAX_CHANNEL_PACKET,
-            interactive: std::io::stdin().is_terminal() && std::io::stderr().is_terminal(),
+            interactive: false,
+            prompt: crate::PromptHandle::default(),
             compression: false,
             proxy_jump: None,
         }
@@ -275,6 +279,7 @@ impl Connector {
             window_size: opts.window_size,
             max_packet: opts.max_packet,
             interactive: opts.interactive,
+            prompt: opts.prompt.clone(),
             compression: false,
             proxy_jump: (!before.is_empty())
                 .then(|| before.iter().map(hop_spec).collect::<Vec<_>>().join(",")),
@@ -534,6 +539,7 @@ impl Connector {
             global_files: self.host.global_known_hosts_files.clone(),
             revoked: self.host.revoked_host_keys.clone(),
             interactive: self.opts.interactive && !self.host.batch_mode,
+            prompt: self.opts.prompt.clone(),
             verdict: verdict.clone(),
             prompted: prompted.clone(),
             cipher: cipher.clone(),
@@ -678,10 +684,7 @@ impl Connector {
                     tried.push("password".into());
                 }
                 // Only a person at a terminal gets to try again.
-                if !self.opts.interactive
-                    || std::env::var_os("FERRY_PASSWORD").is_some()
-                    || attempts >= 3
-                {
+                if !self.opts.interactive || !self.opts.prompt.retry_password() || attempts >= 3 {
                     break;
                 }
             }
@@ -856,15 +859,8 @@ impl Connector {
     }
 
     fn passphrase_for(&self, path: &std::path::Path) -> Result<Option<String>, SshError> {
-        if let Ok(p) = std::env::var("FERRY_PASSPHRASE") {
-            return Ok(Some(p));
-        }
-        if !self.opts.interactive || self.host.batch_mode {
-            return Ok(None);
-        }
-        rpassword::prompt_password(format!("Enter passphrase for key '{}': ", path.display()))
-            .map(Some)
-            .map_err(|e| SshError::Auth(format!("cannot read passphrase: {e}")))
+        let ask = self.opts.interactive && !self.host.batch_mode;
+        Ok(self.opts.prompt.passphrase(path, ask))
     }
 
     fn password(&self, attempt: usize) -> Result<Option<String>, SshError> {
@@ -872,16 +868,9 @@ impl Connector {
             if let Some(p) = lock_any(&self.password).clone() {
                 return Ok(Some(p));
             }
-            if let Ok(p) = std::env::var("FERRY_PASSWORD") {
-                return Ok(Some(p));
-            }
         }
-        if !self.opts.interactive || self.host.batch_mode {
-            return Ok(None);
-        }
-        rpassword::prompt_password(format!("{}'s password: ", self.label()))
-            .map(Some)
-            .map_err(|e| SshError::Auth(format!("cannot read password: {e}")))
+        let ask = self.opts.interactive && !self.host.batch_mode;
+        Ok(self.opts.prompt.password(&self.label(), ask))
     }
 }
 
@@ -965,6 +954,7 @@ pub(crate) struct ClientHandler {
     /// `RevokedHostKeys`.
     revoked: Option<PathBuf>,
     interactive: bool,
+    prompt: crate::PromptHandle,
     verdict: Arc<Mutex<Option<String>>>,
     /// Set once the user is asked about the host key: ConnectTimeout no
     /// longer applies then.
@@ -1049,7 +1039,7 @@ impl ClientHandler {
                     StrictHostKeyChecking::Yes => false,
                     StrictHostKeyChecking::Ask if self.interactive => {
                         self.prompted.store(true, Ordering::Relaxed);
-                        ask_yes_no(&format!(
+                        self.prompt.confirm(&format!(
                             "The authenticity of host '{}' can't be established.\n{alg} key fingerprint is {fp}.\nAre you sure you want to continue connecting (yes/no)? ",
                             self.host_port()
                         ))
@@ -1069,15 +1059,15 @@ impl ClientHandler {
                 }
                 if let Some(path) = learn_to {
                     match known_hosts::learn(&path, &self.host, self.port, &alg, &blob, false) {
-                        Ok(()) => eprintln!(
-                            "ferry: permanently added '{}' ({alg} {fp}) to {}",
+                        Ok(()) => self.prompt.notice(&format!(
+                            "permanently added '{}' ({alg} {fp}) to {}",
                             self.host_port(),
                             path.display()
-                        ),
-                        Err(e) => eprintln!(
-                            "ferry: warning: could not record the host key in {}: {e}",
+                        )),
+                        Err(e) => self.prompt.notice(&format!(
+                            "could not record the host key in {}: {e}",
                             path.display()
-                        ),
+                        )),
                     }
                 }
                 Ok(true)
@@ -1175,7 +1165,8 @@ impl ClientHandler {
         if accepted && ca_trusted {
             // ssh prints this too: the certificate is wrong even though the
             // key inside it is known.
-            eprintln!("ferry: warning: {why}; accepted its key, which known_hosts lists");
+            self.prompt
+                .notice(&format!("{why}; accepted its key, which known_hosts lists"));
         }
         if !accepted {
             let mut v = lock_any(&self.verdict);
@@ -1186,22 +1177,6 @@ impl ClientHandler {
         }
         Ok(accepted)
     }
-}
-
-fn ask_yes_no(prompt: &str) -> bool {
-    use std::io::{BufRead, Write};
-    let Ok(tty) = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/tty")
-    else {
-        return false;
-    };
-    let mut w = &tty;
-    let _ = w.write_all(prompt.as_bytes());
-    let mut line = String::new();
-    let _ = std::io::BufReader::new(&tty).read_line(&mut line);
-    line.trim().eq_ignore_ascii_case("yes")
 }
 
 impl client::Handler for ClientHandler {

@@ -17,10 +17,12 @@
 mod connect;
 mod error;
 mod hostcert;
+mod prompt;
 mod proxy_command;
 mod sftp;
 
 pub use connect::{ConnectOptions, Connector, SshConnection, CIPHERS};
+pub use prompt::{Prompt, PromptHandle};
 
 /// The largest channel packet to advertise or ask for. russh drops a
 /// connection whose transport packet is over 256 KiB + 33 bytes, before or

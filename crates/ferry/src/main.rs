@@ -16,6 +16,7 @@ use ferry_engine::{CopyOptions, Event, Location, Stats, Transfer, TransferError}
 
 mod ftp_args;
 mod http_args;
+mod prompt;
 mod serve;
 
 /// Transfers allocate and free many buffers of 32 KiB - 1 MiB per second;
@@ -204,11 +205,40 @@ fn init_logging(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("FERRY_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
+    let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_target(false)
-        .try_init();
+        .with_target(false);
+    // Without -v, the library's warnings read as ferry's own messages
+    // (`ferry: ...`), as they did when the engine printed them itself.
+    let _ = if verbose == 0 && std::env::var_os("FERRY_LOG").is_none() {
+        fmt.event_format(Plain).try_init()
+    } else {
+        fmt.try_init()
+    };
+}
+
+/// `ferry: MESSAGE` for the warnings and errors shown without -v.
+struct Plain;
+
+impl<S, N> tracing_subscriber::fmt::FormatEvent<S, N> for Plain
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut w: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        write!(w, "ferry: ")?;
+        if *event.metadata().level() == tracing::Level::WARN {
+            write!(w, "warning: ")?;
+        }
+        ctx.field_format().format_fields(w.by_ref(), event)?;
+        writeln!(w)
+    }
 }
 
 fn run_cp(args: CpArgs, matches: Option<&clap::ArgMatches>) -> i32 {
@@ -254,6 +284,14 @@ fn run_cp(args: CpArgs, matches: Option<&clap::ArgMatches>) -> i32 {
     opts.connect.options = args.ssh_option;
     opts.connect.proxy_jump = args.jump;
     opts.connect.compression = args.compress;
+    // A person may be asked (passwords, passphrases, new host keys) when
+    // both ends of the terminal are there.
+    opts.connect.interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+    opts.connect.prompt = ferry_engine::PromptHandle::new(Arc::new(prompt::Terminal));
+    // Tuning knobs of the HTTP path (docs/internals/http.md).
+    let env_num = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<usize>().ok());
+    opts.http_threads = env_num("FERRY_HTTP_THREADS");
+    opts.http_shards = env_num("FERRY_HTTP_SHARDS");
     opts.compressed = args.http.compressed;
     args.http.apply(&mut opts.http);
     args.ftp.apply(&mut opts.ftp);
