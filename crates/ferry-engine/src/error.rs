@@ -41,7 +41,7 @@ impl TransferError {
     /// can go.
     pub(crate) fn remote_to_remote(what: &crate::Location) -> TransferError {
         TransferError::Usage(format!(
-            "{}: remote-to-remote copies are not supported; copy to a local path first",
+            "internal: {}: a copy between two remotes reached a protocol loop; the engine (transfer::on_engine) runs those",
             what.describe()
         ))
     }

@@ -24,6 +24,11 @@
 //! ranges, TLS) in docs/internals/ftp.md.
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
+/// The README's Rust examples, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
+
 pub mod backend;
 mod engine;
 mod error;
@@ -283,7 +288,7 @@ pub(crate) fn copy_on_loop(
         Location::Sftp(d) => {
             if !remote_srcs.is_empty() {
                 return Err(TransferError::Usage(format!(
-                    "{}: remote-to-remote copies are not supported yet; copy to a local path first",
+                    "internal: {}: a copy between two remotes reached the SFTP loop; the engine (transfer::on_engine) runs those",
                     remote_srcs
                         .first()
                         .map(|r| r.original.as_str())
