@@ -341,6 +341,7 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
         && !r.opts.resume
         && dst.copy_within(&f.src, &target.write, size).await?
     {
+        tracing::info!("{}: copied on the server (copy-data)", dst.display(&f.dst));
         r.stats.bytes_done.fetch_add(size, Ordering::Relaxed);
         finalize(r, f, &target, size).await?;
         return Ok(size);

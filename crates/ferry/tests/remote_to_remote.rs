@@ -261,3 +261,25 @@ fn example_cancels_a_remote_to_remote_copy() {
         "a cancelled copy left a final file"
     );
 }
+
+/// ferry serve offers `copy-data`: a copy between two of its paths is
+/// made on the server (copy_file_range), and is byte-exact.
+#[test]
+fn ferry_serve_copies_on_the_server() {
+    let serve = FerryServe::start(&["--writable"]);
+    let want = make_file(&serve.root().join("a.bin"), 7 * MIB + 3, 8);
+    fs::create_dir_all(serve.root().join("d")).unwrap();
+    let out = serve.cp(&args!["-v", serve.url("/a.bin"), serve.url("/d/b.bin")]);
+    assert_ok(&out, "ferry serve -> same ferry serve");
+    assert!(
+        stderr_text(&out).contains("copy-data"),
+        "{}",
+        stderr_text(&out)
+    );
+    assert_file_hash(
+        &serve.root().join("d/b.bin"),
+        &want,
+        "copy-data on ferry serve",
+    );
+    assert!(part_files(&serve.root().join("d")).is_empty());
+}

@@ -554,7 +554,9 @@ impl SftpWrite {
 #[async_trait]
 impl Sink for SftpWrite {
     async fn write(&mut self, data: Bytes) -> Result<(), TransferError> {
-        if self.pending.is_empty() && data.len() == self.chunk {
+        // A piece no bigger than a request goes as it is: no copy (the
+        // source's pieces are its own request size, e.g. sshd's 255 KiB).
+        if self.pending.is_empty() && data.len() <= self.chunk {
             return self.send(data).await;
         }
         self.pending.extend_from_slice(&data);
