@@ -1254,6 +1254,37 @@ fn data_reply(mut buf: Vec<u8>, skew: usize, head: usize, len: usize, id: u32) -
     Bytes::from(buf).slice(skew..)
 }
 
+/// `copy-data@openssh.com`'s semantics: `len` bytes (0: to the end of the
+/// source) from `r` at `roff` to `w` at `woff`. copy_file_range first;
+/// pread/pwrite where the kernel cannot (another file system).
+fn copy_data(r: &File, mut roff: u64, len: u64, w: &File, mut woff: u64) -> io::Result<()> {
+    let mut left = if len == 0 { u64::MAX } else { len };
+    while left > 0 {
+        let want = left.min(1 << 30) as usize;
+        match rustix::fs::copy_file_range(r, Some(&mut roff), w, Some(&mut woff), want) {
+            Ok(0) => return Ok(()),
+            Ok(n) => left = left.saturating_sub(n as u64),
+            Err(rustix::io::Errno::XDEV | rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) => {
+                break
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let mut buf = vec![0u8; 1 << 20];
+    while left > 0 {
+        let want = left.min(buf.len() as u64) as usize;
+        let n = r.read_at(buf.get_mut(..want).unwrap_or_default(), roff)?;
+        if n == 0 {
+            return Ok(());
+        }
+        w.write_all_at(buf.get(..n).unwrap_or_default(), woff)?;
+        roff += n as u64;
+        woff += n as u64;
+        left = left.saturating_sub(n as u64);
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1334,35 +1365,4 @@ mod tests {
         assert!(h.get(b"123456789").is_none());
         assert_eq!(h.open, 1);
     }
-}
-
-/// `copy-data@openssh.com`'s semantics: `len` bytes (0: to the end of the
-/// source) from `r` at `roff` to `w` at `woff`. copy_file_range first;
-/// pread/pwrite where the kernel cannot (another file system).
-fn copy_data(r: &File, mut roff: u64, len: u64, w: &File, mut woff: u64) -> io::Result<()> {
-    let mut left = if len == 0 { u64::MAX } else { len };
-    while left > 0 {
-        let want = left.min(1 << 30) as usize;
-        match rustix::fs::copy_file_range(r, Some(&mut roff), w, Some(&mut woff), want) {
-            Ok(0) => return Ok(()),
-            Ok(n) => left = left.saturating_sub(n as u64),
-            Err(rustix::io::Errno::XDEV | rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) => {
-                break
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-    let mut buf = vec![0u8; 1 << 20];
-    while left > 0 {
-        let want = left.min(buf.len() as u64) as usize;
-        let n = r.read_at(buf.get_mut(..want).unwrap_or_default(), roff)?;
-        if n == 0 {
-            return Ok(());
-        }
-        w.write_all_at(buf.get(..n).unwrap_or_default(), woff)?;
-        roff += n as u64;
-        woff += n as u64;
-        left = left.saturating_sub(n as u64);
-    }
-    Ok(())
 }
