@@ -159,7 +159,7 @@ const NET_USAGE: &str = "\
 usage: ferry-linkem net up --name NAME [--delay-ms MS] [--jitter-ms MS]
                            [--loss PCT] [--loss-burst N] [--rate-mbps N]
                            [--queue-kb N] [--reorder PCT] [--reorder-ms MS]
-                           [--mtu N] [--seed N]
+                           [--mtu N] [--seed N] [--cc NAME]
        ferry-linkem net down --name NAME
        ferry-linkem net cleanup
 
@@ -182,6 +182,8 @@ Settings apply to each direction:
                     later ones overtake them
   --mtu N           MTU of the link (default 1500)
   --seed N          seed of the random draws (default 1)
+  --cc NAME         TCP congestion control in both namespaces (bbr, cubic,
+                    ...; default: what a new namespace inherits)
 
 `net down` stops the link NAME (its process, then its namespaces, even when
 that process was killed); `net cleanup` removes every link whose process is
@@ -194,6 +196,7 @@ fn net_config(mut it: impl Iterator<Item = String>) -> Result<NetConfig, String>
     let mut queue_kb = None;
     let mut mtu = 1500u32;
     let mut seed = 1u64;
+    let mut congestion = None;
     while let Some(arg) = it.next() {
         let (flag, inline) = match arg.split_once('=') {
             Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
@@ -231,6 +234,7 @@ fn net_config(mut it: impl Iterator<Item = String>) -> Result<NetConfig, String>
                     .ok_or("--mtu: a number from 576 to 65535")?
             }
             "--seed" => seed = value()?.parse().map_err(|_| "--seed: a number")?,
+            "--cc" => congestion = Some(value()?),
             other => return Err(format!("unknown argument: {other}")),
         }
     }
@@ -242,6 +246,7 @@ fn net_config(mut it: impl Iterator<Item = String>) -> Result<NetConfig, String>
     let mut cfg = NetConfig::symmetric(&name.ok_or("--name is required")?, dir);
     cfg.mtu = mtu;
     cfg.seed = seed;
+    cfg.congestion = congestion;
     Ok(cfg)
 }
 

@@ -62,6 +62,10 @@ pub struct NetConfig {
     /// Seed of the loss / jitter / reorder draws (each direction derives
     /// its own from it).
     pub seed: u64,
+    /// TCP congestion control for both namespaces
+    /// (`net.ipv4.tcp_congestion_control`, e.g. "bbr", "cubic"); `None`
+    /// keeps what a new namespace inherits.
+    pub congestion: Option<String>,
 }
 
 impl NetConfig {
@@ -73,6 +77,7 @@ impl NetConfig {
             to_client: dir,
             mtu: 1500,
             seed: 1,
+            congestion: None,
         }
     }
 }
@@ -313,6 +318,25 @@ struct Retune {
     next: Mutex<Option<DirConfig>>,
 }
 
+/// Set the default TCP congestion control of namespace `ns`.
+fn set_congestion(ns: &str, cc: &str) -> io::Result<()> {
+    let ok = !cc.is_empty() && cc.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if !ok {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("congestion control {cc:?}: not a name"),
+        ));
+    }
+    ip(&[
+        "netns",
+        "exec",
+        ns,
+        "sysctl",
+        "-qw",
+        &format!("net.ipv4.tcp_congestion_control={cc}"),
+    ])
+}
+
 /// A packet buffer and how much of it is the packet.
 struct Packet {
     buf: Vec<u8>,
@@ -382,6 +406,11 @@ impl NetLink {
             CLIENT_ADDR,
             cfg.mtu,
         )?;
+        if let Some(cc) = &cfg.congestion {
+            for ns in [client_netns(&cfg.name), server_netns(&cfg.name)] {
+                set_congestion(&ns, cc)?;
+            }
+        }
         let tun_c = Arc::new(tun_c);
         let tun_s = Arc::new(tun_s);
         let buf_len = usize::try_from(cfg.mtu).unwrap_or(65535).clamp(576, 65535) + 64;
