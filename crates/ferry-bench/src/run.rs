@@ -123,8 +123,15 @@ impl Profile {
                 self.name, self.rtt_ms
             ),
             LinkMode::Packet => format!(
-                "{}: packet-level link (ferry-linkem net: client and server in their own network namespaces), {} ms RTT, {cap}, {} % loss per direction, one-BDP bottleneck buffer",
-                self.name, self.rtt_ms, self.loss_pct
+                "{}: packet-level link (ferry-linkem net: client and server in their own network namespaces), {} ms RTT, {cap}, {} % loss per direction, {}",
+                self.name,
+                self.rtt_ms,
+                self.loss_pct,
+                if self.rate_mbps.is_some() {
+                    "one-BDP bottleneck buffer"
+                } else {
+                    "no bottleneck: the forwarder's top rate is the limit"
+                }
             ),
         }
     }

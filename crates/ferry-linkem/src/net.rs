@@ -327,6 +327,8 @@ fn set_congestion(ns: &str, cc: &str) -> io::Result<()> {
             format!("congestion control {cc:?}: not a name"),
         ));
     }
+    // Outside the root namespace the kernel takes only the algorithms in
+    // net.ipv4.tcp_allowed_congestion_control (EPERM otherwise), whoever asks.
     ip(&[
         "netns",
         "exec",
@@ -335,6 +337,12 @@ fn set_congestion(ns: &str, cc: &str) -> io::Result<()> {
         "-qw",
         &format!("net.ipv4.tcp_congestion_control={cc}"),
     ])
+    .map_err(|e| {
+        io::Error::other(format!(
+            "{e} (a namespace may only use the algorithms listed in the root \
+             namespace's net.ipv4.tcp_allowed_congestion_control)"
+        ))
+    })
 }
 
 /// A packet buffer and how much of it is the packet.
