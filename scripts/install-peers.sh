@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Install what ferry's tests and its scorecard talk to, where missing
 # (Debian/Ubuntu, apt-get): OpenSSH server and clients, nginx with WebDAV,
-# curl, aria2, lftp, rclone, vsftpd, openssl, and the system tools the test
-# harness uses.
+# curl, aria2, lftp, rclone, vsftpd, openssl, iperf3, and the system tools
+# the test harness uses.
 #
 # Usage: scripts/install-peers.sh [--strict]
 #   --strict (scripts/test.sh): fail when something cannot be installed.
@@ -45,6 +45,10 @@ want vsftpd 'test -x /usr/sbin/vsftpd'
 want rclone 'command -v rclone'
 # ProxyCommand tests (tests/sftp_proxy.rs): `ProxyCommand nc %h %p`.
 want netcat-openbsd 'command -v nc'
+# The packet-level link emulator (ferry-linkem net, docs/internals/wan.md):
+# iproute2 for namespaces and TUN devices, iperf3 to measure its top rate.
+want iproute2 'command -v ip'
+want iperf3 'command -v iperf3'
 
 if ((${#missing[@]} == 0)); then
     exit 0

@@ -290,6 +290,11 @@ impl Client {
 pub struct Endpoint {
     pub server: ServerKind,
     pub proto: Proto,
+    /// The address clients connect to: 127.0.0.1, or the server
+    /// namespace's address under a packet-level profile.
+    pub host: String,
+    /// The network namespace clients run in (packet-level profiles).
+    pub netns: Option<String>,
     /// The port clients connect to (the link emulator's, under a profile).
     pub port: u16,
     /// The server's path for the work dir's `srv/` ("" when it serves
@@ -312,11 +317,12 @@ impl Endpoint {
     fn url(&self, path: &str) -> String {
         match self.proto {
             Proto::Ftp => format!(
-                "ftp://127.0.0.1:{}/%2F{}",
+                "ftp://{}:{}/%2F{}",
+                self.host,
                 self.port,
                 path.trim_start_matches('/')
             ),
-            _ => format!("https://127.0.0.1:{}{}", self.port, path),
+            _ => format!("https://{}:{}{}", self.host, self.port, path),
         }
     }
 }
@@ -424,7 +430,8 @@ pub fn command(
         }
         "rclone" => {
             let remote = format!(
-                ":sftp,host=127.0.0.1,port={},user={},key_file={},known_hosts_file={},shell_type=none,disable_hashcheck=true:",
+                ":sftp,host={},port={},user={},key_file={},known_hosts_file={},shell_type=none,disable_hashcheck=true:",
+                ep.host,
                 ep.port,
                 ep.user,
                 ep.key.display(),
@@ -465,15 +472,19 @@ pub fn command(
             let open = match (ep.proto, &ep.token) {
                 // ferry serve: explicit TLS required, the token as password.
                 (Proto::Ftp, Some(t)) => format!(
-                    "set ftp:ssl-force true; set ftp:ssl-protect-data true; set ssl:ca-file \"{}\"; open -u ferry,{t} ftp://127.0.0.1:{}",
+                    "set ftp:ssl-force true; set ftp:ssl-protect-data true; set ssl:ca-file \"{}\"; open -u ferry,{t} ftp://{}:{}",
                     ep.cacert.display(),
+                    ep.host,
                     ep.port
                 ),
-                (Proto::Ftp, None) => format!("open -u anonymous, ftp://127.0.0.1:{}", ep.port),
+                (Proto::Ftp, None) => {
+                    format!("open -u anonymous, ftp://{}:{}", ep.host, ep.port)
+                }
                 _ => format!(
-                    "set sftp:connect-program \"ssh -a -x -F {}\"; open -u {}, sftp://127.0.0.1:{}",
+                    "set sftp:connect-program \"ssh -a -x -F {}\"; open -u {}, sftp://{}:{}",
                     ep.ssh_config.display(),
                     ep.user,
+                    ep.host,
                     ep.port
                 ),
             };
@@ -619,18 +630,19 @@ pub fn command(
 pub fn write_ssh_files(
     dir: &Path,
     name: &str,
+    host: &str,
     port: u16,
     user: &str,
     key: &Path,
     hostkey_line: &str,
 ) -> Result<(PathBuf, PathBuf)> {
     let kh = dir.join(format!("{name}.known_hosts"));
-    fs::write(&kh, format!("[127.0.0.1]:{port} {hostkey_line}\n"))?;
+    fs::write(&kh, format!("[{host}]:{port} {hostkey_line}\n"))?;
     let cfg = dir.join(format!("{name}.ssh_config"));
     fs::write(
         &cfg,
         format!(
-            "Host bench 127.0.0.1\n  HostName 127.0.0.1\n  Port {port}\n  User {user}\n  \
+            "Host bench {host}\n  HostName {host}\n  Port {port}\n  User {user}\n  \
              IdentityFile {key}\n  IdentitiesOnly yes\n  UserKnownHostsFile {kh}\n  \
              GlobalKnownHostsFile /dev/null\n  StrictHostKeyChecking yes\n  \
              PasswordAuthentication no\n  BatchMode yes\n  LogLevel ERROR\n",

@@ -91,7 +91,10 @@ pub struct BenchArgs {
     pub runs: Option<usize>,
     /// Network profiles: loopback, lan (1 ms RTT, 10 Gbit/s), wan (20 ms,
     /// 1 Gbit/s), rtt20 (20 ms, no cap), far (100 ms), emulated by a
-    /// delaying proxy.
+    /// delaying TCP proxy; and packet-level links between network
+    /// namespaces (root only): wan50 (50 ms, 1 Gbit/s), loss100 (100 ms,
+    /// 1 Gbit/s, 0.1% loss), lossy200 (200 ms, 100 Mbit/s, 1% loss), lan10
+    /// (10 ms, no cap).
     #[arg(
         long,
         value_delimiter = ',',
@@ -99,6 +102,11 @@ pub struct BenchArgs {
         value_name = "PROFILES"
     )]
     pub profiles: Vec<String>,
+    /// TCP congestion control (bbr, cubic, ...) of both ends under the
+    /// packet-level profiles, set in their network namespaces [default: what
+    /// the kernel gives a new namespace].
+    #[arg(long, value_name = "NAME")]
+    pub net_cc: Option<String>,
     /// Directions, comma-separated.
     #[arg(
         long,

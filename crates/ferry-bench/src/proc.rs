@@ -23,6 +23,7 @@ static LIVE: Mutex<Live> = Mutex::new(Live {
     pids: BTreeSet::new(),
     stopping: false,
     temp_dir: None,
+    netlink: None,
 });
 
 struct Live {
@@ -30,12 +31,22 @@ struct Live {
     stopping: bool,
     /// A work directory of ours to remove on Ctrl-C.
     temp_dir: Option<std::path::PathBuf>,
+    /// A packet-level link of ours (its name) to remove on Ctrl-C.
+    netlink: Option<String>,
 }
 
 /// Remove `dir` if the bench is interrupted (it is our temp dir).
 pub fn remove_on_interrupt(dir: Option<std::path::PathBuf>) {
     if let Ok(mut l) = LIVE.lock() {
         l.temp_dir = dir;
+    }
+}
+
+/// Remove the packet-level link `name`'s namespaces if the bench is
+/// interrupted (the process exits without running destructors).
+pub fn remove_netlink_on_interrupt(name: Option<String>) {
+    if let Ok(mut l) = LIVE.lock() {
+        l.netlink = name;
     }
 }
 
@@ -82,6 +93,9 @@ fn stop_all_live_and_exit(code: i32) -> ! {
     }
     if let Some(d) = &live.temp_dir {
         let _ = std::fs::remove_dir_all(d);
+    }
+    if let Some(n) = &live.netlink {
+        let _ = ferry_linkem::net::down_by_name(n);
     }
     std::process::exit(code);
 }
@@ -216,6 +230,24 @@ pub struct Outcome {
 
 /// Run `cmd` to completion (killing its group after `timeout`), timed
 /// from just before spawn to the moment `wait4` returns.
+/// [`run_measured`], with the child started in network namespace `netns`
+/// when one is given (a packet-level profile's client side): it is spawned
+/// from a thread that has entered the namespace, and inherits it.
+pub fn run_measured_in(netns: Option<&str>, cmd: Command, timeout: Duration) -> Result<Outcome> {
+    let Some(ns) = netns else {
+        return run_measured(cmd, timeout);
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            ferry_linkem::net::enter_netns(ns)
+                .with_context(|| format!("entering network namespace {ns}"))?;
+            run_measured(cmd, timeout)
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("the client thread panicked"))?
+    })
+}
+
 pub fn run_measured(mut cmd: Command, timeout: Duration) -> Result<Outcome> {
     own_session(&mut cmd);
     let start = Instant::now();

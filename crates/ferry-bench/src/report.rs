@@ -111,7 +111,8 @@ pub fn table(r: &Report) -> String {
         }
         let _ = writeln!(
             s,
-            "\n== {profile} | {set} ({}) | {}",
+            "\n== {profile} ({}) | {set} ({}) | {}",
+            crate::run::Profile::parse(&profile).map_or("?", |p| p.mode.name()),
             set_desc(r, &set),
             dir.name()
         );

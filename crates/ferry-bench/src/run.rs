@@ -17,6 +17,32 @@ use crate::proc::{self, which};
 use crate::servers::{self, ClientKey, FerryServe, Nginx, Sshd, Vsftpd};
 use crate::BenchArgs;
 
+/// How a profile's link is emulated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LinkMode {
+    /// Loopback, nothing in between.
+    None,
+    /// `ferry_linkem::LinkEm`: a TCP proxy per server port that delays
+    /// (and caps) the byte stream; TCP ends at the proxy, so loss and the
+    /// sender's congestion control are not part of it.
+    TcpProxy,
+    /// `ferry_linkem::net`: servers in one network namespace, clients in
+    /// another, IP packets delayed, queued at a bottleneck and lost between
+    /// them, end-to-end TCP.
+    Packet,
+}
+
+impl LinkMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            LinkMode::None => "loopback",
+            LinkMode::TcpProxy => "TCP proxy",
+            LinkMode::Packet => "packet-level",
+        }
+    }
+}
+
 /// A network profile: the link emulator's settings in front of every
 /// server port (none for loopback).
 #[derive(Debug, Clone, Serialize)]
@@ -25,29 +51,93 @@ pub struct Profile {
     pub rtt_ms: f64,
     /// Bandwidth cap per direction, megabits per second.
     pub rate_mbps: Option<u64>,
+    /// Random loss per direction, percent (packet-level profiles only).
+    pub loss_pct: f64,
+    pub mode: LinkMode,
 }
+
+/// Every profile: name, RTT ms, cap Mbit/s, loss %, mode.
+pub const PROFILES: &[(&str, f64, Option<u64>, f64, LinkMode)] = &[
+    ("loopback", 0.0, None, 0.0, LinkMode::None),
+    ("lan", 1.0, Some(10_000), 0.0, LinkMode::TcpProxy),
+    ("wan", 20.0, Some(1_000), 0.0, LinkMode::TcpProxy),
+    // The SFTP issue's long link: the delay alone, so that what limits a
+    // client is its windows, not a bandwidth cap.
+    ("rtt20", 20.0, None, 0.0, LinkMode::TcpProxy),
+    ("far", 100.0, None, 0.0, LinkMode::TcpProxy),
+    // Issue 26's WAN profiles, packet-level (docs/internals/wan.md).
+    ("wan50", 50.0, Some(1_000), 0.0, LinkMode::Packet),
+    ("loss100", 100.0, Some(1_000), 0.1, LinkMode::Packet),
+    ("lossy200", 200.0, Some(100), 1.0, LinkMode::Packet),
+    // No cap: the forwarder's own top rate is the limit.
+    ("lan10", 10.0, None, 0.0, LinkMode::Packet),
+];
 
 impl Profile {
     pub fn parse(name: &str) -> Result<Profile> {
-        let (rtt_ms, rate_mbps) = match name {
-            "loopback" => (0.0, None),
-            "lan" => (1.0, Some(10_000)),
-            "wan" => (20.0, Some(1_000)),
-            // The SFTP issue's long link: the delay alone, so that what
-            // limits a client is its windows, not a bandwidth cap.
-            "rtt20" => (20.0, None),
-            "far" => (100.0, None),
-            other => bail!("unknown profile {other:?}: choose from loopback, lan, wan, rtt20, far"),
+        let Some(&(_, rtt_ms, rate_mbps, loss_pct, mode)) = PROFILES.iter().find(|p| p.0 == name)
+        else {
+            bail!(
+                "unknown profile {name:?}: choose from {}",
+                PROFILES.iter().map(|p| p.0).collect::<Vec<_>>().join(", ")
+            );
         };
         Ok(Profile {
             name: name.to_string(),
             rtt_ms,
             rate_mbps,
+            loss_pct,
+            mode,
         })
     }
 
+    /// One direction of the packet-level link (packet-level profiles):
+    /// half the RTT, the cap with a one-BDP bottleneck buffer, the loss.
+    pub fn net_dir(&self) -> Option<ferry_linkem::netem::DirConfig> {
+        if self.mode != LinkMode::Packet {
+            return None;
+        }
+        let delay = Duration::from_secs_f64(self.rtt_ms / 2000.0);
+        let rate = self.rate_mbps.map(|m| m * 1_000_000 / 8);
+        let mut d = ferry_linkem::netem::DirConfig {
+            delay,
+            rate,
+            loss: self.loss_pct / 100.0,
+            ..Default::default()
+        };
+        if let Some(r) = rate {
+            d.queue_bytes = ferry_linkem::netem::DirConfig::bdp_queue(r, delay);
+        }
+        Some(d)
+    }
+
+    /// What the report says about this profile's link.
+    pub fn describe(&self) -> String {
+        let cap = self
+            .rate_mbps
+            .map_or("no cap".to_string(), |m| format!("{m} Mbit/s"));
+        match self.mode {
+            LinkMode::None => format!("{}: loopback, no emulation", self.name),
+            LinkMode::TcpProxy => format!(
+                "{}: TCP proxy (ferry-linkem), {} ms RTT, {cap}; TCP ends at the proxy, so no loss reaches the sender",
+                self.name, self.rtt_ms
+            ),
+            LinkMode::Packet => format!(
+                "{}: packet-level link (ferry-linkem net: client and server in their own network namespaces), {} ms RTT, {cap}, {} % loss per direction, {}",
+                self.name,
+                self.rtt_ms,
+                self.loss_pct,
+                if self.rate_mbps.is_some() {
+                    "one-BDP bottleneck buffer"
+                } else {
+                    "no bottleneck: the forwarder's top rate is the limit"
+                }
+            ),
+        }
+    }
+
     fn link(&self) -> Option<ferry_linkem::LinkConfig> {
-        if self.rtt_ms <= 0.0 && self.rate_mbps.is_none() {
+        if self.mode != LinkMode::TcpProxy {
             return None;
         }
         let one_way = Duration::from_secs_f64(self.rtt_ms / 2000.0);
@@ -326,38 +416,21 @@ pub fn run_local(args: &BenchArgs) -> Result<Report> {
     // Servers.
     status_line("ferry bench: starting servers");
     let key = servers::client_key(&run_dir)?;
-    let need_https = wanted.iter().any(|c| c.proto == Proto::Https);
-    let need_sftp = wanted.iter().any(|c| c.proto == Proto::Sftp);
+    let need = Needs {
+        sftp: wanted.iter().any(|c| c.proto == Proto::Sftp),
+        https: wanted.iter().any(|c| c.proto == Proto::Https),
+        ftp: wanted.iter().any(|c| c.proto == Proto::Ftp),
+    };
+    let need_https = need.https;
+    let need_ftp = need.ftp;
     let serve_bin = args.serve_bin.clone().unwrap_or_else(|| ferry_bin.clone());
-    let ferry = FerryServe::start(&serve_bin, &srv, &run_dir.join("ferry-serve"), &key)
-        .map_err(|e| format!("ferry serve did not start: {e:#}"));
-    let sshd = if !need_sftp {
-        Err("not needed".to_string())
-    } else if proc::which_server("sshd").is_none() {
-        notes.push("sshd not installed: its cells are skipped".into());
-        Err("not installed".into())
-    } else {
-        Sshd::start(&run_dir.join("sshd"), &key).map_err(|e| format!("sshd did not start: {e:#}"))
-    };
-    let nginx = if !need_https {
-        Err("not needed".to_string())
-    } else if proc::which_server("nginx").is_none() {
-        notes.push("nginx not installed: its cells are skipped".into());
-        Err("not installed".into())
-    } else {
-        Nginx::start(&run_dir.join("nginx"), &srv)
-            .map_err(|e| format!("nginx did not start: {e:#}"))
-    };
-    let need_ftp = wanted.iter().any(|c| c.proto == Proto::Ftp);
-    let vsftpd = if !need_ftp {
-        Err("not needed".to_string())
-    } else if proc::which_server("vsftpd").is_none() {
-        notes.push("vsftpd not installed: FTP cells are skipped".into());
-        Err("not installed".into())
-    } else {
-        Vsftpd::start(&run_dir.join("vsftpd"), &srv)
-            .map_err(|e| format!("vsftpd did not start: {e:#}"))
-    };
+    let Servers {
+        ferry,
+        sshd,
+        nginx,
+        vsftpd,
+        ..
+    } = start_servers(&serve_bin, &srv, &run_dir, &key, need, &mut notes);
     let ferry_https_na = match &ferry {
         Ok(f) if need_https => probe_https(f),
         _ => None,
@@ -386,7 +459,28 @@ pub fn run_local(args: &BenchArgs) -> Result<Report> {
         sshd,
         nginx,
         vsftpd,
-        ferry_https_na,
+        ferry_https_na: ferry_https_na.clone(),
+    };
+    for p in &profiles {
+        notes.push(format!("profile {}", p.describe()));
+    }
+    // Packet-level profiles: one link, servers inside its server namespace.
+    let mut net_side = match profiles.iter().find(|p| p.mode == LinkMode::Packet) {
+        Some(first) => {
+            status_line("ferry bench: packet-level link and its servers");
+            let mut n = start_net_side(
+                first,
+                &serve_bin,
+                &srv,
+                &run_dir,
+                &key,
+                need,
+                args.net_cc.clone(),
+            )?;
+            n.servers.ferry_https_na = ferry_https_na;
+            Some(n)
+        }
+        None => None,
     };
 
     let machine = crate::report::machine_info(&ferry_bin);
@@ -396,6 +490,7 @@ pub fn run_local(args: &BenchArgs) -> Result<Report> {
         "runs": runs,
         "variant": variant,
         "profiles": profiles,
+        "net_cc": args.net_cc,
         "directions": directions,
         "clients": wanted.iter().map(|c| c.id).collect::<Vec<_>>(),
         "timeout_s": timeout.as_secs(),
@@ -441,9 +536,27 @@ pub fn run_local(args: &BenchArgs) -> Result<Report> {
 
     for profile in &profiles {
         let mut proxies: Vec<ferry_linkem::LinkEm> = Vec::new();
+        let (servers, place) = match (profile.net_dir(), net_side.as_mut()) {
+            (Some(d), Some(n)) => {
+                n.link.set_config(d.clone(), d);
+                let place = Place {
+                    host: ferry_linkem::net::SERVER_ADDR.to_string(),
+                    netns: Some(n.link.client_netns()),
+                };
+                (&n.servers, place)
+            }
+            _ => (
+                &servers,
+                Place {
+                    host: "127.0.0.1".into(),
+                    netns: None,
+                },
+            ),
+        };
         let endpoints = endpoints(
             profile,
-            &servers,
+            servers,
+            &place,
             &key,
             &srv,
             &run_dir,
@@ -538,7 +651,7 @@ pub fn run_local(args: &BenchArgs) -> Result<Report> {
                         &up,
                         &logs,
                         timeout,
-                        &servers,
+                        servers,
                     )
                 };
                 // One untimed transfer first (the first cell's), so that no
@@ -591,6 +704,25 @@ pub fn run_local(args: &BenchArgs) -> Result<Report> {
         }
         // Proxies close with their runtime's tasks when dropped.
         drop(proxies);
+        if let (Some(_), Some(n)) = (profile.net_dir(), net_side.as_ref()) {
+            let r = n.link.report();
+            let line = |s: &ferry_linkem::netem::Stats| {
+                format!(
+                    "{} packets, {:.0} MB, drops queue {} loss {}, queue peak {} kB",
+                    s.packets_out,
+                    s.bytes_out as f64 / 1e6,
+                    s.drops_queue,
+                    s.drops_loss,
+                    s.queue_peak_bytes / 1000
+                )
+            };
+            notes.push(format!(
+                "link {}: to server {}; to client {}",
+                profile.name,
+                line(&r.to_server),
+                line(&r.to_client)
+            ));
+        }
     }
     if std::io::stderr().is_terminal() {
         eprintln!();
@@ -598,6 +730,11 @@ pub fn run_local(args: &BenchArgs) -> Result<Report> {
     crate::report::ratios(&mut cells);
     // Stop the servers before reporting (Drop does it too on error paths).
     drop(servers);
+    if let Some(n) = net_side {
+        drop(n.servers);
+        n.link.down();
+        proc::remove_netlink_on_interrupt(None);
+    }
     drop(link_rt);
     if args.dir.is_none() {
         // The temp dir goes with `_temp`.
@@ -612,6 +749,115 @@ pub fn run_local(args: &BenchArgs) -> Result<Report> {
         goals: crate::report::goals(&cells),
         cells,
     })
+}
+
+/// Which servers the wanted clients need.
+#[derive(Debug, Clone, Copy)]
+struct Needs {
+    sftp: bool,
+    https: bool,
+    ftp: bool,
+}
+
+/// Start the servers the clients need, with their state under `base`, on
+/// this thread's listen host (`servers::set_listen_host`) and in this
+/// thread's network namespace.
+fn start_servers(
+    serve_bin: &Path,
+    srv: &Path,
+    base: &Path,
+    key: &ClientKey,
+    need: Needs,
+    notes: &mut Vec<String>,
+) -> Servers {
+    let ferry = FerryServe::start(serve_bin, srv, &base.join("ferry-serve"), key)
+        .map_err(|e| format!("ferry serve did not start: {e:#}"));
+    let sshd = if !need.sftp {
+        Err("not needed".to_string())
+    } else if proc::which_server("sshd").is_none() {
+        notes.push("sshd not installed: its cells are skipped".into());
+        Err("not installed".into())
+    } else {
+        Sshd::start(&base.join("sshd"), key).map_err(|e| format!("sshd did not start: {e:#}"))
+    };
+    let nginx = if !need.https {
+        Err("not needed".to_string())
+    } else if proc::which_server("nginx").is_none() {
+        notes.push("nginx not installed: its cells are skipped".into());
+        Err("not installed".into())
+    } else {
+        Nginx::start(&base.join("nginx"), srv).map_err(|e| format!("nginx did not start: {e:#}"))
+    };
+    let vsftpd = if !need.ftp {
+        Err("not needed".to_string())
+    } else if proc::which_server("vsftpd").is_none() {
+        notes.push("vsftpd not installed: FTP cells are skipped".into());
+        Err("not installed".into())
+    } else {
+        Vsftpd::start(&base.join("vsftpd"), srv).map_err(|e| format!("vsftpd did not start: {e:#}"))
+    };
+    Servers {
+        ferry,
+        sshd,
+        nginx,
+        vsftpd,
+        ferry_https_na: None,
+    }
+}
+
+/// The packet-level link the bench's packet-level profiles share, and the
+/// servers inside its server namespace. The link is set up once and
+/// retuned per profile ([`ferry_linkem::net::NetLink::set_config`]).
+struct NetSide {
+    link: ferry_linkem::net::NetLink,
+    servers: Servers,
+}
+
+/// Bring up the packet-level link (set to `first`) and start the servers in
+/// its server namespace, listening on its address.
+fn start_net_side(
+    first: &Profile,
+    serve_bin: &Path,
+    srv: &Path,
+    run_dir: &Path,
+    key: &ClientKey,
+    need: Needs,
+    congestion: Option<String>,
+) -> Result<NetSide> {
+    use ferry_linkem::net::{self, NetConfig, NetLink};
+    if let Some(why) = net::unsupported() {
+        bail!(
+            "profile {} needs a packet-level link, which cannot run here: {why}",
+            first.name
+        );
+    }
+    let name = format!("bench-{}", std::process::id());
+    let dir = first.net_dir().unwrap_or_default();
+    proc::remove_netlink_on_interrupt(Some(name.clone()));
+    let mut cfg = NetConfig::symmetric(&name, dir);
+    cfg.congestion = congestion;
+    let link =
+        NetLink::up(cfg).with_context(|| format!("setting up the packet-level link {name}"))?;
+    let server_ns = link.server_netns();
+    let mut notes = Vec::new();
+    let servers = std::thread::scope(|s| {
+        s.spawn(|| -> Result<Servers> {
+            net::enter_netns(&server_ns)
+                .with_context(|| format!("entering network namespace {server_ns}"))?;
+            servers::set_listen_host(&net::SERVER_ADDR.to_string());
+            Ok(start_servers(
+                serve_bin,
+                srv,
+                &run_dir.join("net"),
+                key,
+                need,
+                &mut notes,
+            ))
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("the server thread panicked"))?
+    })?;
+    Ok(NetSide { link, servers })
 }
 
 /// A failure that means "this side is not written yet", not "broken".
@@ -697,9 +943,19 @@ fn https_trust(servers: &Servers, dir: &Path) -> Result<Option<PathBuf>> {
 
 /// The endpoints of one profile, with a link emulator in front of each
 /// server when the profile has one.
+/// Where clients reach the servers of one profile from.
+struct Place {
+    /// The servers' address.
+    host: String,
+    /// The network namespace the clients run in.
+    netns: Option<String>,
+}
+
+#[allow(clippy::too_many_arguments)]
 fn endpoints(
     profile: &Profile,
     servers: &Servers,
+    place: &Place,
     key: &ClientKey,
     srv: &Path,
     run_dir: &Path,
@@ -726,6 +982,8 @@ fn endpoints(
     let base = |server: ServerKind, proto: Proto, port: u16, prefix: String| Endpoint {
         server,
         proto,
+        host: place.host.clone(),
+        netns: place.netns.clone(),
         port,
         prefix,
         user: key.user.clone(),
@@ -747,6 +1005,7 @@ fn endpoints(
             (e.ssh_config, e.known_hosts) = clients::write_ssh_files(
                 &cfg_dir,
                 &name,
+                &place.host,
                 port,
                 &key.user,
                 &key.key,
@@ -764,6 +1023,7 @@ fn endpoints(
             (e.ssh_config, e.known_hosts) = clients::write_ssh_files(
                 &cfg_dir,
                 &name,
+                &place.host,
                 port,
                 &key.user,
                 &key.key,
@@ -808,10 +1068,10 @@ fn endpoints(
         Err(_) => {}
     }
     // FTP: ferry serve (TLS required, the token as the password), vsftpd.
-    // Passive data connections go straight to the server, around the link
-    // emulator, so under a profile FTP is not measured.
-    let ftp_na =
-        "FTP data connections would bypass the link emulator: FTP is measured on loopback only";
+    // Passive data connections go straight to the server, around the TCP
+    // proxy, so under a proxy profile FTP is not measured; a packet-level
+    // link carries them like any other connection.
+    let ftp_na = "FTP data connections would bypass the TCP-proxy link emulator: FTP is measured on loopback and packet-level profiles only";
     if let (Ok(f), Some(fp)) = (
         &servers.ferry,
         servers.ferry.as_ref().ok().and_then(|f| f.ftp_port),
@@ -889,7 +1149,7 @@ fn one_run(
         .ok()
         .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok());
     let srv0 = servers.cpu(ep.server);
-    let o = proc::run_measured(cmd, timeout)?;
+    let o = proc::run_measured_in(ep.netns.as_deref(), cmd, timeout)?;
     let srv1 = servers.cpu(ep.server);
     let server_cpu_s = srv0
         .zip(srv1)

@@ -7,6 +7,13 @@
 //! `srv/data/<variant>/<set>/`, uploads into `srv/up/`. `ferry serve` and
 //! nginx serve `srv/` as `/`; sshd serves the real filesystem, so its paths
 //! carry the absolute prefix.
+//!
+//! Under a packet-level profile (`net.rs`) the same servers start inside the
+//! link's server namespace: `run.rs` calls the start functions on a thread
+//! that has entered that namespace (their children inherit it) after
+//! [`set_listen_host`] on that thread, so they listen on the namespace's
+//! address instead of 127.0.0.1 and their certificates name it.
+use std::cell::RefCell;
 use std::fs;
 use std::io::{BufRead, BufReader, Read};
 use std::net::TcpStream;
@@ -17,6 +24,22 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use crate::proc::{which_server, Guard};
+
+thread_local! {
+    /// The address servers started on this thread listen on.
+    static LISTEN_HOST: RefCell<String> = RefCell::new("127.0.0.1".into());
+}
+
+/// Servers started on this thread from now on listen on `host` (an IPv4
+/// address) instead of 127.0.0.1.
+pub fn set_listen_host(host: &str) {
+    LISTEN_HOST.with(|h| *h.borrow_mut() = host.to_string());
+}
+
+/// The address servers started on this thread listen on.
+pub fn listen_host() -> String {
+    LISTEN_HOST.with(|h| h.borrow().clone())
+}
 
 /// The bench's SSH client identity.
 #[derive(Debug, Clone)]
@@ -68,7 +91,7 @@ fn wait_port(port: u16, guard: &Guard, timeout: Duration, ssh: bool) -> Result<(
         if !guard.running() {
             bail!("{} exited during start-up", guard.name());
         }
-        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
+        if let Ok(mut s) = TcpStream::connect((listen_host().as_str(), port)) {
             if !ssh {
                 return Ok(());
             }
@@ -80,11 +103,16 @@ fn wait_port(port: u16, guard: &Guard, timeout: Duration, ssh: bool) -> Result<(
         }
         std::thread::sleep(Duration::from_millis(30));
     }
-    bail!("{} is not answering on 127.0.0.1:{port}", guard.name())
+    bail!(
+        "{} is not answering on {}:{port}",
+        guard.name(),
+        listen_host()
+    )
 }
 
 fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("binding a free port")?;
+    let l =
+        std::net::TcpListener::bind((listen_host().as_str(), 0)).context("binding a free port")?;
     Ok(l.local_addr()?.port())
 }
 
@@ -94,8 +122,8 @@ fn log_tail(path: &Path) -> String {
     s.get(start..).unwrap_or("").trim().to_string()
 }
 
-/// A fresh self-signed P-256 certificate for 127.0.0.1 and localhost
-/// (`openssl req -x509`), valid two days: `cert.pem` and `key.pem` in
+/// A fresh self-signed P-256 certificate for 127.0.0.1, localhost and the
+/// listen host (`openssl req -x509`), valid two days: `cert.pem` and `key.pem` in
 /// `dir`.
 pub fn self_signed_cert(dir: &Path) -> Result<(PathBuf, PathBuf)> {
     if crate::proc::which("openssl").is_none() {
@@ -103,6 +131,12 @@ pub fn self_signed_cert(dir: &Path) -> Result<(PathBuf, PathBuf)> {
     }
     let cert = dir.join("cert.pem");
     let key = dir.join("key.pem");
+    let host = listen_host();
+    let san = if host == "127.0.0.1" {
+        "subjectAltName=IP:127.0.0.1,DNS:localhost".to_string()
+    } else {
+        format!("subjectAltName=IP:127.0.0.1,DNS:localhost,IP:{host}")
+    };
     let st = Command::new("openssl")
         .args([
             "req",
@@ -117,7 +151,7 @@ pub fn self_signed_cert(dir: &Path) -> Result<(PathBuf, PathBuf)> {
             "-subj",
             "/CN=127.0.0.1",
             "-addext",
-            "subjectAltName=IP:127.0.0.1,DNS:localhost",
+            &san,
             "-keyout",
         ])
         .arg(&key)
@@ -157,16 +191,26 @@ impl FerryServe {
         let ak = dir.join("authorized_keys");
         fs::write(&ak, format!("{}\n", key.public))?;
         let log = dir.join("serve.log");
+        let host = listen_host();
+        if host != "127.0.0.1" {
+            // ferry serve's own certificate names 127.0.0.1 and localhost;
+            // elsewhere it takes one from its state directory.
+            fs::create_dir_all(&state)?;
+            let (c, k) = self_signed_cert(dir)?;
+            fs::rename(c, state.join("tls-cert.pem"))?;
+            fs::rename(k, state.join("tls-key.pem"))?;
+        }
+        let any_port = format!("{host}:0");
         let mut cmd = Command::new(ferry);
         cmd.arg("serve")
             .arg(root)
             .args([
                 "--sftp",
-                "127.0.0.1:0",
+                &any_port,
                 "--https",
-                "127.0.0.1:0",
+                &any_port,
                 "--ftp",
-                "127.0.0.1:0",
+                &any_port,
                 "--writable",
             ])
             .args(["--max-connections", "512"])
@@ -264,7 +308,7 @@ impl Sshd {
         fs::write(
             &cfg,
             format!(
-                "Port {port}\nListenAddress 127.0.0.1\nHostKey {hk}\nAuthorizedKeysFile {ak}\n\
+                "Port {port}\nListenAddress {host}\nHostKey {hk}\nAuthorizedKeysFile {ak}\n\
                  PubkeyAuthentication yes\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
                  PermitRootLogin prohibit-password\nUsePAM no\nStrictModes no\nPidFile {pid}\n\
                  Subsystem sftp {sftp_server}\nLogLevel ERROR\n\
@@ -272,6 +316,7 @@ impl Sshd {
                  # for sshd-started shells unless SHLVL >= 2 (a heavy .bashrc would\n\
                  # add a constant to every connection of every tool).\n\
                  SetEnv SHLVL=1\nMaxStartups 200\nMaxSessions 200\n",
+                host = listen_host(),
                 hk = host_key.display(),
                 ak = ak.display(),
                 pid = dir.join("sshd.pid").display(),
@@ -558,10 +603,11 @@ impl Nginx {
             ""
         };
         let d = dir.display();
-        let mut listen = format!("    listen 127.0.0.1:{port} ssl http2;\n");
+        let host = listen_host();
+        let mut listen = format!("    listen {host}:{port} ssl http2;\n");
         if let (Some(h), Some(c)) = (http_port, h2c_port) {
             listen.push_str(&format!(
-                "    listen 127.0.0.1:{h};\n    listen 127.0.0.1:{c} http2;\n"
+                "    listen {host}:{h};\n    listen {host}:{c} http2;\n"
             ));
         }
         let access_log = if o.access_log {
@@ -788,13 +834,14 @@ impl Vsftpd {
         fs::write(
             &conf,
             format!(
-                "listen=YES\nlisten_address=127.0.0.1\nlisten_port={port}\nbackground=NO\n\
+                "listen=YES\nlisten_address={host}\nlisten_port={port}\nbackground=NO\n\
                  run_as_launching_user=YES\nanonymous_enable=YES\n\
                  anon_root={root}\nlocal_enable=NO\nwrite_enable=YES\nanon_upload_enable=YES\n\
                  anon_mkdir_write_enable=YES\nanon_other_write_enable=YES\nanon_umask=022\n\
-                 pasv_enable=YES\npasv_address=127.0.0.1\nseccomp_sandbox=NO\nxferlog_enable=NO\n\
+                 pasv_enable=YES\npasv_address={host}\nseccomp_sandbox=NO\nxferlog_enable=NO\n\
                  max_clients=500\nmax_per_ip=500\ndirmessage_enable=NO\nconnect_from_port_20=NO\n\
                  vsftpd_log_file={log}\n{extra}",
+                host = listen_host(),
                 root = root.display(),
                 log = dir.join("vsftpd.log").display(),
             ),

@@ -1,5 +1,12 @@
-//! A userspace link emulator: a TCP proxy that adds a fixed one-way delay
-//! (and optionally a bandwidth cap) to every connection it forwards.
+//! A userspace link emulator, in two modes:
+//!
+//! - [`net`]: a packet-level link between two network namespaces (one-way
+//!   delay, jitter, random or bursty loss, a bottleneck with a bounded
+//!   queue, reordering; the arithmetic in [`netem`]), for end-to-end TCP
+//!   whose congestion control sees the link. Needs root.
+//! - [`LinkEm`] (below): a TCP proxy that adds a fixed one-way delay (and
+//!   optionally a bandwidth cap) to every connection it forwards. Needs
+//!   nothing, but TCP ends at the proxy.
 //!
 //! The kernel on our benchmark machines has no `netem`, so to measure how
 //! ferry behaves on a link with real round-trip time we put this proxy between
@@ -39,6 +46,8 @@ use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
+pub mod net;
+pub mod netem;
 pub mod pace;
 
 use pace::Schedule;

@@ -299,3 +299,73 @@ fn bench_remote_mode_over_https_sweeps_saves_and_cleans_up() {
         b"saved settings\n"
     );
 }
+
+/// Issue 26: one short cell of a packet-level WAN profile (100 ms RTT, 0.1 %
+/// loss), servers in one network namespace and clients in another. Needs
+/// root, /dev/net/tun and `ip`; says why and passes without checking
+/// otherwise.
+#[test]
+fn bench_wan_cell_runs_through_the_packet_level_link() {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    let ip = Command::new("ip").arg("-V").output().is_ok();
+    if !root || !Path::new("/dev/net/tun").exists() || !ip {
+        eprintln!("skipped: needs root, /dev/net/tun and iproute2 (root {root}, ip {ip})");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let json = tmp.path().join("bench.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_ferry"))
+        .args([
+            "bench",
+            "--quick",
+            "--profiles",
+            "loss100",
+            "--sets",
+            "huge",
+            "--scale",
+            "0.01",
+            "--clients",
+            "ferry",
+            "--timeout",
+            "120",
+        ])
+        .arg("--dir")
+        .arg(tmp.path().join("work"))
+        .arg("--json")
+        .arg(&json)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run ferry bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    assert!(out.status.success(), "{}\n{stdout}\n{stderr}", out.status);
+    assert!(stdout.contains("== loss100 (packet-level)"), "{stdout}");
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).expect("JSON parses");
+    let cells = doc["cells"].as_array().expect("cells");
+    for server in ["ferry serve", "sshd"] {
+        for dir in ["download", "upload"] {
+            let c = cells
+                .iter()
+                .find(|c| c["client"] == "ferry" && c["server"] == server && c["direction"] == dir)
+                .unwrap_or_else(|| panic!("no ferry -> {server} {dir} cell:\n{stdout}"));
+            assert_eq!(c["profile"], "loss100", "{c:#}");
+            assert_eq!(c["status"], "ok", "{c:#}");
+            assert_eq!(c["verified"], true, "{c:#}");
+        }
+    }
+    let notes = doc["notes"].to_string();
+    assert!(notes.contains("loss100: packet-level link"), "{notes}");
+    assert!(notes.contains("link loss100: to server"), "{notes}");
+    // The bench's namespaces are gone.
+    let ns = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let ns = String::from_utf8_lossy(&ns.stdout);
+    assert!(
+        !ns.lines().any(|l| l.starts_with("ferry-bench-")),
+        "left behind: {ns}"
+    );
+}
