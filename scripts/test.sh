@@ -38,10 +38,12 @@ fi
 
 # ferry's russh (vendor/russh, outside the workspace) carries a cipher of
 # ferry's own (aegis-128l@ferry); its unit tests check it against the
-# AEGIS draft's test vector and refuse tampered packets.
-echo "== vendor/russh: cargo test --lib cipher::" >&2
+# AEGIS draft's test vector and refuse tampered packets. It also carries
+# zstd compression (zstd@ferry.invalid): round trips, bombs, truncated
+# frames, reset at rekey, and the `auto` level controller.
+echo "== vendor/russh: cargo test --lib cipher:: compression::" >&2
 (cd vendor/russh && CARGO_TARGET_DIR="$PWD/../../target/vendor-russh" \
-    cargo test --lib --no-default-features --features ring,rsa cipher::)
+    cargo test --lib --no-default-features --features ring,rsa,zstd -- cipher:: compression::)
 
 echo "== cargo test --workspace --no-fail-fast $*" >&2
 log=$(mktemp)

@@ -14,12 +14,14 @@
 //!   their requests by the O(1) [`ferry_sftp::RequestTable`].
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
+pub mod compression;
 mod connect;
 mod error;
 mod hostcert;
 mod proxy_command;
 mod sftp;
 
+pub use compression::{compression_report, CompressionReport, SshCompression};
 pub use connect::{ConnectOptions, Connector, SshConnection, CIPHERS};
 
 /// The largest channel packet to advertise or ask for. russh drops a

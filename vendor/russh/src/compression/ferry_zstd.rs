@@ -487,6 +487,8 @@ pub struct AutoLevel {
     level1_speed: Option<f64>,
     plain_total: u64,
     next_sample_at: u64,
+    /// Which way the last try from level 1 went.
+    try_up: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -522,6 +524,7 @@ impl AutoLevel {
             level1_speed: None,
             plain_total: 0,
             next_sample_at: 0,
+            try_up: false,
         }
     }
 
@@ -609,8 +612,11 @@ impl AutoLevel {
                 let can_win = self.level1_speed.is_some_and(|s| s > rate * HEADROOM);
                 (compresses && can_win).then_some(1)
             }
-            // Alternate between trying up and down from the middle.
-            1 if self.backoff.as_millis() / MIN_BACKOFF.as_millis() % 2 == 0 => Some(2),
+            // From the middle, try up and down in turn.
+            1 => {
+                self.try_up = !self.try_up;
+                Some(if self.try_up { 2 } else { 0 })
+            }
             r => r.checked_sub(1),
         };
         match candidate {
