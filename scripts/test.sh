@@ -32,6 +32,10 @@ if [ "$fuzz_seconds" -gt 0 ] && rustup toolchain list 2>/dev/null | grep -q '^ni
     fi
     echo "== cargo +nightly fuzz run sftp_decode (${fuzz_seconds} s)" >&2
     (cd fuzz && mkdir -p corpus/sftp_decode && cargo +nightly fuzz run sftp_decode corpus/sftp_decode seeds/sftp_decode -- -max_total_time="$fuzz_seconds")
+    # The zstd@ferry.invalid receiver (vendor/russh): malformed frames,
+    # bombs, truncated packets, and round trips through ferry's sender.
+    echo "== cargo +nightly fuzz run ssh_zstd (${fuzz_seconds} s)" >&2
+    (cd fuzz && mkdir -p corpus/ssh_zstd && cargo +nightly fuzz run ssh_zstd corpus/ssh_zstd seeds/ssh_zstd -- -max_total_time="$fuzz_seconds")
 else
     echo "== fuzz: skipped (no nightly toolchain, or FERRY_FUZZ_SECONDS=0)" >&2
 fi
