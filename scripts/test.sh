@@ -32,16 +32,22 @@ if [ "$fuzz_seconds" -gt 0 ] && rustup toolchain list 2>/dev/null | grep -q '^ni
     fi
     echo "== cargo +nightly fuzz run sftp_decode (${fuzz_seconds} s)" >&2
     (cd fuzz && mkdir -p corpus/sftp_decode && cargo +nightly fuzz run sftp_decode corpus/sftp_decode seeds/sftp_decode -- -max_total_time="$fuzz_seconds")
+    # The zstd@ferry.invalid receiver (vendor/russh): malformed frames,
+    # bombs, truncated packets, and round trips through ferry's sender.
+    echo "== cargo +nightly fuzz run ssh_zstd (${fuzz_seconds} s)" >&2
+    (cd fuzz && mkdir -p corpus/ssh_zstd && cargo +nightly fuzz run ssh_zstd corpus/ssh_zstd seeds/ssh_zstd -- -max_total_time="$fuzz_seconds")
 else
     echo "== fuzz: skipped (no nightly toolchain, or FERRY_FUZZ_SECONDS=0)" >&2
 fi
 
 # ferry's russh (vendor/russh, outside the workspace) carries a cipher of
 # ferry's own (aegis-128l@ferry); its unit tests check it against the
-# AEGIS draft's test vector and refuse tampered packets.
-echo "== vendor/russh: cargo test --lib cipher::" >&2
+# AEGIS draft's test vector and refuse tampered packets. It also carries
+# zstd compression (zstd@ferry.invalid): round trips, bombs, truncated
+# frames, reset at rekey, and the `auto` level controller.
+echo "== vendor/russh: cargo test --lib cipher:: compression::" >&2
 (cd vendor/russh && CARGO_TARGET_DIR="$PWD/../../target/vendor-russh" \
-    cargo test --lib --no-default-features --features ring,rsa cipher::)
+    cargo test --lib --no-default-features --features ring,rsa,zstd -- cipher:: compression::)
 
 echo "== cargo test --workspace --no-fail-fast $*" >&2
 log=$(mktemp)

@@ -33,6 +33,10 @@ pub fn config(host_key: russh::keys::PrivateKey) -> russh::server::Config {
     let preferred = Preferred {
         // The client's order decides; ferry cp puts AEGIS-128L first.
         cipher: std::borrow::Cow::Borrowed(ferry_ssh::CIPHERS),
+        // zstd for ferry cp, zlib for OpenSSH's `-C`, none; again the
+        // client's order decides (docs/internals/compression.md).
+        compression: std::borrow::Cow::Borrowed(ferry_ssh::compression::SERVER_OFFER),
+        zstd: ferry_ssh::compression::server_zstd_settings(),
         ..Preferred::default()
     };
     russh::server::Config {

@@ -210,6 +210,10 @@ pub struct HostConfig {
     pub identity_agent: Option<String>,
     pub connect_timeout: Option<Duration>,
     pub compression: bool,
+    /// `RekeyLimit`: bytes after which to rekey (`default`: none here,
+    /// the transport's own), and the time (`none` or absent: no limit).
+    pub rekey_limit: Option<u64>,
+    pub rekey_time: Option<Duration>,
     /// Raw algorithm lists (may start with `+`, `-` or `^`): the caller
     /// interprets them against what it supports.
     pub ciphers: Option<String>,
@@ -375,6 +379,7 @@ enum Setting {
     IdentityAgent(String),
     ConnectTimeout(Option<Duration>),
     Compression(bool),
+    RekeyLimit(Option<u64>, Option<Duration>),
     Ciphers(String),
     Macs(String),
     KexAlgorithms(String),
@@ -543,6 +548,38 @@ fn parse_time(keyword: &str, value: &str) -> Result<Option<Duration>, String> {
     Ok((total > 0).then(|| Duration::from_secs(total)))
 }
 
+/// `RekeyLimit`'s size: `default`, or bytes with an optional K, M or G
+/// (powers of 1024), as ssh_config(5) says; at least 16 bytes, as in ssh.
+fn parse_rekey_bytes(keyword: &str, value: &str) -> Result<Option<u64>, String> {
+    if value.eq_ignore_ascii_case("default") {
+        return Ok(None);
+    }
+    let bad = || format!("{keyword}: invalid size \"{value}\"");
+    let (digits, shift) = match value.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_uppercase() {
+                'K' => 10,
+                'M' => 20,
+                'G' => 30,
+                _ => return Err(bad()),
+            };
+            (value.get(..i).unwrap_or(""), shift)
+        }
+        _ => (value, 0),
+    };
+    let n: u64 = digits.parse().map_err(|_| bad())?;
+    let bytes = n
+        .checked_shl(shift)
+        .filter(|b| b >> shift == n)
+        .ok_or_else(bad)?;
+    if bytes < 16 {
+        return Err(format!(
+            "{keyword}: {value} is too small (at least 16 bytes)"
+        ));
+    }
+    Ok(Some(bytes))
+}
+
 fn parse_u32(keyword: &str, value: &str) -> Result<u32, String> {
     value
         .parse()
@@ -605,6 +642,13 @@ fn parse_setting(line: &Line<'_>) -> Result<Setting, String> {
         "identityagent" => Setting::IdentityAgent(one()?.to_string()),
         "connecttimeout" => Setting::ConnectTimeout(parse_time(kw, one()?)?),
         "compression" => Setting::Compression(boolean()?),
+        "rekeylimit" => match args.as_slice() {
+            [bytes] => Setting::RekeyLimit(parse_rekey_bytes(kw, bytes)?, None),
+            [bytes, time] => {
+                Setting::RekeyLimit(parse_rekey_bytes(kw, bytes)?, parse_time(kw, time)?)
+            }
+            _ => return Err(format!("{kw} takes a size and optionally a time")),
+        },
         "ciphers" => Setting::Ciphers(one()?.to_string()),
         "macs" => Setting::Macs(one()?.to_string()),
         "kexalgorithms" => Setting::KexAlgorithms(one()?.to_string()),
@@ -885,6 +929,7 @@ struct Values {
     identity_agent: Option<(String, Origin)>,
     connect_timeout: Option<Option<Duration>>,
     compression: Option<bool>,
+    rekey_limit: Option<(Option<u64>, Option<Duration>)>,
     ciphers: Option<String>,
     macs: Option<String>,
     kex: Option<String>,
@@ -939,6 +984,7 @@ impl Values {
             Setting::IdentityAgent(v) => first(&mut self.identity_agent, (v, origin.clone())),
             Setting::ConnectTimeout(v) => first(&mut self.connect_timeout, v),
             Setting::Compression(v) => first(&mut self.compression, v),
+            Setting::RekeyLimit(b, t) => first(&mut self.rekey_limit, (b, t)),
             Setting::Ciphers(v) => first(&mut self.ciphers, v),
             Setting::Macs(v) => first(&mut self.macs, v),
             Setting::KexAlgorithms(v) => first(&mut self.kex, v),
@@ -1340,6 +1386,8 @@ fn finish(alias: &str, v: Values, env: &Environment) -> Result<HostConfig, Confi
         identity_agent,
         connect_timeout: v.connect_timeout.flatten(),
         compression: v.compression.unwrap_or(false),
+        rekey_limit: v.rekey_limit.and_then(|(b, _)| b),
+        rekey_time: v.rekey_limit.and_then(|(_, t)| t),
         ciphers: v.ciphers,
         macs: v.macs,
         kex_algorithms: v.kex,

@@ -869,3 +869,29 @@ fn proxy_command_tokens() {
     let c = h.resolve("Port 22\n", "x");
     assert_eq!(c.proxy_command_line().unwrap(), None);
 }
+
+/// `RekeyLimit` (issue 21: a rekey in the middle of a compressed transfer
+/// is tested with `-o RekeyLimit=...` against ferry serve).
+#[test]
+fn rekey_limit_sizes_and_times() {
+    let h = Home::new();
+    let c = h.resolve("", "x");
+    assert_eq!((c.rekey_limit, c.rekey_time), (None, None));
+    let c = h.resolve("RekeyLimit 4M 30s\n", "x");
+    assert_eq!(c.rekey_limit, Some(4 << 20));
+    assert_eq!(c.rekey_time, Some(Duration::from_secs(30)));
+    let c = h.resolve_o("", "x", &["RekeyLimit=1G"]);
+    assert_eq!((c.rekey_limit, c.rekey_time), (Some(1 << 30), None));
+    let c = h.resolve("RekeyLimit default none\n", "x");
+    assert_eq!((c.rekey_limit, c.rekey_time), (None, None));
+    let c = h.resolve("RekeyLimit 500\n", "x");
+    assert_eq!(c.rekey_limit, Some(500));
+    for bad in [
+        "RekeyLimit 4X\n",
+        "RekeyLimit 8\n",
+        "RekeyLimit\n",
+        "RekeyLimit 99999999999G\n",
+    ] {
+        assert!(h.try_parse(bad).is_err(), "{bad:?} accepted");
+    }
+}

@@ -20,11 +20,14 @@ use ferry_ssh_config::config::{standard_files, HostConfig, SshConfig, StrictHost
 use ferry_ssh_config::known_hosts::{self, CertAuthorityStatus, HostKeyStatus};
 use ferry_ssh_config::proxy::{parse_jumps, JumpHost};
 use russh::client;
+use russh::compression::{CompressionStats, ZstdSettings};
 use russh::keys::agent::client::AgentClient;
 use russh::keys::{
     Algorithm, Certificate, EcdsaCurve, HashAlg, PrivateKey, PrivateKeyWithHashAlg, PublicKey,
 };
-use russh::{cipher, compression, Preferred};
+use russh::{cipher, Preferred};
+
+use crate::compression::{method_name, ConnectionCompression, SshCompression};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::error::SshError;
@@ -57,8 +60,9 @@ pub struct ConnectOptions {
     pub interactive: bool,
     /// Where questions and notices go (see [`crate::Prompt`]).
     pub prompt: crate::PromptHandle,
-    /// Compression (`-C`): zlib, as OpenSSH.
-    pub compression: bool,
+    /// Compression (`-C`/`--compress`): zstd between ferry peers, zlib
+    /// with OpenSSH when on (crate::compression).
+    pub compression: SshCompression,
     /// `-J`: jump hosts, `[user@]host[:port][,...]`; beats `ProxyJump` and
     /// `ProxyCommand` from the files, as with `ssh -J`.
     pub proxy_jump: Option<String>,
@@ -76,7 +80,7 @@ impl Default for ConnectOptions {
             max_packet: crate::MAX_CHANNEL_PACKET,
             interactive: false,
             prompt: crate::PromptHandle::default(),
-            compression: false,
+            compression: SshCompression::Off,
             proxy_jump: None,
         }
     }
@@ -280,7 +284,8 @@ impl Connector {
             max_packet: opts.max_packet,
             interactive: opts.interactive,
             prompt: opts.prompt.clone(),
-            compression: false,
+            // The target's own connection compresses, end to end.
+            compression: SshCompression::Off,
             proxy_jump: (!before.is_empty())
                 .then(|| before.iter().map(hop_spec).collect::<Vec<_>>().join(",")),
         };
@@ -324,7 +329,7 @@ impl Connector {
         )
     }
 
-    fn client_config(&self) -> Result<client::Config, SshError> {
+    fn client_config(&self, stats: &Arc<CompressionStats>) -> Result<client::Config, SshError> {
         let cipher: std::borrow::Cow<'static, [cipher::Name]> = match &self.host.ciphers {
             Some(list) => {
                 let mut v = Vec::new();
@@ -348,20 +353,22 @@ impl Connector {
             }
             None => CIPHERS.into(),
         };
-        let compression: std::borrow::Cow<'static, [compression::Name]> =
-            if self.opts.compression || self.host.compression {
-                vec![
-                    compression::ZLIB_LEGACY,
-                    compression::ZLIB,
-                    compression::NONE,
-                ]
-                .into()
-            } else {
-                vec![compression::NONE].into()
-            };
+        // `Compression yes` in ssh_config turns compression on where the
+        // command line left it at its default (off) or auto.
+        let wanted = match self.opts.compression {
+            SshCompression::Off | SshCompression::Auto if self.host.compression => {
+                SshCompression::On
+            }
+            c => c,
+        };
+        let (compression, level) = wanted.offer();
         let preferred = Preferred {
             cipher,
-            compression,
+            compression: compression.into(),
+            zstd: ZstdSettings {
+                level,
+                stats: Some(stats.clone()),
+            },
             // Ask for host certificates first, as ssh does; a certificate
             // whose CA is not trusted falls back to a plain key check of the
             // key inside it (ClientHandler::check_certificate).
@@ -375,6 +382,7 @@ impl Connector {
             preferred,
             nodelay: true,
             keepalive_interval: self.host.server_alive_interval,
+            limits: rekey_limits(self.host.rekey_limit, self.host.rekey_time),
             ..Default::default()
         })
     }
@@ -382,7 +390,12 @@ impl Connector {
     /// Open and authenticate one connection (through the jump hosts or
     /// the ProxyCommand, if any).
     pub async fn connect(&self) -> Result<SshConnection, SshError> {
-        let config = Arc::new(self.client_config().map_err(|e| self.at_hop(e))?);
+        // A jump host's connection is not the transfer's: not reported.
+        let compress = crate::compression::register(self.hop.is_none());
+        let config = Arc::new(
+            self.client_config(&compress.stats)
+                .map_err(|e| self.at_hop(e))?,
+        );
         let host = self.host.hostname.clone();
         let port = self.host.port;
         let cipher = Arc::default();
@@ -392,7 +405,11 @@ impl Connector {
                 // buffer and takes packets out of it without a copy
                 // (vendor/russh/FERRY-PATCH.md).
                 let stream = self.tcp(&host, port).await.map_err(|e| self.at_hop(e))?;
-                (self.handshake(config, stream, &cipher).await, None, None)
+                (
+                    self.handshake(config, stream, &cipher, &compress).await,
+                    None,
+                    None,
+                )
             }
             Route::Jump(jump) => {
                 let via = Box::pin(jump.connect()).await?;
@@ -437,7 +454,7 @@ impl Connector {
                     })?;
                 let stream = channel.into_stream();
                 (
-                    self.handshake(config, stream, &cipher).await,
+                    self.handshake(config, stream, &cipher, &compress).await,
                     Some(Box::new(via)),
                     None,
                 )
@@ -450,7 +467,7 @@ impl Connector {
                     })
                 })?;
                 (
-                    self.handshake(config, stream, &cipher).await,
+                    self.handshake(config, stream, &cipher, &compress).await,
                     None,
                     Some(proc),
                 )
@@ -523,6 +540,7 @@ impl Connector {
         config: Arc<client::Config>,
         stream: R,
         cipher: &Arc<Mutex<Option<String>>>,
+        compress: &Arc<ConnectionCompression>,
     ) -> Result<client::Handle<ClientHandler>, SshError>
     where
         R: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -543,6 +561,7 @@ impl Connector {
             verdict: verdict.clone(),
             prompted: prompted.clone(),
             cipher: cipher.clone(),
+            compress: compress.clone(),
         };
         let handshake = client::connect_stream(config, stream, handler);
         // ConnectTimeout also bounds the handshake, as ssh bounds its
@@ -935,6 +954,16 @@ pub const CIPHERS: &[cipher::Name] = &[
     cipher::AES_256_CTR,
 ];
 
+/// `RekeyLimit`: russh rekeys after this many bytes either way (at most
+/// its own default and ceiling, 1 GiB) or this much time (default 1 h).
+fn rekey_limits(bytes: Option<u64>, time: Option<std::time::Duration>) -> russh::Limits {
+    let default = russh::Limits::default();
+    let bytes = bytes.map_or(default.rekey_write_limit, |b| {
+        b.min(default.rekey_write_limit as u64) as usize
+    });
+    russh::Limits::new(bytes, bytes, time.unwrap_or(default.rekey_time_limit))
+}
+
 fn cipher_by_name(name: &str) -> Option<cipher::Name> {
     CIPHERS.iter().copied().find(|c| c.as_ref() == name)
 }
@@ -961,6 +990,8 @@ pub(crate) struct ClientHandler {
     prompted: Arc<AtomicBool>,
     /// The negotiated cipher, from each finished key exchange.
     cipher: Arc<Mutex<Option<String>>>,
+    /// The negotiated compression, likewise.
+    compress: Arc<ConnectionCompression>,
 }
 
 impl ClientHandler {
@@ -1199,6 +1230,13 @@ impl client::Handler for ClientHandler {
         _session: &mut client::Session,
     ) -> Result<(), Self::Error> {
         *lock_any(&self.cipher) = Some(names.cipher.as_ref().to_string());
+        self.compress
+            .key_exchanges
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        *lock_any(&self.compress.methods) = Some((
+            method_name(&names.client_compression).to_string(),
+            method_name(&names.server_compression).to_string(),
+        ));
         Ok(())
     }
 }

@@ -14,6 +14,7 @@
 //!   their requests by the O(1) [`ferry_sftp::RequestTable`].
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
+pub mod compression;
 mod connect;
 mod error;
 mod hostcert;
@@ -21,6 +22,7 @@ mod prompt;
 mod proxy_command;
 mod sftp;
 
+pub use compression::{compression_report, CompressionReport, SshCompression};
 pub use connect::{ConnectOptions, Connector, SshConnection, CIPHERS};
 pub use prompt::{Prompt, PromptHandle};
 

@@ -121,9 +121,21 @@ struct CpArgs {
     /// lost connection, HTTP 5xx, FTP 421), with backoff and jitter.
     #[arg(long, value_name = "N", default_value_t = CopyOptions::default().retries)]
     retries: u32,
-    /// Compress the SSH connection (zlib).
-    #[arg(short = 'C', long)]
-    compress: bool,
+    /// SSH compression: off (the default), on (-C alone: zstd level 1
+    /// with ferry serve, zlib with OpenSSH), auto (zstd between ferry
+    /// peers at the level the transfer measures best, down to none; off
+    /// with OpenSSH; costs ~20% on fast links for now, see
+    /// docs/internals/compression.md), or a zstd level 1-19. The value
+    /// needs `=`: --compress=auto.
+    #[arg(
+        short = 'C',
+        long,
+        value_name = "auto|on|off|LEVEL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "on"
+    )]
+    compress: Option<ferry_ssh::SshCompression>,
     /// Print a JSON summary on stdout when done.
     #[arg(long)]
     json: bool,
@@ -283,7 +295,7 @@ fn run_cp(args: CpArgs, matches: Option<&clap::ArgMatches>) -> i32 {
     opts.connect.identity_files = args.identity;
     opts.connect.options = args.ssh_option;
     opts.connect.proxy_jump = args.jump;
-    opts.connect.compression = args.compress;
+    opts.connect.compression = args.compress.unwrap_or_default();
     // A person may be asked (passwords, passphrases, new host keys) when
     // both ends of the terminal are there.
     opts.connect.interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
@@ -339,6 +351,9 @@ fn run_cp(args: CpArgs, matches: Option<&clap::ArgMatches>) -> i32 {
         !interrupted.load(Ordering::Relaxed)
     });
     done.store(true, Ordering::Relaxed);
+    if let Some(c) = ferry_ssh::compression_report() {
+        tracing::info!("{}", compression_line(&c));
+    }
     if let Some(b) = bar {
         let _ = b.join();
     }
@@ -371,6 +386,9 @@ fn run_cp(args: CpArgs, matches: Option<&clap::ArgMatches>) -> i32 {
                 });
                 if let Some(c) = &s.cipher {
                     summary["cipher"] = c.as_str().into();
+                }
+                if let Some(c) = ferry_ssh::compression_report() {
+                    summary["compression"] = compression_json(&c);
                 }
                 println!("{summary}");
             }
@@ -444,8 +462,10 @@ fn apply_saved_settings(
     }
     // SSH compression, saved for SFTP hosts only (`-C` on the command line,
     // or `Compression yes` in ssh_config, still turn it on).
-    if let (false, Some(v)) = (given("compress"), t.compress) {
-        opts.connect.compression = v;
+    // The sweep measured zlib (`-C`): a saved "on" turns compression on; a
+    // saved "off" leaves `auto`, which stores unless compressing pays.
+    if let (false, Some(true)) = (given("compress"), t.compress) {
+        opts.connect.compression = ferry_ssh::SshCompression::On;
     }
     tracing::info!(
         "saved settings for {key} from {}: {} (flags given on the command line win)",
@@ -487,6 +507,44 @@ fn on_interrupt() -> Arc<AtomicBool> {
             });
         });
     flag
+}
+
+/// SSH compression for `--json`: methods, our zstd levels (0: stored),
+/// payload bytes before ("plain") and after ("wire") compression.
+fn compression_json(c: &ferry_ssh::CompressionReport) -> serde_json::Value {
+    serde_json::json!({
+        "method_out": c.method_out,
+        "method_in": c.method_in,
+        "levels_sent": c.levels_sent,
+        "sent_plain": c.sent_plain,
+        "sent_wire": c.sent_wire,
+        "received_plain": c.received_plain,
+        "received_wire": c.received_wire,
+        "key_exchanges": c.key_exchanges,
+    })
+}
+
+/// SSH compression for `-v`.
+fn compression_line(c: &ferry_ssh::CompressionReport) -> String {
+    let ratio = |wire: u64, plain: u64| {
+        if plain > 0 {
+            format!(" ({:.2}x)", plain as f64 / wire.max(1) as f64)
+        } else {
+            String::new()
+        }
+    };
+    format!(
+        "compression: out {} levels {:?} (0 = stored), {} -> {} bytes{}; in {}, {} -> {} bytes{}",
+        c.method_out,
+        c.levels_sent,
+        c.sent_plain,
+        c.sent_wire,
+        ratio(c.sent_wire, c.sent_plain),
+        c.method_in,
+        c.received_wire,
+        c.received_plain,
+        ratio(c.received_wire, c.received_plain),
+    )
 }
 
 fn usage(msg: &str) -> i32 {

@@ -1840,3 +1840,32 @@ fn usage_errors_exit_2() {
         assert!(!dst.exists(), "{ctx}: destination created");
     }
 }
+
+/// Issue 21: `-C` against sshd negotiates `zlib@openssh.com` (OpenSSH does
+/// not list zstd), `auto` (the default) gets none, and with sshd rekeying
+/// every MiB (`RekeyLimit 1M`) in the middle of the compressed transfer
+/// every byte still comes through, both ways.
+#[test]
+fn dash_c_gets_zlib_from_sshd_and_survives_its_rekeying() {
+    let mut sshd = Sshd::start();
+    sshd.set_sshd_options(&["RekeyLimit 1M"]);
+    let local = sshd.mkdir("local");
+    let rem = sshd.mkdir("remote");
+    let src = local.join("text.txt");
+    let want = make_text_file(&src, 8 * 1024 * 1024 + 3, 41);
+    let o = sshd.cp(&args!["-C", "--json", &src, sshd.url(rem.join("up.txt"))]);
+    sshd.assert_ok(&o, "put -C");
+    assert_file_hash(&rem.join("up.txt"), &want, "put -C across rekeys");
+    assert_eq!(compression_field(&o, "method_out"), "zlib@openssh.com");
+    assert_eq!(compression_field(&o, "method_in"), "zlib@openssh.com");
+
+    let back = local.join("back.txt");
+    let o = sshd.cp(&args!["-C", "--json", sshd.url(rem.join("up.txt")), &back]);
+    sshd.assert_ok(&o, "get -C");
+    assert_file_hash(&back, &want, "get -C across rekeys");
+
+    let o = sshd.cp(&args!["--json", &src, sshd.url(rem.join("auto.txt"))]);
+    sshd.assert_ok(&o, "put auto");
+    assert_eq!(compression_field(&o, "method_out"), "none");
+    assert_file_hash(&rem.join("auto.txt"), &want, "put auto");
+}

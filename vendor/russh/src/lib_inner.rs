@@ -215,6 +215,12 @@ pub enum Error {
     #[cfg(feature = "flate2")]
     Decompress(#[from] flate2::DecompressError),
 
+    /// ferry: `zstd@ferry.invalid` refused a packet (malformed, truncated,
+    /// a window over 2^20) or could not set up a context.
+    #[error("zstd@ferry.invalid compression: {0}")]
+    #[cfg(feature = "zstd")]
+    Zstd(String),
+
     #[error(transparent)]
     Join(#[from] russh_util::runtime::JoinError),
 

@@ -97,6 +97,21 @@ pub struct Preferred {
     pub mac: Cow<'static, [mac::Name]>,
     /// Preferred compression algorithms.
     pub compression: Cow<'static, [compression::Name]>,
+    /// ferry: level and counters for `zstd@ferry.invalid`, when
+    /// `compression` lists it and the peer picks it.
+    #[cfg(feature = "zstd")]
+    pub zstd: compression::ZstdSettings,
+}
+
+/// ferry: the negotiated method, with `pref.zstd` when it is zstd.
+fn negotiated_compression(
+    #[allow(unused_variables)] pref: &Preferred,
+    name: &compression::Name,
+) -> compression::Compression {
+    #[cfg(feature = "zstd")]
+    return compression::Compression::new_with_zstd(name, &pref.zstd);
+    #[cfg(not(feature = "zstd"))]
+    compression::Compression::new(name)
 }
 
 pub(crate) fn is_key_compatible_with_algo(key: &PrivateKey, algo: &Algorithm) -> bool {
@@ -235,6 +250,8 @@ impl Preferred {
         cipher: Cow::Borrowed(CIPHER_ORDER),
         mac: Cow::Borrowed(SAFE_HMAC_ORDER),
         compression: Cow::Borrowed(COMPRESSION_ORDER),
+        #[cfg(feature = "zstd")]
+        zstd: compression::ZstdSettings::DEFAULT,
     };
 
     pub const COMPRESSED: Preferred = Preferred {
@@ -244,6 +261,8 @@ impl Preferred {
         cipher: Cow::Borrowed(CIPHER_ORDER),
         mac: Cow::Borrowed(SAFE_HMAC_ORDER),
         compression: Cow::Borrowed(COMPRESSION_ORDER),
+        #[cfg(feature = "zstd")]
+        zstd: compression::ZstdSettings::DEFAULT,
     };
 }
 
@@ -414,7 +433,8 @@ pub(crate) trait Select {
         // Compression
 
         // client-to-server compression.
-        let client_compression = compression::Compression::new(
+        let client_compression = negotiated_compression(
+            pref,
             &Self::select(
                 &pref.compression,
                 &NameList::decode(&mut r)?,
@@ -424,7 +444,8 @@ pub(crate) trait Select {
         );
 
         // server-to-client compression.
-        let server_compression = compression::Compression::new(
+        let server_compression = negotiated_compression(
+            pref,
             &Self::select(
                 &pref.compression,
                 &NameList::decode(&mut r)?,

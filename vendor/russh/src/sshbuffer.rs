@@ -643,11 +643,11 @@ impl SSHBuffer {
         let decompress =
             decompress.filter(|d| !matches!(d, crate::compression::Decompress::None));
         if let Some(d) = decompress {
-            let mut decomp = Vec::new();
+            // ferry: zstd inflates straight into the packet's buffer.
             #[allow(clippy::indexing_slicing)] // length checked
-            let plain = d.decompress(&self.incoming[5..], &mut decomp)?;
+            let buffer = d.decompress_to_bytes(&self.incoming[5..])?;
             return Ok(IncomingSshPacket {
-                buffer: Bytes::copy_from_slice(plain),
+                buffer,
                 seqn: self.seqn,
             });
         }

@@ -1177,6 +1177,9 @@ pub(crate) mod raw_no_crypto {
             cipher: Cow::Owned(vec![cipher::NONE]),
             mac: Cow::Owned(vec![mac::NONE]),
             compression: Cow::Owned(vec![compression::NONE]),
+            // ferry
+            #[cfg(feature = "zstd")]
+            zstd: compression::ZstdSettings::DEFAULT,
         }
     }
 

@@ -2029,3 +2029,76 @@ impl Drop for Agent {
         let _ = self.child.wait();
     }
 }
+
+/// A file of `len` bytes of text-like data (words and numbers on lines,
+/// about 3:1 with zstd -1), from `seed`; returns its blake3. For the SSH
+/// compression tests (issue 21), where random data would not compress.
+pub fn make_text_file(path: &Path, len: u64, seed: u64) -> blake3::Hash {
+    const WORDS: &[&str] = &[
+        "the", "ferry", "copies", "files", "over", "sftp", "and", "http", "with", "zstd",
+        "compression", "window", "packet", "server", "client", "bytes", "level", "stream",
+    ];
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let mut text = Vec::with_capacity(len as usize + 32);
+    while (text.len() as u64) < len {
+        let r = next();
+        let w = WORDS[(r % WORDS.len() as u64) as usize];
+        text.extend_from_slice(w.as_bytes());
+        match (r >> 20) % 12 {
+            0 => text.extend_from_slice(format!(" {}\n", (r >> 32) % 100_000).as_bytes()),
+            1 => text.push(b'\n'),
+            _ => text.push(b' '),
+        }
+    }
+    text.truncate(len as usize);
+    fs::write(path, &text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    blake3::hash(&text)
+}
+
+/// A tree of `n` text files (some in subdirectories) under `root`.
+pub fn make_text_tree(root: &Path, n: usize, seed: u64) {
+    for i in 0..n {
+        let dir = root.join(format!("d{}", i % 3));
+        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+        make_text_file(
+            &dir.join(format!("f{i}.txt")),
+            (i as u64 * 37_001) % 300_000 + 1,
+            seed + i as u64,
+        );
+    }
+}
+
+/// `--json`'s `"compression"` object, field `key` (a string or a number
+/// as text; arrays as `[a,b]`).
+pub fn compression_field(o: &Output, key: &str) -> String {
+    let j =
+        parse_json(stdout_text(o).trim()).unwrap_or_else(|e| panic!("json: {e}: {}", describe(o)));
+    let Some(c) = j.get("compression") else {
+        panic!("no compression in {}", stdout_text(o))
+    };
+    match c.get(key) {
+        Some(Json::Str(s)) => s.clone(),
+        Some(Json::Num(n)) => n.to_string(),
+        Some(Json::Arr(a)) => format!(
+            "[{}]",
+            a.iter()
+                .map(|v| v.as_f64().map(|f| f.to_string()).unwrap_or_default())
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+        _ => panic!("no compression.{key} in {}", stdout_text(o)),
+    }
+}
+
+/// `compression_field` as a number.
+pub fn compression_num(o: &Output, key: &str) -> f64 {
+    compression_field(o, key)
+        .parse()
+        .unwrap_or_else(|_| panic!("compression.{key} not a number: {}", stdout_text(o)))
+}

@@ -836,6 +836,9 @@ mod tests {
             cipher: Cow::Owned(vec![cipher::NONE]),
             mac: Cow::Owned(vec![mac::NONE]),
             compression: Cow::Owned(vec![compression::NONE]),
+            // ferry
+            #[cfg(feature = "zstd")]
+            zstd: compression::ZstdSettings::DEFAULT,
         };
         let config = Arc::new(config);
         let (priority_sender, priority_receiver) = tokio::sync::mpsc::unbounded_channel();

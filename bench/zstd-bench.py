@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""SSH compression scorecard for issue 21 (docs/internals/compression.md).
+
+Starts ferry serve, an OpenSSH sshd (own config, 127.0.0.1, free ports) and
+`ferry-linkem` proxies in front of both; then downloads one file, cases
+interleaved run by run, and prints the median wall time, MB/s of file data
+and CPU seconds of the client and of the server (utime + stime, children
+included, read from /proc before and after), plus a JSON line per run.
+
+Usage: bench/zstd-bench.py FERRY_BIN LINKEM_BIN [--runs 5] [--size-mib 128]
+       [--rate-mbps 200] [--delay-ms 10] [--cases a,b,...] [--data text|random]
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HZ = os.sysconf("SC_CLK_TCK")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def cpu_of(pid):
+    """utime + stime + cutime + cstime of `pid`, seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in fields[11:15]) / HZ
+
+
+def make_text(path, size, seed):
+    """Text-like lines of words and numbers, about 3:1 with zstd -1 (the
+    same generator as the tests' make_text_file, in Python)."""
+    words = ("the ferry copies files over sftp and http with zstd compression "
+             "window packet server client bytes level stream").split()
+    rnd = random.Random(seed)
+    out = bytearray()
+    # 8 MiB of unique text, repeated: the repeats are 8 MiB apart, beyond
+    # zstd's 1 MiB window (and zlib's 32 KiB), so they do not help either.
+    while len(out) < min(size, 8 << 20):
+        line = " ".join(rnd.choice(words) for _ in range(rnd.randint(4, 14)))
+        out += line.encode()
+        out += f" {rnd.randint(0, 99999)}\n".encode() if rnd.random() < 0.3 else b"\n"
+    with open(path, "wb") as f:
+        left = size
+        while left:
+            f.write(out[:left])
+            left -= min(left, len(out))
+
+
+def make_random(path, size):
+    with open(path, "wb") as f:
+        left = size
+        while left:
+            n = min(left, 1 << 20)
+            f.write(os.urandom(n))
+            left -= n
+
+
+def start_linkem(linkem, upstream_port, rate, delay):
+    if rate is None and delay == 0:
+        return None, upstream_port
+    args = [linkem, "--listen", "127.0.0.1:0", "--upstream", f"127.0.0.1:{upstream_port}",
+            "--delay-ms", str(delay), "--no-stdin"]
+    if rate:
+        args += ["--rate-mbps", str(rate)]
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    line = p.stdout.readline().split()
+    return p, int(line[1].rsplit(":", 1)[1])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("ferry")
+    ap.add_argument("linkem")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--size-mib", type=int, default=128)
+    ap.add_argument("--rate-mbps", type=int, default=None)
+    ap.add_argument("--delay-ms", type=float, default=0)
+    ap.add_argument("--data", default="text")
+    ap.add_argument("--cases", default="ferry-auto,ferry-off,ferry-on,sftp,sftp-C")
+    ap.add_argument("--dir", default=None)
+    a = ap.parse_args()
+    cases = a.cases.split(",")
+
+    d = tempfile.mkdtemp(prefix="zstd-bench-", dir=a.dir)
+    procs = []
+    try:
+        root = os.path.join(d, "root")
+        os.makedirs(root)
+        os.makedirs(os.path.join(d, "state"))
+        os.makedirs(os.path.join(d, "home"))
+        key = os.path.join(d, "id")
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key], check=True)
+        shutil.copy(key + ".pub", os.path.join(d, "authorized_keys"))
+        src = os.path.join(root, "data.bin")
+        size = a.size_mib << 20
+        (make_text(src, size, 1) if a.data == "text" else make_random(src, size))
+
+        # ferry serve
+        serve = subprocess.Popen(
+            [a.ferry, "serve", root, "--sftp", "127.0.0.1:0", "--https", "127.0.0.1:0",
+             "--state-dir", os.path.join(d, "state"), "--authorized-keys",
+             os.path.join(d, "authorized_keys")],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+            text=True, env=dict(os.environ, HOME=os.path.join(d, "home")))
+        procs.append(serve)
+        serve_port = None
+        for line in serve.stdout:
+            if line.startswith("sftp "):
+                serve_port = int(line.split()[1].rsplit(":", 1)[1])
+            if line.startswith("ready"):
+                break
+
+        # sshd
+        sshd_port = free_port()
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f",
+                        os.path.join(d, "hostkey")], check=True)
+        with open(os.path.join(d, "sshd_config"), "w") as f:
+            f.write(f"Port {sshd_port}\nListenAddress 127.0.0.1\nHostKey {d}/hostkey\n"
+                    f"AuthorizedKeysFile {d}/authorized_keys\nUsePAM no\nStrictModes no\n"
+                    f"PidFile {d}/sshd.pid\nSubsystem sftp /usr/lib/openssh/sftp-server\n"
+                    "PermitRootLogin yes\nSetEnv SHLVL=1\n")
+        os.makedirs("/run/sshd", exist_ok=True)
+        sshd = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", f"{d}/sshd_config"],
+                                stderr=subprocess.DEVNULL)
+        procs.append(sshd)
+        time.sleep(0.5)
+
+        lk1, serve_via = start_linkem(a.linkem, serve_port, a.rate_mbps, a.delay_ms)
+        lk2, sshd_via = start_linkem(a.linkem, sshd_port, a.rate_mbps, a.delay_ms)
+        procs += [p for p in (lk1, lk2) if p]
+
+        ssh_opts = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+                    "-o", "IdentitiesOnly=yes", "-i", key]
+        user = os.environ.get("USER", "root")
+
+        def run_case(case, dest):
+            if case.startswith("ferry"):
+                flag = {"ferry-auto": "--compress=auto", "ferry-off": "--compress=off",
+                        "ferry-on": "-C", "ferry-zlib-sshd": "-C",
+                        "ferry-off-sshd": "--compress=off"}[case]
+                if case.endswith("sshd"):
+                    port, server, path = sshd_via, sshd, src
+                else:
+                    port, server, path = serve_via, serve, "/data.bin"
+                cmd = [a.ferry, "cp", "-q", "--json", flag] + ssh_opts + [
+                    f"sftp://{user}@127.0.0.1:{port}{path}", dest]
+            else:
+                port, server = sshd_via, sshd
+                cmd = ["sftp", "-q", "-F", "/dev/null", "-P", str(port)] + ssh_opts + (
+                    ["-C"] if case == "sftp-C" else []) + ["-b", "-", f"{user}@127.0.0.1"]
+            s0 = cpu_of(server.pid)
+            r0 = os.times()
+            t0 = time.monotonic()
+            p = subprocess.run(cmd, input=f"get {src} {dest}\n" if case.startswith("sftp") else None,
+                               capture_output=True, text=True, env=dict(os.environ, HOME=os.path.join(d, "home")))
+            wall = time.monotonic() - t0
+            r1 = os.times()
+            # sshd's session processes are reaped (and their CPU counted in
+            # the listener's cutime) a moment after the client exits.
+            time.sleep(0.5)
+            s1 = cpu_of(server.pid)
+            if p.returncode != 0:
+                raise SystemExit(f"{case} failed: {p.stderr}")
+            got = os.path.getsize(dest)
+            if got != size:
+                raise SystemExit(f"{case}: got {got} bytes")
+            client_cpu = (r1.children_user - r0.children_user) + (r1.children_system - r0.children_system)
+            extra = {}
+            if case.startswith("ferry"):
+                try:
+                    extra = json.loads(p.stdout.strip().splitlines()[-1]).get("compression", {})
+                except (ValueError, IndexError):
+                    pass
+            return wall, client_cpu, s1 - s0, extra
+
+        results = {c: [] for c in cases}
+        out = os.path.join(d, "out.bin")
+        # Warm up: one untimed run of each case.
+        for c in cases:
+            run_case(c, out)
+            os.remove(out)
+        for i in range(a.runs):
+            for c in cases:
+                w, cc, sc, extra = run_case(c, out)
+                os.remove(out)
+                results[c].append((w, cc, sc))
+                print(json.dumps({"run": i, "case": c, "wall": round(w, 3), "client_cpu": round(cc, 2),
+                                  "server_cpu": round(sc, 2), "compression": extra}), flush=True)
+        print(f"\n{a.size_mib} MiB {a.data}, rate {a.rate_mbps} Mbit/s, one-way delay {a.delay_ms} ms, "
+              f"{a.runs} runs, medians")
+        print(f"{'case':<18} {'wall s':>8} {'MB/s':>8} {'client CPU s':>13} {'server CPU s':>13} {'CPU s/GB':>9}")
+        for c in cases:
+            w = statistics.median(r[0] for r in results[c])
+            cc = statistics.median(r[1] for r in results[c])
+            sc = statistics.median(r[2] for r in results[c])
+            print(f"{c:<18} {w:8.3f} {size / w / 1e6:8.1f} {cc:13.2f} {sc:13.2f} {(cc + sc) / (size / 1e9):9.2f}")
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

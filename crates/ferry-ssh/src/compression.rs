@@ -1,0 +1,212 @@
+//! SSH compression as ferry offers it (`-C`/`--compress`), and what each
+//! connection reports about it. docs/internals/compression.md has the wire
+//! format, the memory bounds and how `auto` decides.
+//!
+//! Between ferry peers the method is `zstd@ferry.invalid` (ferry's russh,
+//! vendor/russh/FERRY-PATCH.md); OpenSSH never lists it, so with sshd the
+//! offer falls through to `zlib@openssh.com` when compression is on, or to
+//! `none`. The zstd sender changes its level while the transfer runs; in
+//! `auto` it starts by storing packets and compresses only when it measures
+//! that compressing moves more data (russh's `compression::AutoLevel`).
+
+use std::str::FromStr;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use russh::compression::{self, CompressionStats, ZstdLevel, ZstdSettings};
+
+/// What `-C`/`--compress` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SshCompression {
+    /// Offer only `none`. The default while `auto` still costs ~20% on
+    /// fast links (a stored packet is copied once more on each side;
+    /// docs/internals/compression.md): ferry <-> ferry serve on loopback
+    /// is one of the measured goals.
+    #[default]
+    Off,
+    /// zstd between ferry peers, the level chosen while the transfer runs
+    /// (down to storing packets); `none` with anyone else, since zlib
+    /// costs more CPU than it saves on all but slow links.
+    Auto,
+    /// Always compress: zstd level 1 between ferry peers, zlib (its fastest
+    /// level) with OpenSSH.
+    On,
+    /// zstd at this level (1..=19) between ferry peers, zlib with OpenSSH.
+    Level(i32),
+}
+
+impl FromStr for SshCompression {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "on" | "yes" => Ok(Self::On),
+            "off" | "no" => Ok(Self::Off),
+            _ => match s.parse::<i32>() {
+                Ok(l) if (1..=19).contains(&l) => Ok(Self::Level(l)),
+                _ => Err(format!(
+                    "{s:?}: expected auto, on, off or a zstd level from 1 to 19"
+                )),
+            },
+        }
+    }
+}
+
+impl SshCompression {
+    /// The methods to offer, most wanted first, and the zstd settings.
+    pub fn offer(self) -> (Vec<compression::Name>, ZstdLevel) {
+        use compression::{NONE, ZLIB, ZLIB_LEGACY, ZSTD};
+        match self {
+            Self::Off => (vec![NONE], ZstdLevel::Auto),
+            Self::Auto => (vec![ZSTD, NONE], ZstdLevel::Auto),
+            Self::On => (vec![ZSTD, ZLIB_LEGACY, ZLIB, NONE], ZstdLevel::Fixed(1)),
+            Self::Level(l) => (vec![ZSTD, ZLIB_LEGACY, ZLIB, NONE], ZstdLevel::Fixed(l)),
+        }
+    }
+}
+
+/// What ferry serve offers: zstd for ferry cp (which adapts the level on
+/// its side; the server's sender runs `auto`), zlib for OpenSSH's `-C`,
+/// and `none`. A client's order decides, so nobody gets compression it did
+/// not ask for.
+pub const SERVER_OFFER: &[compression::Name] = &[
+    compression::ZSTD,
+    compression::ZLIB_LEGACY,
+    compression::ZLIB,
+    compression::NONE,
+];
+
+/// The zstd settings ferry serve uses for every connection.
+pub fn server_zstd_settings() -> ZstdSettings {
+    ZstdSettings {
+        level: ZstdLevel::Auto,
+        stats: None,
+    }
+}
+
+/// One connection's compression: the methods the key exchange chose and
+/// the counters zstd keeps.
+#[derive(Debug)]
+pub(crate) struct ConnectionCompression {
+    /// (client to server, server to client), set by `kex_done`.
+    pub methods: Mutex<Option<(String, String)>>,
+    pub stats: Arc<CompressionStats>,
+    /// Finished key exchanges, the first included: more than one means
+    /// the connection rekeyed (each resets the compression streams).
+    pub key_exchanges: std::sync::atomic::AtomicU64,
+}
+
+/// Every connection of this process, for the summary at the end
+/// (`compression_report`). A process runs one copy, so a process-wide
+/// list is the copy's list.
+static CONNECTIONS: Mutex<Vec<Arc<ConnectionCompression>>> = Mutex::new(Vec::new());
+
+/// A new connection's record; listed for `compression_report` if `listed`.
+pub(crate) fn register(listed: bool) -> Arc<ConnectionCompression> {
+    let c = Arc::new(ConnectionCompression {
+        methods: Mutex::new(None),
+        stats: Arc::new(CompressionStats::new()),
+        key_exchanges: Default::default(),
+    });
+    if listed {
+        CONNECTIONS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(c.clone());
+    }
+    c
+}
+
+/// The name of a negotiated method, as on the wire.
+pub(crate) fn method_name(c: &compression::Compression) -> &'static str {
+    match c {
+        compression::Compression::None => "none",
+        compression::Compression::Zlib => "zlib",
+        compression::Compression::ZlibOpenSSH => "zlib@openssh.com",
+        compression::Compression::Zstd(_) => "zstd@ferry.invalid",
+    }
+}
+
+/// Compression over all SSH connections this process made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompressionReport {
+    /// Client to server (uploads), e.g. `zstd@ferry.invalid`.
+    pub method_out: String,
+    /// Server to client (downloads).
+    pub method_in: String,
+    /// zstd levels our side sent packets at, 0 meaning stored. The
+    /// server's levels (downloads) are its own and not known here.
+    pub levels_sent: Vec<i32>,
+    /// SSH payload bytes before and after compression, as sent by us...
+    pub sent_plain: u64,
+    pub sent_wire: u64,
+    /// ...and as received (after and before decompression). zstd only:
+    /// zlib keeps no counters, and all four are 0 with it.
+    pub received_plain: u64,
+    pub received_wire: u64,
+    /// Key exchanges over all connections (one each, plus rekeys).
+    pub key_exchanges: u64,
+}
+
+/// The compression used by this process's SSH connections, if any
+/// connection finished its key exchange.
+pub fn compression_report() -> Option<CompressionReport> {
+    let all = CONNECTIONS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut report: Option<CompressionReport> = None;
+    for c in all.iter() {
+        let Some((out, inn)) = c.methods.lock().unwrap_or_else(|e| e.into_inner()).clone() else {
+            continue;
+        };
+        let r = report.get_or_insert_with(|| CompressionReport {
+            method_out: out,
+            method_in: inn,
+            levels_sent: Vec::new(),
+            sent_plain: 0,
+            sent_wire: 0,
+            received_plain: 0,
+            received_wire: 0,
+            key_exchanges: 0,
+        });
+        let s = &c.stats;
+        for l in s.levels_used() {
+            if !r.levels_sent.contains(&l) {
+                r.levels_sent.push(l);
+            }
+        }
+        r.sent_plain += s.sent_plain.load(Ordering::Relaxed);
+        r.sent_wire += s.sent_wire.load(Ordering::Relaxed);
+        r.received_plain += s.received_plain.load(Ordering::Relaxed);
+        r.received_wire += s.received_wire.load(Ordering::Relaxed);
+        r.key_exchanges += c.key_exchanges.load(Ordering::Relaxed);
+    }
+    if let Some(r) = &mut report {
+        r.levels_sent.sort_unstable();
+    }
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compress_flag_values() {
+        assert_eq!("auto".parse(), Ok(SshCompression::Auto));
+        assert_eq!("on".parse(), Ok(SshCompression::On));
+        assert_eq!("off".parse(), Ok(SshCompression::Off));
+        assert_eq!("3".parse(), Ok(SshCompression::Level(3)));
+        assert!("0".parse::<SshCompression>().is_err());
+        assert!("20".parse::<SshCompression>().is_err());
+        assert!("fast".parse::<SshCompression>().is_err());
+    }
+
+    #[test]
+    fn openssh_never_sees_zstd_picked_and_auto_offers_no_zlib() {
+        let (auto, _) = SshCompression::Auto.offer();
+        assert!(!auto.contains(&compression::ZLIB_LEGACY));
+        let (on, _) = SshCompression::On.offer();
+        assert_eq!(on.first(), Some(&compression::ZSTD));
+        assert!(on.contains(&compression::ZLIB_LEGACY));
+        assert_eq!(SshCompression::Off.offer().0, vec![compression::NONE]);
+    }
+}

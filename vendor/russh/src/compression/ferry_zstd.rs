@@ -1,0 +1,964 @@
+//! ferry: the `zstd@ferry.invalid` compression method, spoken only between
+//! ferry peers (FERRY-PATCH.md, docs/internals/compression.md).
+//!
+//! Each direction is one zstd stream for the life of the keys: the sender
+//! flushes it at the end of every packet (`ZSTD_e_flush`), so the receiver
+//! decodes each packet at once and later packets can refer back to earlier
+//! ones; both ends start a new stream at every key exchange. The window is
+//! 2^`WINDOW_LOG` bytes and the receiver refuses frames asking for more, so
+//! the memory a peer can make us hold is bounded (see `WINDOW_LOG`). A packet
+//! that would inflate past the transport's packet limit is refused as soon
+//! as the output reaches the limit: a compression bomb is a protocol error,
+//! never a large allocation.
+//!
+//! The sender may change the level between packets. A level change ends the
+//! current zstd frame (a few bytes) and starts the next one at the new level;
+//! "stored" packets are whole zstd frames of raw blocks written here by hand,
+//! so they cost a copy and 12 bytes per 128 KiB, not a compressor pass. The
+//! receiver needs no notice of either: concatenated frames are one zstd
+//! stream. `AutoLevel` picks the level from what it measures (see there).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use ::zstd::stream::raw::{Decoder, Encoder, InBuffer, Operation, OutBuffer};
+use ::zstd::zstd_safe::{CParameter, DParameter};
+
+use crate::cipher::MAXIMUM_DECOMPRESSED_PACKET_LEN;
+
+/// log2 of the zstd window both ends use: 1 MiB. The sender sets it for
+/// every level; the receiver refuses frames that ask for more
+/// (`ZSTD_d_windowLogMax`). Memory per connection, both directions: the
+/// decoder's window plus one 128 KiB block buffer (about 1.2 MiB), and the
+/// encoder's window plus its match tables (about 1.5 MiB at level 1, 3 MiB
+/// at level 3).
+pub const WINDOW_LOG: u32 = 20;
+
+/// The most one packet may inflate to: the transport's packet limit.
+pub const MAX_DECOMPRESSED: usize = MAXIMUM_DECOMPRESSED_PACKET_LEN;
+
+/// The largest zstd block (RFC 8878 section 3.1.1.2.4, Block_Maximum_Size).
+const MAX_BLOCK: usize = 128 * 1024;
+
+/// zstd frame magic number (RFC 8878 section 3.1.1).
+const FRAME_MAGIC: u32 = 0xFD2F_B528;
+
+/// Frame_Header_Descriptor of a stored frame: Frame_Content_Size_flag 2
+/// (four bytes of content size), Single_Segment_flag set (no window
+/// descriptor: the window is the content size), no checksum, no dictionary.
+const STORED_FRAME_DESCRIPTOR: u8 = 0b1010_0000;
+
+/// After a packet, the decoder's hint (the number of bytes it wants next)
+/// is 0 when the packet ended a frame, and exactly the size of a block
+/// header when it ended on a block boundary, which is where a flush leaves
+/// the stream. Anything else means the packet stopped inside a block or a
+/// header: it was truncated or malformed.
+const BLOCK_HEADER_LEN: usize = 3;
+
+/// What the sender does with the next packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZstdLevel {
+    /// `AutoLevel` decides, from what it measures.
+    Auto,
+    /// Always this zstd level (1..=19). 0 stores every packet.
+    Fixed(i32),
+}
+
+/// How a ferry peer configures `zstd@ferry.invalid` (`Preferred::zstd`).
+#[derive(Debug, Clone)]
+pub struct ZstdSettings {
+    pub level: ZstdLevel,
+    /// Counters the application reads, e.g. for `--json`.
+    pub stats: Option<Arc<CompressionStats>>,
+}
+
+impl ZstdSettings {
+    pub const DEFAULT: ZstdSettings = ZstdSettings {
+        level: ZstdLevel::Auto,
+        stats: None,
+    };
+}
+
+impl Default for ZstdSettings {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// Byte counts and levels of one connection's compression, both
+/// directions. "plain" is SSH payload before compression (or after
+/// decompression), "wire" the compressed payload.
+#[derive(Debug, Default)]
+pub struct CompressionStats {
+    pub sent_plain: AtomicU64,
+    pub sent_wire: AtomicU64,
+    pub received_wire: AtomicU64,
+    pub received_plain: AtomicU64,
+    /// Bit 0: a packet was stored; bit n: a packet was sent at level n.
+    levels_used: AtomicU64,
+    /// The level of the last packet sent (0: stored; -1: none yet).
+    current_level: AtomicI32,
+    pub level_changes: AtomicU64,
+}
+
+impl CompressionStats {
+    pub fn new() -> Self {
+        Self {
+            current_level: AtomicI32::new(-1),
+            ..Self::default()
+        }
+    }
+
+    /// The levels packets were sent at, ascending; 0 means stored.
+    pub fn levels_used(&self) -> Vec<i32> {
+        let bits = self.levels_used.load(Ordering::Relaxed);
+        (0..64).filter(|i| bits & (1 << i) != 0).collect()
+    }
+
+    /// The level of the last packet sent (0: stored), if any was.
+    pub fn current_level(&self) -> Option<i32> {
+        let level = self.current_level.load(Ordering::Relaxed);
+        (level >= 0).then_some(level)
+    }
+
+    fn sent(&self, setting: Setting, plain: usize, wire: usize) {
+        self.sent_plain.fetch_add(plain as u64, Ordering::Relaxed);
+        self.sent_wire.fetch_add(wire as u64, Ordering::Relaxed);
+        let level = setting.level();
+        self.levels_used
+            .fetch_or(1 << level.clamp(0, 63), Ordering::Relaxed);
+        if self.current_level.swap(level, Ordering::Relaxed) != level {
+            self.level_changes.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// One packet's treatment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setting {
+    Stored,
+    Level(i32),
+}
+
+impl Setting {
+    fn level(self) -> i32 {
+        match self {
+            Setting::Stored => 0,
+            Setting::Level(l) => l,
+        }
+    }
+}
+
+fn zstd_error(what: &str, e: std::io::Error) -> crate::Error {
+    crate::Error::Zstd(format!("{what}: {e}"))
+}
+
+/// The sending side of one direction.
+pub struct ZstdCompressor {
+    encoder: Encoder<'static>,
+    /// A compressed frame has been started and not ended.
+    frame_open: bool,
+    /// The level the encoder is set to (for the next frame it starts).
+    encoder_level: i32,
+    setting: Setting,
+    auto: Option<AutoLevel>,
+    /// Compresses sample packets while `auto` stores (`AutoLevel::wants_sample`).
+    sampler: Option<::zstd::bulk::Compressor<'static>>,
+    stats: Option<Arc<CompressionStats>>,
+}
+
+impl std::fmt::Debug for ZstdCompressor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZstdCompressor")
+            .field("setting", &self.setting)
+            .finish()
+    }
+}
+
+impl ZstdCompressor {
+    pub fn new(settings: &ZstdSettings) -> Result<Self, crate::Error> {
+        let (setting, auto) = match settings.level {
+            ZstdLevel::Auto => {
+                let auto = AutoLevel::new(Instant::now());
+                (auto.setting(), Some(auto))
+            }
+            ZstdLevel::Fixed(l) if l <= 0 => (Setting::Stored, None),
+            ZstdLevel::Fixed(l) => (Setting::Level(l.min(19)), None),
+        };
+        let encoder_level = match setting {
+            Setting::Level(l) => l,
+            Setting::Stored => 1,
+        };
+        let mut encoder = Encoder::new(encoder_level).map_err(|e| zstd_error("encoder", e))?;
+        encoder
+            .set_parameter(CParameter::WindowLog(WINDOW_LOG))
+            .map_err(|e| zstd_error("encoder window", e))?;
+        Ok(Self {
+            encoder,
+            frame_open: false,
+            encoder_level,
+            setting,
+            auto,
+            sampler: None,
+            stats: settings.stats.clone(),
+        })
+    }
+
+    /// A new key exchange: the next packet starts a new stream. The level
+    /// and what `AutoLevel` has learnt are kept.
+    pub fn reset(&mut self) -> Result<(), crate::Error> {
+        self.encoder
+            .reinit()
+            .map_err(|e| zstd_error("encoder reset", e))?;
+        self.frame_open = false;
+        Ok(())
+    }
+
+    pub fn setting(&self) -> Setting {
+        self.setting
+    }
+
+    /// Fixes the treatment of the next packets (and turns `auto` off), as a
+    /// fuzzer or a test wants.
+    pub fn set_setting(&mut self, setting: Setting) {
+        self.auto = None;
+        self.setting = setting;
+    }
+
+    /// Appends the compressed form of `input` to `output`, which is first
+    /// cut to `start_len`; returns the number of bytes appended.
+    pub fn compress_into(
+        &mut self,
+        input: &[u8],
+        output: &mut Vec<u8>,
+        start_len: usize,
+    ) -> Result<usize, crate::Error> {
+        let started = Instant::now();
+        output.truncate(start_len);
+        if let Some(auto) = &self.auto {
+            self.setting = auto.setting();
+        }
+        let setting = self.setting;
+        match setting {
+            Setting::Stored => {
+                self.end_frame(output)?;
+                write_stored_frame(input, output);
+            }
+            Setting::Level(level) => {
+                if level != self.encoder_level {
+                    // zstd applies a new level at the next frame only.
+                    self.end_frame(output)?;
+                    self.encoder
+                        .set_parameter(CParameter::CompressionLevel(level))
+                        .map_err(|e| zstd_error("level", e))?;
+                    self.encoder_level = level;
+                }
+                self.compress_flushed(input, output)?;
+            }
+        }
+        let wire = output.len() - start_len;
+        if let Some(stats) = &self.stats {
+            stats.sent(setting, input.len(), wire);
+        }
+        if let Some(auto) = &mut self.auto {
+            if auto.wants_sample(input.len()) {
+                let sampler = match &mut self.sampler {
+                    Some(s) => s,
+                    None => self.sampler.insert(
+                        ::zstd::bulk::Compressor::new(1).map_err(|e| zstd_error("sampler", e))?,
+                    ),
+                };
+                let t = Instant::now();
+                let sample = sampler
+                    .compress(input)
+                    .map_err(|e| zstd_error("sample", e))?;
+                auto.record_sample(input.len(), sample.len(), t.elapsed());
+            }
+            let now = Instant::now();
+            auto.observe(now, input.len(), wire, now.duration_since(started));
+        }
+        Ok(wire)
+    }
+
+    /// Ends the open frame, if any: its epilogue goes in front of this
+    /// packet's data, and the receiver's decoder then starts a new frame.
+    fn end_frame(&mut self, output: &mut Vec<u8>) -> Result<(), crate::Error> {
+        if !self.frame_open {
+            return Ok(());
+        }
+        loop {
+            output.reserve(64);
+            let pos = output.len();
+            let mut out = OutBuffer::around_pos(output, pos);
+            let remaining = self
+                .encoder
+                .finish(&mut out, true)
+                .map_err(|e| zstd_error("end of frame", e))?;
+            if remaining == 0 {
+                break;
+            }
+        }
+        self.frame_open = false;
+        Ok(())
+    }
+
+    fn compress_flushed(&mut self, input: &[u8], output: &mut Vec<u8>) -> Result<(), crate::Error> {
+        let mut inb = InBuffer::around(input);
+        // zstd's bound for one block plus the frame header and flush.
+        output.reserve(input.len() + input.len() / 128 + 64);
+        while inb.pos() < input.len() {
+            if output.len() == output.capacity() {
+                output.reserve(MAX_BLOCK);
+            }
+            let pos = output.len();
+            let mut out = OutBuffer::around_pos(output, pos);
+            self.encoder
+                .run(&mut inb, &mut out)
+                .map_err(|e| zstd_error("compress", e))?;
+        }
+        self.frame_open = true;
+        loop {
+            if output.len() == output.capacity() {
+                output.reserve(MAX_BLOCK);
+            }
+            let pos = output.len();
+            let mut out = OutBuffer::around_pos(output, pos);
+            let remaining = self
+                .encoder
+                .flush(&mut out)
+                .map_err(|e| zstd_error("flush", e))?;
+            if remaining == 0 {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Appends `input` as one zstd frame of raw blocks (RFC 8878 3.1.1): the
+/// magic number, a single-segment header with the content size, then
+/// blocks of at most 128 KiB, each with a 3-byte header (bit 0: last
+/// block, bits 1-2: type 0 = raw, bits 3-23: size).
+fn write_stored_frame(input: &[u8], output: &mut Vec<u8>) {
+    let blocks = input.len().div_ceil(MAX_BLOCK).max(1);
+    output.reserve(4 + 1 + 4 + blocks * BLOCK_HEADER_LEN + input.len());
+    output.extend_from_slice(&FRAME_MAGIC.to_le_bytes());
+    output.push(STORED_FRAME_DESCRIPTOR);
+    // SSH packets are far below 4 GiB (the transport caps them at 256 KiB).
+    output.extend_from_slice(&(input.len() as u32).to_le_bytes());
+    let mut chunks = input.chunks(MAX_BLOCK).peekable();
+    if chunks.peek().is_none() {
+        output.extend_from_slice(&[1, 0, 0]);
+    }
+    while let Some(chunk) = chunks.next() {
+        let last = u32::from(chunks.peek().is_none());
+        let header = last | ((chunk.len() as u32) << 3);
+        output.extend_from_slice(&[header as u8, (header >> 8) as u8, (header >> 16) as u8]);
+        output.extend_from_slice(chunk);
+    }
+}
+
+/// The receiving side of one direction.
+pub struct ZstdDecompressor {
+    decoder: Decoder<'static>,
+    stats: Option<Arc<CompressionStats>>,
+}
+
+impl std::fmt::Debug for ZstdDecompressor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZstdDecompressor").finish()
+    }
+}
+
+impl ZstdDecompressor {
+    pub fn new(settings: &ZstdSettings) -> Result<Self, crate::Error> {
+        let mut decoder = Decoder::new().map_err(|e| zstd_error("decoder", e))?;
+        decoder
+            .set_parameter(DParameter::WindowLogMax(WINDOW_LOG))
+            .map_err(|e| zstd_error("decoder window", e))?;
+        Ok(Self {
+            decoder,
+            stats: settings.stats.clone(),
+        })
+    }
+
+    /// A new key exchange: the next packet starts a new stream.
+    pub fn reset(&mut self) -> Result<(), crate::Error> {
+        self.decoder
+            .reinit()
+            .map_err(|e| zstd_error("decoder reset", e))
+    }
+
+    /// Decompresses one packet's payload. The output may not exceed
+    /// `MAXIMUM_DECOMPRESSED_PACKET_LEN` (`Error::PacketSize` as soon as it
+    /// would), and the packet must end on a block boundary, where the
+    /// sender's flush leaves it (`Error::Zstd` otherwise).
+    pub fn decompress_to_vec(&mut self, input: &[u8]) -> Result<Vec<u8>, crate::Error> {
+        self.decompress_limited(input, MAXIMUM_DECOMPRESSED_PACKET_LEN)
+    }
+
+    fn decompress_limited(&mut self, input: &[u8], limit: usize) -> Result<Vec<u8>, crate::Error> {
+        // One more byte than the limit: filling it proves the packet too big.
+        let cap = limit.saturating_add(1);
+        let mut output = Vec::with_capacity(input.len().saturating_mul(4).max(4096).min(cap));
+        let mut inb = InBuffer::around(input);
+        let hint = loop {
+            if output.len() == output.capacity() {
+                if output.len() >= cap {
+                    return Err(crate::Error::PacketSize(output.len()));
+                }
+                let grow = output.len().min(cap - output.len());
+                output.reserve_exact(grow.max(1));
+            }
+            let (pos, consumed) = (output.len(), inb.pos());
+            let mut out = OutBuffer::around_pos(&mut output, pos);
+            let hint = self
+                .decoder
+                .run(&mut inb, &mut out)
+                .map_err(|e| zstd_error("malformed data", e))?;
+            if inb.pos() == input.len() && output.len() < output.capacity() {
+                break hint;
+            }
+            if inb.pos() == consumed && output.len() == pos {
+                // Room on both sides and nothing moved: never loop on it.
+                return Err(crate::Error::Zstd("decoder made no progress".into()));
+            }
+        };
+        if output.len() > limit {
+            return Err(crate::Error::PacketSize(output.len()));
+        }
+        // Every SSH payload has a message type: a packet that decodes to
+        // nothing was cut short (at a block boundary, which the hint below
+        // cannot tell from a flush).
+        if output.is_empty() {
+            return Err(crate::Error::Zstd("packet decodes to nothing".into()));
+        }
+        if hint != 0 && hint != BLOCK_HEADER_LEN {
+            return Err(crate::Error::Zstd(format!(
+                "packet ends inside a block ({hint} more bytes expected): truncated or malformed"
+            )));
+        }
+        if let Some(stats) = &self.stats {
+            stats
+                .received_wire
+                .fetch_add(input.len() as u64, Ordering::Relaxed);
+            stats
+                .received_plain
+                .fetch_add(output.len() as u64, Ordering::Relaxed);
+        }
+        Ok(output)
+    }
+}
+
+/// Chooses, from measurements alone, how the sender treats its packets:
+/// stored, zstd level 1 or level 3. No clock of its own (`now` comes in),
+/// no I/O: a pure function of the packets it has seen.
+///
+/// It measures in windows of at least `WINDOW_TIME` and `WINDOW_BYTES`:
+/// the rate at which the application hands over plain bytes (what the
+/// transfer achieves: the link, the peer and this CPU all slow it), the
+/// compressed/plain ratio, and while compressing, the compressor's speed
+/// (plain bytes per second of its own CPU time). While storing, a sample
+/// packet is compressed aside every `SAMPLE_EVERY` bytes for the same two
+/// figures.
+///
+/// Then: if the data does not compress (ratio over `INCOMPRESSIBLE`), store.
+/// Otherwise try a neighbouring setting for one window, now and then (after
+/// `MIN_BACKOFF`, doubling up to `MAX_BACKOFF` each time the try loses), and
+/// keep it if it moved `GAIN` times more plain bytes per second than the
+/// window before it. Storing moves to level 1 only if level 1 could beat the
+/// current rate at all: the compressor, one core per direction, must manage
+/// `HEADROOM` times the rate reached without it. So on loopback, where
+/// storing runs faster than zstd compresses, it never tries; on a slow link
+/// with text it tries at once, wins, and stays.
+#[derive(Debug, Clone)]
+pub struct AutoLevel {
+    rung: usize,
+    window: Window,
+    /// Plain bytes per second of the last window at each rung.
+    rate: [Option<f64>; LADDER.len()],
+    /// Set while trying a rung: the one to return to.
+    trying_from: Option<usize>,
+    next_try: Instant,
+    backoff: Duration,
+    /// Wire/plain of the latest compressed window or sample.
+    ratio: Option<f64>,
+    /// Plain bytes per CPU second at level 1, the best seen.
+    level1_speed: Option<f64>,
+    plain_total: u64,
+    next_sample_at: u64,
+    /// Which way the last try from level 1 went.
+    try_up: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Window {
+    start: Option<Instant>,
+    plain: u64,
+    wire: u64,
+    busy: Duration,
+}
+
+const LADDER: [Setting; 3] = [Setting::Stored, Setting::Level(1), Setting::Level(3)];
+pub const WINDOW_TIME: Duration = Duration::from_millis(50);
+pub const WINDOW_BYTES: u64 = 2 << 20;
+pub const MIN_BACKOFF: Duration = Duration::from_secs(1);
+pub const MAX_BACKOFF: Duration = Duration::from_secs(16);
+pub const GAIN: f64 = 1.10;
+pub const HEADROOM: f64 = 1.25;
+pub const INCOMPRESSIBLE: f64 = 0.95;
+pub const SAMPLE_EVERY: u64 = 32 << 20;
+/// Smaller packets are not sampled: they say little about file data.
+const SAMPLE_MIN: usize = 16 * 1024;
+
+impl AutoLevel {
+    pub fn new(now: Instant) -> Self {
+        Self {
+            rung: 0,
+            window: Window::default(),
+            rate: [None; LADDER.len()],
+            trying_from: None,
+            next_try: now,
+            backoff: MIN_BACKOFF,
+            ratio: None,
+            level1_speed: None,
+            plain_total: 0,
+            next_sample_at: 0,
+            try_up: false,
+        }
+    }
+
+    pub fn setting(&self) -> Setting {
+        LADDER.get(self.rung).copied().unwrap_or(Setting::Stored)
+    }
+
+    /// Should this packet (of `len` bytes, just stored) be compressed
+    /// aside as a sample?
+    pub fn wants_sample(&self, len: usize) -> bool {
+        self.setting() == Setting::Stored
+            && len >= SAMPLE_MIN
+            && self.plain_total >= self.next_sample_at
+    }
+
+    pub fn record_sample(&mut self, plain: usize, compressed: usize, cpu: Duration) {
+        self.next_sample_at = self.plain_total + SAMPLE_EVERY;
+        if plain == 0 {
+            return;
+        }
+        self.ratio = Some(compressed as f64 / plain as f64);
+        self.note_speed(plain as u64, cpu);
+    }
+
+    fn note_speed(&mut self, plain: u64, cpu: Duration) {
+        let secs = cpu.as_secs_f64();
+        if secs > 0.0 {
+            let speed = plain as f64 / secs;
+            self.level1_speed = Some(self.level1_speed.map_or(speed, |s| s.max(speed)));
+        }
+    }
+
+    /// One packet went out: `plain` bytes in, `wire` bytes out, `busy`
+    /// spent in the compressor, at `now`.
+    pub fn observe(&mut self, now: Instant, plain: usize, wire: usize, busy: Duration) {
+        self.plain_total += plain as u64;
+        let start = *self.window.start.get_or_insert(now);
+        self.window.plain += plain as u64;
+        self.window.wire += wire as u64;
+        self.window.busy += busy;
+        let elapsed = now.saturating_duration_since(start);
+        if elapsed < WINDOW_TIME || self.window.plain < WINDOW_BYTES {
+            return;
+        }
+        let w = std::mem::take(&mut self.window);
+        self.decide(now, &w, elapsed);
+    }
+
+    fn decide(&mut self, now: Instant, w: &Window, elapsed: Duration) {
+        let rate = w.plain as f64 / elapsed.as_secs_f64();
+        if let Some(r) = self.rate.get_mut(self.rung) {
+            *r = Some(rate);
+        }
+        let setting = self.setting();
+        if setting != Setting::Stored && w.plain > 0 {
+            self.ratio = Some(w.wire as f64 / w.plain as f64);
+            if setting == Setting::Level(1) {
+                self.note_speed(w.plain, w.busy);
+            }
+        }
+
+        if let Some(from) = self.trying_from.take() {
+            let before = self.rate.get(from).copied().flatten().unwrap_or(0.0);
+            if rate > before * GAIN {
+                self.backoff = MIN_BACKOFF;
+            } else {
+                self.rung = from;
+                self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+            }
+            self.next_try = now + self.backoff;
+            return;
+        }
+
+        let compresses = self.ratio.is_some_and(|r| r < INCOMPRESSIBLE);
+        if setting != Setting::Stored && !compresses {
+            self.rung = 0;
+            self.next_try = now + self.backoff;
+            return;
+        }
+        if now < self.next_try {
+            return;
+        }
+        let candidate = match self.rung {
+            0 => {
+                let can_win = self.level1_speed.is_some_and(|s| s > rate * HEADROOM);
+                (compresses && can_win).then_some(1)
+            }
+            // From the middle, try up and down in turn.
+            1 => {
+                self.try_up = !self.try_up;
+                Some(if self.try_up { 2 } else { 0 })
+            }
+            r => r.checked_sub(1),
+        };
+        match candidate {
+            Some(c) => {
+                self.trying_from = Some(self.rung);
+                self.rung = c;
+            }
+            None => self.next_try = now + self.backoff,
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+
+    fn settings(level: ZstdLevel) -> ZstdSettings {
+        ZstdSettings {
+            level,
+            stats: Some(Arc::new(CompressionStats::new())),
+        }
+    }
+
+    fn text(len: usize, seed: u64) -> Vec<u8> {
+        let words = [
+            "ferry ", "copies ", "files ", "over ", "sftp ", "and ", "http ", "zstd ", "42 ",
+            "window\n",
+        ];
+        let mut s = seed;
+        let mut out = Vec::with_capacity(len + 8);
+        while out.len() < len {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            out.extend_from_slice(words[(s % words.len() as u64) as usize].as_bytes());
+        }
+        out.truncate(len);
+        out
+    }
+
+    fn random(len: usize, mut s: u64) -> Vec<u8> {
+        (0..len)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s >> 24) as u8
+            })
+            .collect()
+    }
+
+    fn pack(c: &mut ZstdCompressor, input: &[u8]) -> Vec<u8> {
+        let mut out = b"hdr".to_vec();
+        let n = c.compress_into(input, &mut out, 3).unwrap();
+        assert_eq!(&out[..3], b"hdr");
+        assert_eq!(out.len(), 3 + n);
+        out.split_off(3)
+    }
+
+    #[test]
+    fn packets_round_trip_each_decoded_alone_at_every_level() {
+        for level in [
+            ZstdLevel::Fixed(0),
+            ZstdLevel::Fixed(1),
+            ZstdLevel::Fixed(3),
+            ZstdLevel::Auto,
+        ] {
+            let s = settings(level);
+            let mut c = ZstdCompressor::new(&s).unwrap();
+            let mut d = ZstdDecompressor::new(&s).unwrap();
+            for (i, len) in [
+                1usize, 5, 100, 4096, 65_536, 131_072, 131_073, 200_000, 261_000,
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let payload = if i % 2 == 0 {
+                    text(len, i as u64 + 1)
+                } else {
+                    random(len, i as u64 + 1)
+                };
+                // Flushed per packet: the receiver decodes each packet as it
+                // comes, before the sender has sent the next one.
+                let wire = pack(&mut c, &payload);
+                assert_eq!(
+                    d.decompress_to_vec(&wire).unwrap(),
+                    payload,
+                    "{level:?} {len}"
+                );
+            }
+            let st = s.stats.unwrap();
+            assert_eq!(
+                st.sent_plain.load(Ordering::Relaxed),
+                st.received_plain.load(Ordering::Relaxed)
+            );
+            assert_eq!(
+                st.sent_wire.load(Ordering::Relaxed),
+                st.received_wire.load(Ordering::Relaxed)
+            );
+        }
+    }
+
+    #[test]
+    fn text_compresses_and_later_packets_refer_to_earlier_ones() {
+        let s = settings(ZstdLevel::Fixed(1));
+        let mut c = ZstdCompressor::new(&s).unwrap();
+        let mut d = ZstdDecompressor::new(&s).unwrap();
+        let payload = text(32 * 1024, 7);
+        let first = pack(&mut c, &payload);
+        let second = pack(&mut c, &payload);
+        assert!(first.len() < payload.len() / 2, "{} bytes", first.len());
+        // The same data again is a reference into the window.
+        assert!(second.len() < 1000, "{} bytes", second.len());
+        assert_eq!(d.decompress_to_vec(&first).unwrap(), payload);
+        assert_eq!(d.decompress_to_vec(&second).unwrap(), payload);
+    }
+
+    #[test]
+    fn level_changes_between_packets_need_no_notice() {
+        let s = settings(ZstdLevel::Fixed(1));
+        let mut c = ZstdCompressor::new(&s).unwrap();
+        let mut d = ZstdDecompressor::new(&s).unwrap();
+        for (i, setting) in [
+            Setting::Level(1),
+            Setting::Stored,
+            Setting::Stored,
+            Setting::Level(3),
+            Setting::Level(1),
+            Setting::Stored,
+            Setting::Level(1),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            c.set_setting(setting);
+            let payload = text(50_000 + i, i as u64 + 3);
+            let wire = pack(&mut c, &payload);
+            assert_eq!(d.decompress_to_vec(&wire).unwrap(), payload, "{setting:?}");
+        }
+        assert_eq!(s.stats.unwrap().levels_used(), vec![0, 1, 3]);
+    }
+
+    #[test]
+    fn stored_frame_is_plain_zstd() {
+        let payload = random(300_000, 9);
+        let mut wire = Vec::new();
+        write_stored_frame(&payload, &mut wire);
+        assert_eq!(wire.len(), payload.len() + 9 + 3 * 3);
+        assert_eq!(::zstd::bulk::decompress(&wire, 1 << 20).unwrap(), payload);
+    }
+
+    #[test]
+    fn compression_bomb_is_refused_without_a_big_allocation() {
+        // 64 MiB of zeros in our own stream format (window 2^20, no
+        // content size) are a few KiB: one packet's worth on the wire that
+        // would inflate to far more than any packet may.
+        let mut c = ZstdCompressor::new(&settings(ZstdLevel::Fixed(19))).unwrap();
+        let bomb = pack(&mut c, &vec![0u8; 64 << 20]);
+        assert!(bomb.len() < 256 * 1024, "{}", bomb.len());
+        let mut d = ZstdDecompressor::new(&ZstdSettings::DEFAULT).unwrap();
+        match d.decompress_to_vec(&bomb) {
+            Err(crate::Error::PacketSize(n)) => assert_eq!(n, MAXIMUM_DECOMPRESSED_PACKET_LEN + 1),
+            other => panic!("bomb not refused: {other:?}"),
+        }
+        // The same as one frame that declares its size: refused before
+        // anything is decoded, the window it needs being too large.
+        let declared = ::zstd::bulk::compress(&vec![0u8; 64 << 20], 19).unwrap();
+        let mut d = ZstdDecompressor::new(&ZstdSettings::DEFAULT).unwrap();
+        assert!(matches!(
+            d.decompress_to_vec(&declared),
+            Err(crate::Error::Zstd(_))
+        ));
+    }
+
+    #[test]
+    fn packet_at_the_limit_is_accepted_one_over_is_not() {
+        let s = settings(ZstdLevel::Fixed(1));
+        let mut c = ZstdCompressor::new(&s).unwrap();
+        let mut d = ZstdDecompressor::new(&s).unwrap();
+        let at = vec![b'a'; MAXIMUM_DECOMPRESSED_PACKET_LEN];
+        assert_eq!(
+            d.decompress_to_vec(&pack(&mut c, &at)).unwrap().len(),
+            at.len()
+        );
+        let over = vec![b'a'; MAXIMUM_DECOMPRESSED_PACKET_LEN + 1];
+        assert!(matches!(
+            d.decompress_to_vec(&pack(&mut c, &over)),
+            Err(crate::Error::PacketSize(_))
+        ));
+    }
+
+    #[test]
+    fn window_larger_than_ours_is_refused() {
+        let mut enc = Encoder::new(1).unwrap();
+        enc.set_parameter(CParameter::WindowLog(WINDOW_LOG + 2))
+            .unwrap();
+        let mut wire = Vec::with_capacity(1 << 16);
+        let input = text(10_000, 1);
+        let mut inb = InBuffer::around(&input);
+        let mut out = OutBuffer::around(&mut wire);
+        enc.run(&mut inb, &mut out).unwrap();
+        while enc.flush(&mut out).unwrap() != 0 {}
+        let mut d = ZstdDecompressor::new(&ZstdSettings::DEFAULT).unwrap();
+        assert!(matches!(
+            d.decompress_to_vec(&wire),
+            Err(crate::Error::Zstd(_))
+        ));
+    }
+
+    #[test]
+    fn truncated_and_malformed_packets_are_refused() {
+        let s = settings(ZstdLevel::Fixed(1));
+        let payload = text(100_000, 5);
+        let mut c = ZstdCompressor::new(&s).unwrap();
+        let wire = pack(&mut c, &payload);
+        for cut in [1, 3, 4, 5, 9, 20, wire.len() / 2, wire.len() - 1] {
+            let mut d = ZstdDecompressor::new(&s).unwrap();
+            let r = d.decompress_to_vec(&wire[..cut]);
+            assert!(r.is_err(), "cut at {cut} of {} accepted", wire.len());
+        }
+        let mut stored = Vec::new();
+        write_stored_frame(&payload, &mut stored);
+        for cut in [5, 9, 12, 1000, stored.len() - 1] {
+            let mut d = ZstdDecompressor::new(&s).unwrap();
+            assert!(
+                d.decompress_to_vec(&stored[..cut]).is_err(),
+                "stored cut at {cut}"
+            );
+        }
+        let mut d = ZstdDecompressor::new(&s).unwrap();
+        assert!(d.decompress_to_vec(b"not zstd at all").is_err());
+        let mut bad = wire.clone();
+        bad[0] ^= 0xff;
+        assert!(
+            ZstdDecompressor::new(&s)
+                .unwrap()
+                .decompress_to_vec(&bad)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn reset_at_rekey_starts_a_new_stream_on_both_ends() {
+        let s = settings(ZstdLevel::Fixed(1));
+        let mut c = ZstdCompressor::new(&s).unwrap();
+        let mut d = ZstdDecompressor::new(&s).unwrap();
+        let payload = text(40_000, 11);
+        assert_eq!(
+            d.decompress_to_vec(&pack(&mut c, &payload)).unwrap(),
+            payload
+        );
+        c.reset().unwrap();
+        d.reset().unwrap();
+        let after = pack(&mut c, &payload);
+        // A new stream: no reference back to the first packet.
+        assert!(after.len() > 1000, "{}", after.len());
+        assert_eq!(d.decompress_to_vec(&after).unwrap(), payload);
+
+        // A decoder that was not reset is mid-frame and cannot take the
+        // new stream's first packet: both ends must reset together.
+        let mut c2 = ZstdCompressor::new(&s).unwrap();
+        let mut d2 = ZstdDecompressor::new(&s).unwrap();
+        assert_eq!(
+            d2.decompress_to_vec(&pack(&mut c2, &payload)).unwrap(),
+            payload
+        );
+        c2.reset().unwrap();
+        assert!(d2.decompress_to_vec(&pack(&mut c2, &payload)).is_err());
+    }
+
+    fn feed(a: &mut AutoLevel, t: &mut Instant, secs: f64, rate: f64, ratio: f64, speed: f64) {
+        // 256 KiB packets at `rate` plain bytes/s.
+        let packet = 256 * 1024usize;
+        let n = (secs * rate / packet as f64) as usize;
+        for _ in 0..n {
+            let s = a.setting();
+            if a.wants_sample(packet) {
+                a.record_sample(
+                    packet,
+                    (packet as f64 * ratio) as usize,
+                    Duration::from_secs_f64(packet as f64 / speed),
+                );
+            }
+            let (wire, busy) = match s {
+                Setting::Stored => (packet, Duration::ZERO),
+                Setting::Level(_) => (
+                    (packet as f64 * ratio) as usize,
+                    Duration::from_secs_f64(packet as f64 / speed),
+                ),
+            };
+            *t += Duration::from_secs_f64(packet as f64 / rate);
+            a.observe(*t, packet, wire, busy);
+        }
+    }
+
+    #[test]
+    fn auto_stays_stored_when_storing_outruns_the_compressor() {
+        // Loopback: 1 GB/s stored, zstd -1 at 450 MB/s: never worth a try.
+        let mut t = Instant::now();
+        let mut a = AutoLevel::new(t);
+        feed(&mut a, &mut t, 3.0, 1e9, 0.3, 450e6);
+        assert_eq!(a.setting(), Setting::Stored);
+        assert_eq!(a.rate[1], None, "level 1 was tried");
+    }
+
+    #[test]
+    fn auto_stays_stored_on_incompressible_data() {
+        let mut t = Instant::now();
+        let mut a = AutoLevel::new(t);
+        feed(&mut a, &mut t, 3.0, 25e6, 1.0, 450e6);
+        assert_eq!(a.setting(), Setting::Stored);
+        assert_eq!(a.rate[1], None);
+    }
+
+    #[test]
+    fn auto_compresses_on_a_slow_link_with_text() {
+        // 25 MB/s link: stored moves 25 MB/s; at 3:1, level 1 moves 75.
+        let mut t = Instant::now();
+        let mut a = AutoLevel::new(t);
+        let link = 25e6;
+        for _ in 0..40 {
+            let rate = match a.setting() {
+                Setting::Stored => link,
+                Setting::Level(1) => link / 0.3,
+                Setting::Level(_) => link / 0.28,
+            };
+            feed(&mut a, &mut t, 0.1, rate, 0.3, 450e6);
+        }
+        assert_ne!(a.setting(), Setting::Stored);
+    }
+
+    #[test]
+    fn auto_returns_to_stored_when_a_try_loses() {
+        let mut t = Instant::now();
+        let mut a = AutoLevel::new(t);
+        // A first try at level 1 when the link looked slow...
+        feed(&mut a, &mut t, 0.1, 25e6, 0.3, 450e6);
+        assert_eq!(a.setting(), Setting::Level(1));
+        // ...moves no more than storing did: back to stored.
+        feed(&mut a, &mut t, 0.2, 25e6, 0.3, 450e6);
+        assert_eq!(a.setting(), Setting::Stored);
+        assert_eq!(a.backoff, MIN_BACKOFF * 2);
+    }
+}
