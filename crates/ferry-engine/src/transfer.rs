@@ -121,6 +121,21 @@ pub struct Report {
 }
 
 impl Report {
+    /// A transfer that failed before any file moved.
+    fn failed(e: TransferError, seconds: f64) -> Report {
+        Report {
+            files: Vec::new(),
+            files_copied: 0,
+            bytes: 0,
+            seconds,
+            protocol: String::new(),
+            streams: 0,
+            chunk: 0,
+            cipher: None,
+            error: Some(e),
+        }
+    }
+
     /// The totals, or the error the transfer ended with.
     pub fn into_result(self) -> Result<Summary, TransferError> {
         match self.error {
@@ -291,19 +306,10 @@ impl TransferHandle {
     pub async fn wait(self) -> Report {
         match self.task.await {
             Ok(r) => r,
-            Err(e) => Report {
-                files: Vec::new(),
-                files_copied: 0,
-                bytes: 0,
-                seconds: 0.0,
-                protocol: String::new(),
-                streams: 0,
-                chunk: 0,
-                cipher: None,
-                error: Some(TransferError::Local(format!(
-                    "internal: the transfer task failed: {e}"
-                ))),
-            },
+            Err(e) => Report::failed(
+                TransferError::Local(format!("internal: the transfer task failed: {e}")),
+                0.0,
+            ),
         }
     }
 }
@@ -319,17 +325,10 @@ pub fn run_blocking(t: Transfer, mut on_event: impl FnMut(&Event) -> bool) -> Re
     {
         Ok(rt) => rt,
         Err(e) => {
-            return Report {
-                files: Vec::new(),
-                files_copied: 0,
-                bytes: 0,
-                seconds: 0.0,
-                protocol: String::new(),
-                streams: 0,
-                chunk: 0,
-                cipher: None,
-                error: Some(TransferError::Local(format!("cannot start a runtime: {e}"))),
-            }
+            return Report::failed(
+                TransferError::Local(format!("cannot start a runtime: {e}")),
+                0.0,
+            )
         }
     };
     rt.block_on(async move {
@@ -504,17 +503,7 @@ async fn close_all(opened: &[(String, Arc<dyn crate::backend::Backend>)]) {
 }
 
 fn failed_report(e: TransferError, started: Instant) -> Report {
-    Report {
-        files: Vec::new(),
-        files_copied: 0,
-        bytes: 0,
-        seconds: engine::since(started),
-        protocol: String::new(),
-        streams: 0,
-        chunk: 0,
-        cipher: None,
-        error: Some(e),
-    }
+    Report::failed(e, engine::since(started))
 }
 
 async fn tick(stats: Arc<Stats>, events: Emitter) {

@@ -283,11 +283,8 @@ struct LocalWrite {
 }
 
 impl LocalWrite {
-    async fn flush(&mut self) -> Result<(), TransferError> {
-        if self.pending.is_empty() {
-            return Ok(());
-        }
-        let data = self.pending.split().freeze();
+    /// Write `data` at the current offset, on a blocking thread.
+    async fn put(&mut self, data: Bytes) -> Result<(), TransferError> {
         let (file, path, at) = (self.file.clone(), self.path.clone(), self.at);
         let n = data.len() as u64;
         blocking(move || {
@@ -298,21 +295,21 @@ impl LocalWrite {
         self.at += n;
         Ok(())
     }
+
+    async fn flush(&mut self) -> Result<(), TransferError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let data = self.pending.split().freeze();
+        self.put(data).await
+    }
 }
 
 #[async_trait]
 impl Sink for LocalWrite {
     async fn write(&mut self, data: Bytes) -> Result<(), TransferError> {
         if self.pending.is_empty() && data.len() >= PIECE / 4 {
-            let (file, path, at) = (self.file.clone(), self.path.clone(), self.at);
-            let n = data.len() as u64;
-            blocking(move || {
-                file.write_all_at(&data, at)
-                    .map_err(|e| TransferError::local(&path, "cannot write", e))
-            })
-            .await?;
-            self.at += n;
-            return Ok(());
+            return self.put(data).await;
         }
         self.pending.extend_from_slice(&data);
         if self.pending.len() >= PIECE {

@@ -3,7 +3,6 @@
 //! twice as fast as one shared runtime: docs/internals/sftp.md), reads and
 //! writes pipelined many requests deep, `posix-rename@openssh.com` over
 //! the final name, `copy-data` when the server copies by itself.
-use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -13,7 +12,8 @@ use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use ferry_sftp::{FileAttrs, OpenFlags};
 use ferry_ssh::{Connector, Handle, SftpClient, SftpError};
-use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::stream::{FuturesOrdered, FuturesUnordered, StreamExt};
+use futures_util::FutureExt;
 use tokio::sync::oneshot;
 
 use super::{
@@ -33,6 +33,8 @@ use crate::{CopyOptions, Tuning};
 const STREAM_INFLIGHT: u64 = 8 * 1024 * 1024;
 
 type Call<T> = Pin<Box<dyn Future<Output = Result<T, SftpError>> + Send>>;
+/// A READ in flight: its offset, the length asked, and the reply.
+type ReadCall = Pin<Box<dyn Future<Output = (u64, u32, Result<Option<Bytes>, SftpError>)> + Send>>;
 
 pub struct Sftp {
     host: String,
@@ -319,7 +321,7 @@ impl Backend for Sftp {
             end,
             chunk: self.read_chunk,
             depth: (STREAM_INFLIGHT / u64::from(self.read_chunk.max(1))).max(4) as usize,
-            queue: VecDeque::new(),
+            queue: FuturesOrdered::new(),
         }))
     }
 
@@ -455,6 +457,9 @@ impl Backend for Sftp {
 }
 
 /// A pipelined read: up to `depth` READs in flight, handed on in order.
+/// A request is sent when its future is first polled: `FuturesOrdered`
+/// polls every one of them whenever the oldest is awaited, so all of
+/// them are on the wire at once.
 struct SftpRead {
     c: SftpClient,
     h: Option<Handle>,
@@ -465,23 +470,23 @@ struct SftpRead {
     end: u64,
     chunk: u32,
     depth: usize,
-    /// (offset, length asked, reply), oldest first.
-    queue: VecDeque<(u64, u32, Call<Option<Bytes>>)>,
+    /// Replies, oldest first.
+    queue: FuturesOrdered<ReadCall>,
 }
 
 impl SftpRead {
-    fn request(&self, at: u64, len: u32) -> Call<Option<Bytes>> {
+    fn request(&self, at: u64, len: u32) -> ReadCall {
         let (c, h) = (
             self.c.clone(),
             self.h.clone().unwrap_or(Handle(Bytes::new())),
         );
-        Box::pin(async move { c.read(&h, at, len).await })
+        Box::pin(async move { (at, len, c.read(&h, at, len).await) })
     }
     fn fill(&mut self) {
         while self.queue.len() < self.depth && self.next < self.end {
             let len = (self.end - self.next).min(u64::from(self.chunk)) as u32;
             let call = self.request(self.next, len);
-            self.queue.push_back((self.next, len, call));
+            self.queue.push_back(call);
             self.next += u64::from(len);
         }
     }
@@ -491,20 +496,20 @@ impl SftpRead {
 impl ByteStream for SftpRead {
     async fn next(&mut self) -> Result<Option<Bytes>, TransferError> {
         self.fill();
-        let Some((at, len, call)) = self.queue.pop_front() else {
+        let Some((at, len, reply)) = self.queue.next().await else {
             if let Some(h) = self.h.take() {
                 let _ = self.c.close(&h).await;
             }
             return Ok(None);
         };
-        match call.await {
+        match reply {
             Ok(Some(data)) if !data.is_empty() => {
                 let got = data.len() as u32;
                 if got < len {
                     // The server answered short (its read limit): ask for
                     // the rest before anything after it.
                     let rest = self.request(at + u64::from(got), len - got);
-                    self.queue.push_front((at + u64::from(got), len - got, rest));
+                    self.queue.push_front(rest);
                 }
                 Ok(Some(data))
             }
@@ -547,6 +552,11 @@ impl SftpWrite {
         self.at += data.len() as u64;
         self.running
             .push(Box::pin(async move { c.write(&h, at, &data).await }));
+        // A request goes out when first polled: poll now, without
+        // waiting, and take whatever replies are already in.
+        while let Some(Some(r)) = self.running.next().now_or_never() {
+            r.map_err(|e| TransferError::sftp(&self.host, &self.path, e))?;
+        }
         Ok(())
     }
 }

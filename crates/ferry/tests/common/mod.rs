@@ -2035,8 +2035,24 @@ impl Drop for Agent {
 /// compression tests (issue 21), where random data would not compress.
 pub fn make_text_file(path: &Path, len: u64, seed: u64) -> blake3::Hash {
     const WORDS: &[&str] = &[
-        "the", "ferry", "copies", "files", "over", "sftp", "and", "http", "with", "zstd",
-        "compression", "window", "packet", "server", "client", "bytes", "level", "stream",
+        "the",
+        "ferry",
+        "copies",
+        "files",
+        "over",
+        "sftp",
+        "and",
+        "http",
+        "with",
+        "zstd",
+        "compression",
+        "window",
+        "packet",
+        "server",
+        "client",
+        "bytes",
+        "level",
+        "stream",
     ];
     let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     let mut next = || {
