@@ -564,9 +564,11 @@ impl SftpWrite {
 #[async_trait]
 impl Sink for SftpWrite {
     async fn write(&mut self, data: Bytes) -> Result<(), TransferError> {
-        // A piece no bigger than a request goes as it is: no copy (the
-        // source's pieces are its own request size, e.g. sshd's 255 KiB).
-        if self.pending.is_empty() && data.len() <= self.chunk {
+        // A piece of about a request goes as it is, without a copy (an
+        // SFTP source's pieces are its request size, e.g. sshd's 255 KiB);
+        // small pieces (HTTP/2 frames of 8-16 KiB) are gathered into full
+        // requests, or a 1 MB file would take a hundred WRITEs.
+        if self.pending.is_empty() && data.len() <= self.chunk && data.len() >= self.chunk / 2 {
             return self.send(data).await;
         }
         self.pending.extend_from_slice(&data);
