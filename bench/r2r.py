@@ -61,6 +61,8 @@ def run_timed(cmd, env=None):
     err = p.stderr.read().decode(errors="replace")
     if os.waitstatus_to_exitcode(status) != 0:
         sys.exit(f"failed: {' '.join(cmd)}\n{err}")
+    if err.strip():
+        print(f"  stderr of {os.path.basename(cmd[0])}: {err.strip()[:600]}", flush=True)
     return wall, ru.ru_utime + ru.ru_stime
 
 def main():
