@@ -74,6 +74,7 @@ def main():
     ap.add_argument("--sftp-server", default="internal-sftp")
     ap.add_argument("--only", default="sftp2sftp,https2sftp")
     ap.add_argument("--json")
+    ap.add_argument("--ferry-args", default="", help="extra flags: adds a 'ferry+' variant of each one-step copy")
     a = ap.parse_args()
     ferry = os.path.abspath(a.ferry)
     base = tempfile.mkdtemp(prefix="r2r-", dir=a.dir)
@@ -148,6 +149,8 @@ def main():
                 ("sftp2sftp", "two-step", [fc + [f"sftp://sshd{big}", d("local/big.bin")],
                                            fc + [d("local/big.bin"), "sftp://serve/big.bin"]]),
             ]
+            if a.ferry_args:
+                variants.append(("sftp2sftp", "ferry+", [fc + a.ferry_args.split() + [f"sftp://sshd{big}", "sftp://serve/big.bin"]]))
             if shutil.which("rclone"):
                 variants.append(("sftp2sftp", "rclone", [["rclone", "copyto", "-q", "--config", "/dev/null",
                                                           f"{rclone_remote(sp)}{big}", f"{rclone_remote(fp)}/big.bin"]]))
