@@ -5,7 +5,7 @@
 //! 1. one connection is opened first (so a host-key question or a password
 //!    prompt happens once), then the others in parallel, each on its own
 //!    thread with a current-thread runtime: on two cores that was twice as
-//!    fast as sharing a multi-thread runtime (shared/BASELINE.md);
+//!    fast as sharing a multi-thread runtime (docs/internals/baseline.md);
 //! 2. the coordinator walks the sources, creates directories, prepares a
 //!    temporary file per destination (`.NAME.ferry-part`, resumed when asked),
 //!    and queues jobs: whole small files, or ranges of a large file;

@@ -943,7 +943,7 @@ fn expand_home(p: &str) -> PathBuf {
 /// chosen between two ferry peers, and with AES-NI it costs a quarter of
 /// AES-128-GCM per byte (docs/internals/sftp.md, "Crypto backend for SSH").
 /// Then AES-GCM, which with AES-NI costs half of chacha20-poly1305 per byte
-/// on this class of machine (shared/BASELINE.md): what OpenSSH gets.
+/// on this class of machine (docs/internals/baseline.md): what OpenSSH gets.
 pub const CIPHERS: &[cipher::Name] = &[
     cipher::AEGIS_128L,
     cipher::AES_128_GCM,
