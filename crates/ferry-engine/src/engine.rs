@@ -296,13 +296,11 @@ async fn copy_file(r: &Arc<Run>, f: &FilePlan) -> FileReport {
         dest: r.dest.backend.display(&f.dst),
         size: f.size,
     });
-    let started = r.stats.bytes_done.load(Ordering::Relaxed);
     let result = copy_file_inner(r, f).await;
     let rep = match result {
         Ok(moved) => FileReport::ok(r, f, moved),
         Err(e) => FileReport::failed(r, f, e),
     };
-    let _ = started;
     r.stats.files_done.fetch_add(1, Ordering::Relaxed);
     r.events.emit(Event::FileDone(rep.clone()));
     rep

@@ -114,7 +114,7 @@ fn one_thread_runtime() -> Result<tokio::runtime::Runtime, TransferError> {
         .map_err(|e| TransferError::Local(format!("cannot start a runtime: {e}")))
 }
 
-fn client(opts: &CopyOptions) -> Result<Client, TransferError> {
+pub(crate) fn client(opts: &CopyOptions) -> Result<Client, TransferError> {
     let mut h = opts.http.clone();
     // -P files (or --streams ranges) at once need as many HTTP/1.1
     // connections; HTTP/2 multiplexes them over one.
@@ -122,7 +122,7 @@ fn client(opts: &CopyOptions) -> Result<Client, TransferError> {
     Ok(Client::new(h)?)
 }
 
-fn protocol(client: &Client, https: bool) -> &'static str {
+pub(crate) fn protocol(client: &Client, https: bool) -> &'static str {
     match (https, client.negotiated()) {
         (true, Some("h2")) => "https/h2",
         (true, _) => "https/http1.1",
@@ -559,7 +559,7 @@ async fn walk(
 
 /// GET a directory listing: ferry serve's JSON when the server has it,
 /// else an HTML index. `None` when the URL is a file.
-async fn list(
+pub(crate) async fn list(
     client: &Client,
     url: &Url,
 ) -> Result<Option<(Url, Vec<listing::Entry>)>, TransferError> {
@@ -603,7 +603,7 @@ fn validator(headers: &HeaderMap) -> Option<String> {
         .map(str::to_string)
 }
 
-fn last_modified(headers: &HeaderMap) -> Option<u32> {
+pub(crate) fn last_modified(headers: &HeaderMap) -> Option<u32> {
     let v = headers.get("last-modified")?.to_str().ok()?;
     let t = httpdate::parse_http_date(v).ok()?;
     Some(

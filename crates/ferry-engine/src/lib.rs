@@ -181,6 +181,24 @@ impl Stats {
         )
     }
 
+    /// Take the counts of a [`Event::Progress`] (a progress bar polling
+    /// these counters while a [`Transfer`] sends events); other events
+    /// change nothing.
+    pub fn observe(&self, ev: &Event) {
+        if let Event::Progress {
+            bytes_done,
+            bytes_total,
+            files_done,
+            files_total,
+        } = ev
+        {
+            self.bytes_done.store(*bytes_done, Ordering::Relaxed);
+            self.bytes_total.store(*bytes_total, Ordering::Relaxed);
+            self.files_done.store(*files_done, Ordering::Relaxed);
+            self.files_total.store(*files_total, Ordering::Relaxed);
+        }
+    }
+
     /// `Err(Cancelled)` once the copy was cancelled.
     pub(crate) fn check(&self) -> Result<(), TransferError> {
         if self.cancel.load(Ordering::Relaxed) {
@@ -225,18 +243,7 @@ pub fn copy(
     }
     let t = Transfer::new(sources.to_vec(), dest.clone(), opts.clone());
     let report = run_blocking(t, |ev| {
-        if let Event::Progress {
-            bytes_done,
-            bytes_total,
-            files_done,
-            files_total,
-        } = ev
-        {
-            stats.bytes_done.store(*bytes_done, Ordering::Relaxed);
-            stats.bytes_total.store(*bytes_total, Ordering::Relaxed);
-            stats.files_done.store(*files_done, Ordering::Relaxed);
-            stats.files_total.store(*files_total, Ordering::Relaxed);
-        }
+        stats.observe(ev);
         !stats.cancel.load(Ordering::Relaxed)
     });
     report.into_result()

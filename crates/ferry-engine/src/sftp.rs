@@ -34,17 +34,17 @@ use crate::{CopyOptions, Stats, Summary, Tuning};
 
 /// Fallback request size when the server does not state its limits: the
 /// size every SFTP server must accept (draft-02 suggests 32 KiB).
-pub(crate) const FALLBACK_CHUNK: u32 = 32 * 1024;
+const FALLBACK_CHUNK: u32 = 32 * 1024;
 /// The request size we ask for by default (OpenSSH serves up to 255 KiB).
-pub(crate) const DEFAULT_CHUNK: u32 = 1024 * 1024;
+const DEFAULT_CHUNK: u32 = 1024 * 1024;
 
 /// An SFTP DATA reply's bytes before its data: length, type, id, data
 /// length.
-pub(crate) const DATA_REPLY_HEADER: u32 = 4 + 1 + 4 + 4;
+const DATA_REPLY_HEADER: u32 = 4 + 1 + 4 + 4;
 /// A WRITE request's bytes besides its data, for handles of up to 16 bytes
 /// (OpenSSH's are 4, ferry serve's 8): length, type, id, handle, offset,
 /// data length.
-pub(crate) const WRITE_HEADER: u32 = 4 + 1 + 4 + (4 + 16) + 8 + 4;
+const WRITE_HEADER: u32 = 4 + 1 + 4 + (4 + 16) + 8 + 4;
 /// Packets at least this large are worth fitting a request into.
 const FIT_PACKET_MIN: u32 = 128 * 1024;
 
@@ -56,13 +56,29 @@ const FIT_PACKET_MIN: u32 = 128 * 1024;
 /// the noise (docs/internals/sftp.md, "Packet fitting"): it costs nothing,
 /// so it stays. With small packets (OpenSSH's sshd accepts 32 KiB) the
 /// size is left alone: many more requests would cost more than the copy.
-pub(crate) fn fit_packet(size: u32, packet: u32, header: u32) -> u32 {
+fn fit_packet(size: u32, packet: u32, header: u32) -> u32 {
     if packet >= FIT_PACKET_MIN {
         size.min(packet - header)
     } else {
         size
     }
 }
+/// READ and WRITE sizes for a session: what `--chunk` wants (1 MiB by
+/// default), capped by the server's limits@openssh.com, 32 KiB when it
+/// states none, fitted to one channel packet.
+pub(crate) fn chunk_sizes(info: &ferry_ssh::SftpInfo, opts: &CopyOptions) -> (u32, u32) {
+    let want = opts.chunk.unwrap_or(DEFAULT_CHUNK).max(512);
+    let capped = |max: Option<u32>| match max {
+        Some(m) => want.min(m),
+        None if opts.chunk.is_some() => want,
+        None => FALLBACK_CHUNK,
+    };
+    (
+        fit_packet(capped(info.max_read()), info.packet_in, DATA_REPLY_HEADER),
+        fit_packet(capped(info.max_write()), info.packet_out, WRITE_HEADER),
+    )
+}
+
 /// Bytes of the partial file compared with the source before resuming.
 const RESUME_CHECK: u64 = 64 * 1024;
 /// Bound on bytes in flight per file, whatever the depth says.
@@ -462,25 +478,10 @@ impl Pool {
     }
 
     fn chunks(&self, opts: &CopyOptions) -> (u32, u32) {
-        let info = match &self.control {
-            Some(c) => c.info(),
-            None => return (FALLBACK_CHUNK, FALLBACK_CHUNK),
-        };
-        let want = opts.chunk.unwrap_or(DEFAULT_CHUNK).max(512);
-        let read = match info.max_read() {
-            Some(m) => want.min(m),
-            None if opts.chunk.is_some() => want,
-            None => FALLBACK_CHUNK,
-        };
-        let write = match info.max_write() {
-            Some(m) => want.min(m),
-            None if opts.chunk.is_some() => want,
-            None => FALLBACK_CHUNK,
-        };
-        (
-            fit_packet(read, info.packet_in, DATA_REPLY_HEADER),
-            fit_packet(write, info.packet_out, WRITE_HEADER),
-        )
+        match &self.control {
+            Some(c) => chunk_sizes(&c.info(), opts),
+            None => (FALLBACK_CHUNK, FALLBACK_CHUNK),
+        }
     }
 
     /// What must outlive [`Pool::run`]: the threads and the first

@@ -326,18 +326,8 @@ fn run_cp(args: CpArgs, matches: Option<&clap::ArgMatches>) -> i32 {
     let interrupted = on_interrupt();
     // Each failed file is said once, as it fails; the end says how many.
     let outcome = ferry_engine::run_blocking(Transfer::new(sources, dest, opts), |ev| {
+        stats.observe(ev);
         match ev {
-            Event::Progress {
-                bytes_done,
-                bytes_total,
-                files_done,
-                files_total,
-            } => {
-                stats.bytes_done.store(*bytes_done, Ordering::Relaxed);
-                stats.bytes_total.store(*bytes_total, Ordering::Relaxed);
-                stats.files_done.store(*files_done, Ordering::Relaxed);
-                stats.files_total.store(*files_total, Ordering::Relaxed);
-            }
             Event::FileDone(f) => {
                 if let Some(e) = &f.error {
                     if e.kind != ferry_engine::ErrorKind::Cancelled {
@@ -346,7 +336,7 @@ fn run_cp(args: CpArgs, matches: Option<&clap::ArgMatches>) -> i32 {
                 }
             }
             Event::Warning(w) => eprintln!("ferry: warning: {w}"),
-            Event::Planned { .. } | Event::FileStarted { .. } => {}
+            Event::Progress { .. } | Event::Planned { .. } | Event::FileStarted { .. } => {}
         }
         !interrupted.load(Ordering::Relaxed)
     });

@@ -37,8 +37,6 @@ const SEGMENT: &AsciiSet = &CONTROLS
     .add(b'\\')
     .add(b'^')
     .add(b'|');
-/// Largest listing read.
-const MAX_LISTING: usize = 64 * 1024 * 1024;
 /// Pieces queued between the source and a PUT body.
 const PUT_QUEUE: usize = 16;
 
@@ -55,9 +53,7 @@ impl Http {
         spec: &HttpSpec,
         opts: &CopyOptions,
     ) -> Result<(Http, Vec<u8>, bool), TransferError> {
-        let mut h = opts.http.clone();
-        h.h1_connections = opts.files_in_flight().max(opts.streams.unwrap_or(1)).max(1);
-        let client = Client::new(h)?;
+        let client = crate::http::client(opts)?;
         // The command line's credentials go to the origins it names.
         client.trust(&spec.url);
         let root_path = spec.url.decoded_path();
@@ -97,14 +93,6 @@ impl Http {
     }
 }
 
-fn last_modified(h: &HeaderMap) -> Option<i64> {
-    let v = h.get("last-modified")?.to_str().ok()?;
-    let t = httpdate::parse_http_date(v).ok()?;
-    t.duration_since(std::time::UNIX_EPOCH)
-        .ok()
-        .map(|d| d.as_secs() as i64)
-}
-
 #[async_trait]
 impl Backend for Http {
     fn scheme(&self) -> &'static str {
@@ -136,17 +124,11 @@ impl Backend for Http {
         self.origin()
     }
     fn info(&self) -> BackendInfo {
-        let proto = match (self.root.https, self.client.negotiated()) {
-            (true, Some("h2")) => "https/h2",
-            (true, _) => "https/http1.1",
-            (false, Some("h2")) => "http/h2c",
-            (false, _) => "http/http1.1",
-        };
         BackendInfo {
             connections: self.client.connections().max(1),
             cipher: None,
             chunk: 0,
-            protocol: Some(proto.into()),
+            protocol: Some(crate::http::protocol(&self.client, self.root.https).into()),
         }
     }
 
@@ -178,38 +160,19 @@ impl Backend for Http {
             name,
             kind: EntryKind::File,
             size: resp.content_length(),
-            mtime: last_modified(&resp.headers),
+            mtime: crate::http::last_modified(&resp.headers).map(i64::from),
             mode: None,
         }))
     }
 
     async fn list(&self, dir: &[u8]) -> Result<Vec<Entry>, TransferError> {
         let url = self.url(dir).as_dir();
-        let mut h = HeaderMap::new();
-        h.insert(
-            "accept",
-            HeaderValue::from_static("application/json, text/html;q=0.9, */*;q=0.1"),
-        );
-        let resp = self.client.get(&url, &h).await?.error_for_status()?;
-        let ctype = resp
-            .header("content-type")
-            .unwrap_or("")
-            .to_ascii_lowercase();
-        let base = resp.url.clone();
-        let (entries, refused) = if ctype.starts_with("application/json") {
-            let body = resp.bytes(MAX_LISTING).await?;
-            listing::parse_json(&body).map_err(|e| TransferError::Remote(format!("{base}: {e}")))?
-        } else if ctype.starts_with("text/html") {
-            let body = resp.bytes(MAX_LISTING).await?;
-            listing::parse_html(&String::from_utf8_lossy(&body), &base)
-        } else {
+        let Some((_, entries)) = crate::http::list(&self.client, &url).await? else {
             return Err(TransferError::Remote(format!(
-                "{base}: not a directory listing (Content-Type {ctype})"
+                "{}: not a directory listing (neither ferry serve's JSON nor an HTML index)",
+                self.display(dir)
             )));
         };
-        for r in refused {
-            tracing::warn!("{base}: skipping the entry {r:?}: not a plain file name");
-        }
         Ok(entries
             .into_iter()
             .map(|e| Entry {

@@ -21,9 +21,7 @@ use super::{
 };
 use crate::error::TransferError;
 use crate::location::{RemotePath, RemoteSpec};
-use crate::sftp::{
-    fit_packet, DATA_REPLY_HEADER, DEFAULT_CHUNK, FALLBACK_CHUNK, ONE_STREAM_WINDOW, WRITE_HEADER,
-};
+use crate::sftp::{chunk_sizes, ONE_STREAM_WINDOW};
 use crate::{CopyOptions, Tuning};
 
 /// Bytes requested and not yet answered per read or write stream: a
@@ -152,17 +150,7 @@ impl Sftp {
                 clients.push(c);
             }
         }
-        let want = opts.chunk.unwrap_or(DEFAULT_CHUNK).max(512);
-        let read = match info.max_read() {
-            Some(m) => want.min(m),
-            None if opts.chunk.is_some() => want,
-            None => FALLBACK_CHUNK,
-        };
-        let write = match info.max_write() {
-            Some(m) => want.min(m),
-            None if opts.chunk.is_some() => want,
-            None => FALLBACK_CHUNK,
-        };
+        let (read_chunk, write_chunk) = chunk_sizes(&info, opts);
         let first = &clients[0];
         let resolved = match &spec.path {
             RemotePath::Absolute(a) => a.clone(),
@@ -193,8 +181,8 @@ impl Sftp {
                 cipher: info.cipher.clone(),
                 clients,
                 next: AtomicUsize::new(0),
-                read_chunk: fit_packet(read, info.packet_in, DATA_REPLY_HEADER),
-                write_chunk: fit_packet(write, info.packet_out, WRITE_HEADER),
+                read_chunk,
+                write_chunk,
                 holds: Mutex::new(holds),
                 threads: Mutex::new(threads),
             },
