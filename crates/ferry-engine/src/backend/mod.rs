@@ -330,6 +330,27 @@ pub(crate) fn key_of(l: &crate::Location) -> String {
     }
 }
 
+/// A location opened for direct use: the backend that serves it and the
+/// location's path in that backend. This is what `ferry ls`, `ferry sync`
+/// and the bindings' filesystem objects use when they need more than a
+/// copy (listing, stat, ranged reads of one file).
+pub struct Opened {
+    pub backend: std::sync::Arc<dyn Backend>,
+    pub path: Vec<u8>,
+    /// The user ended the location with `/` (a directory).
+    pub dir: bool,
+}
+
+/// Connect to a location (SSH handshake, TLS, FTP login as needed) and
+/// resolve its path. Call [`Backend::close`] when done.
+pub async fn connect(
+    l: &crate::Location,
+    opts: &crate::CopyOptions,
+) -> Result<Opened, TransferError> {
+    let (backend, path, dir) = open(l, opts, None).await?;
+    Ok(Opened { backend, path, dir })
+}
+
 /// The backend for a location (a new one, or `existing` for the same
 /// server), the location's path in it, and whether the user ended it
 /// with `/`.
