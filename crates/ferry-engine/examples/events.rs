@@ -56,6 +56,10 @@ fn json(e: &Event) -> String {
             }
         ),
         Event::Warning(w) => format!(r#"{{"type":"warning","message":{}}}"#, esc(w)),
+        other => format!(
+            r#"{{"type":"other","debug":{}}}"#,
+            esc(&format!("{other:?}"))
+        ),
     }
 }
 

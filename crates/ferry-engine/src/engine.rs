@@ -290,7 +290,7 @@ struct Target {
     renamed: bool,
 }
 
-async fn copy_file(r: &Arc<Run>, f: &FilePlan) -> FileReport {
+pub(crate) async fn copy_file(r: &Arc<Run>, f: &FilePlan) -> FileReport {
     r.events.emit(Event::FileStarted {
         source: r.sources[f.source].backend.display(&f.src),
         dest: r.dest.backend.display(&f.dst),

@@ -32,13 +32,16 @@ pub struct ReadmeDoctests;
 pub mod backend;
 mod engine;
 mod error;
+pub mod filter;
 mod ftp;
+pub mod hash;
 mod http;
 mod journal;
 mod location;
 mod part;
 mod retry;
 mod sftp;
+pub mod sync;
 mod transfer;
 mod window;
 
@@ -50,8 +53,8 @@ pub use ferry_ssh::{ConnectOptions, Prompt, PromptHandle, MAX_CHANNEL_PACKET};
 pub use ftp::FtpOptions;
 pub use location::{FtpSpec, HttpSpec, Location, RemotePath, RemoteSpec};
 pub use transfer::{
-    run_blocking, BackendPath, Cancel, Event, FileError, FileReport, Report, Transfer,
-    TransferHandle,
+    block_on, run_blocking, BackendPath, Cancel, EndReport, Event, FileError, FileReport, Handle,
+    Report, Transfer, TransferHandle, Verdict,
 };
 
 /// How to copy. The defaults are the measured ones (docs/internals/sftp.md).

@@ -35,8 +35,10 @@ use crate::engine::{self, FilePlan, Place, Run};
 use crate::error::{ErrorKind, TransferError};
 use crate::{CopyOptions, Location, Stats, Summary};
 
-/// What happens during a transfer, in order.
+/// What happens during a transfer, in order. New kinds of events may be
+/// added: match with a `_` arm.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum Event {
     /// The plan is made: this many files and bytes will move.
     Planned { files: u64, bytes: u64 },
@@ -56,6 +58,26 @@ pub enum Event {
     FileDone(FileReport),
     /// Something the user should know that did not stop the transfer.
     Warning(String),
+    /// `sync` and `check`: how a path (relative to both tops, `/`-separated)
+    /// differs. Paths that are the same are counted, not sent.
+    Compared { path: String, verdict: Verdict },
+    /// `sync --delete`: removed from the destination (with `dry_run`, it
+    /// would have been).
+    Deleted { path: String, dry_run: bool },
+}
+
+/// What comparing one path of the two trees found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The source has it, the destination does not.
+    OnlyInSource,
+    /// The destination has it, the source does not.
+    OnlyInDest,
+    /// Both have it and it differs: `"size"`, `"time"`, `"hash"` or
+    /// `"type"` (a file on one side, a directory on the other).
+    Differs(&'static str),
+    /// The destination's copy is newer and `--update` keeps it.
+    NewerInDest,
 }
 
 /// How one file went.
@@ -260,29 +282,53 @@ impl Transfer {
     /// Start on the current tokio runtime (any flavour) and return at once.
     /// Panics outside a runtime, like `tokio::spawn`.
     pub fn start(self) -> TransferHandle {
+        Handle::spawn(move |stats, events, cancel| drive(self, stats, events, cancel))
+    }
+}
+
+/// A running transfer ([`Report`] at the end) or sync
+/// ([`SyncReport`](crate::sync::SyncReport)).
+pub struct Handle<R> {
+    pub(crate) events: mpsc::UnboundedReceiver<Event>,
+    pub(crate) cancel: Cancel,
+    pub(crate) stats: Arc<Stats>,
+    pub(crate) task: tokio::task::JoinHandle<R>,
+}
+
+/// A running copy.
+pub type TransferHandle = Handle<Report>;
+
+/// What a report says when the task behind it died.
+pub trait EndReport: Send + 'static {
+    fn internal_failure(message: String) -> Self;
+}
+
+impl EndReport for Report {
+    fn internal_failure(message: String) -> Self {
+        Report::failed(TransferError::Local(message), 0.0)
+    }
+}
+
+impl<R: EndReport> Handle<R> {
+    /// Start `work` on the current runtime with fresh events, cancel and
+    /// counters.
+    pub(crate) fn spawn<F, Fut>(work: F) -> Handle<R>
+    where
+        F: FnOnce(Arc<Stats>, Emitter, Cancel) -> Fut,
+        Fut: std::future::Future<Output = R> + Send + 'static,
+    {
         let (tx, rx) = mpsc::unbounded_channel();
         let cancel = Cancel::default();
         let stats = Arc::new(Stats::default());
-        let emitter = Emitter(Some(tx));
-        let task = tokio::spawn(drive(self, stats.clone(), emitter, cancel.clone()));
-        TransferHandle {
+        let task = tokio::spawn(work(stats.clone(), Emitter(Some(tx)), cancel.clone()));
+        Handle {
             events: rx,
             cancel,
             stats,
             task,
         }
     }
-}
 
-/// A running transfer.
-pub struct TransferHandle {
-    events: mpsc::UnboundedReceiver<Event>,
-    cancel: Cancel,
-    stats: Arc<Stats>,
-    task: tokio::task::JoinHandle<Report>,
-}
-
-impl TransferHandle {
     /// The next event; `None` once the transfer is over and every event was
     /// read.
     pub async fn next_event(&mut self) -> Option<Event> {
@@ -303,13 +349,10 @@ impl TransferHandle {
         &self.stats
     }
     /// Wait for the end. Events not read yet are dropped.
-    pub async fn wait(self) -> Report {
+    pub async fn wait(self) -> R {
         match self.task.await {
             Ok(r) => r,
-            Err(e) => Report::failed(
-                TransferError::Local(format!("internal: the transfer task failed: {e}")),
-                0.0,
-            ),
+            Err(e) => R::internal_failure(format!("internal: the transfer task failed: {e}")),
         }
     }
 }
@@ -317,22 +360,26 @@ impl TransferHandle {
 /// For programs without a tokio runtime: run a transfer to the end on a
 /// runtime of its own, calling `on_event` for each event. Returning
 /// `false` from `on_event` cancels (as libcurl's progress callback).
-pub fn run_blocking(t: Transfer, mut on_event: impl FnMut(&Event) -> bool) -> Report {
+pub fn run_blocking(t: Transfer, on_event: impl FnMut(&Event) -> bool) -> Report {
+    block_on(move || t.start(), on_event)
+}
+
+/// [`run_blocking`] for any handle: `start` is called on a runtime of
+/// its own.
+pub fn block_on<R: EndReport>(
+    start: impl FnOnce() -> Handle<R>,
+    mut on_event: impl FnMut(&Event) -> bool,
+) -> R {
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
     {
         Ok(rt) => rt,
-        Err(e) => {
-            return Report::failed(
-                TransferError::Local(format!("cannot start a runtime: {e}")),
-                0.0,
-            )
-        }
+        Err(e) => return R::internal_failure(format!("cannot start a runtime: {e}")),
     };
     rt.block_on(async move {
-        let mut h = t.start();
+        let mut h = start();
         while let Some(ev) = h.next_event().await {
             if !on_event(&ev) {
                 h.cancel();
@@ -475,7 +522,7 @@ async fn drive(mut t: Transfer, stats: Arc<Stats>, events: Emitter, cancel: Canc
 /// One backend per server and account, shared by every source and the
 /// destination that name it (so SFTP to the same server can copy on the
 /// server).
-async fn open_shared(
+pub(crate) async fn open_shared(
     opened: &mut Vec<(String, Arc<dyn crate::backend::Backend>)>,
     key: String,
     loc: &Location,
@@ -496,7 +543,7 @@ async fn open_shared(
     })
 }
 
-async fn close_all(opened: &[(String, Arc<dyn crate::backend::Backend>)]) {
+pub(crate) async fn close_all(opened: &[(String, Arc<dyn crate::backend::Backend>)]) {
     for (_, b) in opened {
         b.close().await;
     }
@@ -506,14 +553,14 @@ fn failed_report(e: TransferError, started: Instant) -> Report {
     Report::failed(e, engine::since(started))
 }
 
-async fn tick(stats: Arc<Stats>, events: Emitter) {
+pub(crate) async fn tick(stats: Arc<Stats>, events: Emitter) {
     loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
         emit_progress(&stats, &events);
     }
 }
 
-fn emit_progress(stats: &Stats, events: &Emitter) {
+pub(crate) fn emit_progress(stats: &Stats, events: &Emitter) {
     let (bytes_done, bytes_total, files_done, files_total) = stats.snapshot();
     events.emit(Event::Progress {
         bytes_done,

@@ -546,6 +546,7 @@ impl Session {
                             ext(EXT_FSTATVFS, "2"),
                             ext(EXT_HARDLINK, "1"),
                             ext(EXT_COPY_DATA, "1"),
+                            ext(EXT_CHECK_FILE_NAME, "blake3,sha256"),
                             ext(EXT_FSYNC, "1"),
                             ext(EXT_LIMITS, "1"),
                             ext(EXT_EXPAND_PATH, "1"),
@@ -1024,6 +1025,46 @@ impl Session {
                 })
                 .await
             }
+            Extended::CheckFileName {
+                path,
+                algorithms,
+                start,
+                length,
+                block_size,
+            } => {
+                // `ferry sync --checksum`: the file is hashed here, so it
+                // is read from this disk, not through the link.
+                let Some(algo) = HashAlgo::choose(&algorithms) else {
+                    return Err((
+                        StatusCode::OP_UNSUPPORTED,
+                        format!(
+                            "check-file-name: none of {:?} is known here (blake3, sha256 are)",
+                            String::from_utf8_lossy(&algorithms)
+                        ),
+                    ));
+                };
+                if block_size != 0 && block_size < 256 {
+                    return Err((
+                        StatusCode::FAILURE,
+                        "check-file-name: a block size must be 0 or at least 256".into(),
+                    ));
+                }
+                let r = self.resolve(&path, false)?;
+                let task = tokio::task::spawn_blocking(move || {
+                    check_file(&r.real, algo, start, length, block_size)
+                        .map_err(|e| io_err(&r.virtual_path, e))
+                });
+                let hash = match task.await {
+                    Ok(h) => h?,
+                    Err(e) => return Err((StatusCode::FAILURE, format!("internal error: {e}"))),
+                };
+                let data = ferry_sftp::CheckFileReply {
+                    algorithm: algo.name().into(),
+                    hash: hash.into(),
+                }
+                .encode();
+                Ok(Response::ExtendedReply { id, data })
+            }
             Extended::Fstatvfs { handle } => {
                 let _ = self.file(&handle)?;
                 let root = self.cfg.root.path().to_path_buf();
@@ -1252,6 +1293,88 @@ fn data_reply(mut buf: Vec<u8>, skew: usize, head: usize, len: usize, id: u32) -
     buf.truncate(head + len);
     data_or_eof(&mut buf, skew, id);
     Bytes::from(buf).slice(skew..)
+}
+
+/// The hashes `check-file-name` answers with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HashAlgo {
+    Blake3,
+    Sha256,
+}
+
+impl HashAlgo {
+    /// The first of the client's comma-separated list known here.
+    fn choose(list: &[u8]) -> Option<HashAlgo> {
+        list.split(|&c| c == b',')
+            .find_map(|n| match n.trim_ascii() {
+                b"blake3" => Some(HashAlgo::Blake3),
+                b"sha256" => Some(HashAlgo::Sha256),
+                _ => None,
+            })
+    }
+    fn name(self) -> &'static str {
+        match self {
+            HashAlgo::Blake3 => "blake3",
+            HashAlgo::Sha256 => "sha256",
+        }
+    }
+}
+
+/// Hash `length` bytes (0: to the end) of `path` from `start`: one hash,
+/// or one per `block_size` bytes.
+fn check_file(
+    path: &std::path::Path,
+    algo: HashAlgo,
+    start: u64,
+    length: u64,
+    block_size: u32,
+) -> io::Result<Vec<u8>> {
+    use sha2::Digest;
+    let f = File::open(path)?;
+    let size = f.metadata()?.len();
+    let end = if length == 0 {
+        size
+    } else {
+        start.saturating_add(length).min(size)
+    };
+    let block = if block_size == 0 {
+        u64::MAX
+    } else {
+        u64::from(block_size)
+    };
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut at = start.min(end);
+    loop {
+        let stop = at.saturating_add(block).min(end);
+        let mut b3 = blake3::Hasher::new();
+        let mut s2 = sha2::Sha256::new();
+        while at < stop {
+            let want = (stop - at).min(buf.len() as u64) as usize;
+            let n = f.read_at(&mut buf[..want], at)?;
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the file shrank while it was hashed",
+                ));
+            }
+            let piece = &buf[..n];
+            match algo {
+                HashAlgo::Blake3 => {
+                    b3.update(piece);
+                }
+                HashAlgo::Sha256 => s2.update(piece),
+            }
+            at += n as u64;
+        }
+        match algo {
+            HashAlgo::Blake3 => out.extend_from_slice(b3.finalize().as_bytes()),
+            HashAlgo::Sha256 => out.extend_from_slice(&s2.finalize()),
+        }
+        if at >= end {
+            return Ok(out);
+        }
+    }
 }
 
 /// `copy-data@openssh.com`'s semantics: `len` bytes (0: to the end of the

@@ -60,6 +60,11 @@ pub const EXT_LIMITS: &str = "limits@openssh.com";
 pub const EXT_EXPAND_PATH: &str = "expand-path@openssh.com";
 pub const EXT_COPY_DATA: &str = "copy-data";
 pub const EXT_LSETSTAT: &str = "lsetstat@openssh.com";
+/// A hash of a file computed by the server (draft-ietf-secsh-filexfer-
+/// extensions-00 section 3, as ProFTPD's mod_sftp implements it): ferry
+/// serve answers `blake3` and `sha256`, so `ferry sync --checksum` reads
+/// no file through the link.
+pub const EXT_CHECK_FILE_NAME: &str = "check-file-name";
 
 /// An SFTP status code (draft-02 section 7). Unknown codes are kept as they
 /// came, since later protocol versions define more.

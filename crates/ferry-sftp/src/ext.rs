@@ -93,3 +93,32 @@ impl Statvfs {
         self.bavail.saturating_mul(self.frsize.max(1))
     }
 }
+
+/// The reply to `check-file-name`: the name `check-file`, the algorithm
+/// the server used, then the hash bytes (one hash when the request's
+/// block size was 0).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckFileReply {
+    pub algorithm: Bytes,
+    pub hash: Bytes,
+}
+
+impl CheckFileReply {
+    pub fn decode(data: Bytes) -> Result<CheckFileReply, DecodeError> {
+        let mut r = Reader::new(data);
+        let _name = r.string("reply name")?;
+        let algorithm = r.string("hash algorithm")?;
+        Ok(CheckFileReply {
+            algorithm,
+            hash: r.rest(),
+        })
+    }
+
+    pub fn encode(&self) -> Bytes {
+        let mut b = BytesMut::with_capacity(32 + self.algorithm.len() + self.hash.len());
+        crate::wire::put_string(&mut b, b"check-file");
+        crate::wire::put_string(&mut b, &self.algorithm);
+        b.put_slice(&self.hash);
+        b.freeze()
+    }
+}

@@ -52,7 +52,7 @@ mod wire;
 
 pub use attrs::{civil, FileAttrs};
 pub use consts::StatusCode;
-pub use ext::{Limits, Statvfs};
+pub use ext::{CheckFileReply, Limits, Statvfs};
 pub use framer::{FrameError, Framer};
 pub use packet::{NameEntry, OpenFlags, Request, Response};
 /// Extended (SSH_FXP_EXTENDED) requests.

@@ -169,6 +169,16 @@ pub enum Extended {
         path: Bytes,
         attrs: FileAttrs,
     },
+    /// `check-file-name`: hash `length` bytes (0: to the end) from
+    /// `start`, with the first algorithm of the comma-separated list the
+    /// server knows; `block_size` 0 asks for one hash of the whole range.
+    CheckFileName {
+        path: Bytes,
+        algorithms: Bytes,
+        start: u64,
+        length: u64,
+        block_size: u32,
+    },
     Other {
         name: Bytes,
         data: Bytes,
@@ -187,6 +197,7 @@ impl Extended {
             Extended::ExpandPath { .. } => EXT_EXPAND_PATH.as_bytes(),
             Extended::CopyData { .. } => EXT_COPY_DATA.as_bytes(),
             Extended::Lsetstat { .. } => EXT_LSETSTAT.as_bytes(),
+            Extended::CheckFileName { .. } => EXT_CHECK_FILE_NAME.as_bytes(),
             Extended::Other { name, .. } => name,
         }
     }
@@ -566,6 +577,19 @@ fn encode_extended(req: &Extended, out: &mut BytesMut) {
             put_string(out, path);
             attrs.encode(out);
         }
+        Extended::CheckFileName {
+            path,
+            algorithms,
+            start,
+            length,
+            block_size,
+        } => {
+            put_string(out, path);
+            put_string(out, algorithms);
+            out.put_u64(*start);
+            out.put_u64(*length);
+            out.put_u32(*block_size);
+        }
         Extended::Other { data, .. } => out.put_slice(data),
     }
 }
@@ -613,6 +637,14 @@ fn decode_extended(r: &mut Reader) -> Result<Extended, DecodeError> {
         Extended::Lsetstat {
             path: r.string("path")?,
             attrs: FileAttrs::decode(r)?,
+        }
+    } else if known(EXT_CHECK_FILE_NAME) {
+        Extended::CheckFileName {
+            path: r.string("path")?,
+            algorithms: r.string("hash algorithms")?,
+            start: r.u64("start offset")?,
+            length: r.u64("length")?,
+            block_size: r.u32("block size")?,
         }
     } else {
         Extended::Other {

@@ -395,6 +395,16 @@ fn every_request_round_trips() {
             },
         },
         Request::Extended {
+            id: 26,
+            request: Extended::CheckFileName {
+                path: p.clone(),
+                algorithms: "blake3,sha256".into(),
+                start: 0,
+                length: 0,
+                block_size: 0,
+            },
+        },
+        Request::Extended {
             id: 25,
             request: Extended::Other {
                 name: "x@y".into(),
@@ -406,6 +416,17 @@ fn every_request_round_trips() {
         let b = enc_req(&r);
         assert_eq!(Request::decode(frame(&b)).unwrap(), r, "{r:?}");
     }
+}
+
+#[test]
+fn check_file_reply_round_trips() {
+    let r = ferry_sftp::CheckFileReply {
+        algorithm: "sha256".into(),
+        hash: Bytes::from(vec![7u8; 32]),
+    };
+    assert_eq!(ferry_sftp::CheckFileReply::decode(r.encode()).unwrap(), r);
+    // A reply cut inside its header is an error, not a panic.
+    assert!(ferry_sftp::CheckFileReply::decode(Bytes::from_static(b"\0\0\0\x0acheck")).is_err());
 }
 
 #[test]

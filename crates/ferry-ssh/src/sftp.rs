@@ -520,6 +520,36 @@ impl SftpClient {
         )
     }
 
+    /// A hash of a whole file computed by the server (`check-file-name`),
+    /// with the first of `algorithms` (comma-separated) it knows: the
+    /// algorithm used and the hash. The caller checks
+    /// `info().has("check-file-name")`.
+    pub async fn check_file_name(
+        &self,
+        path: &[u8],
+        algorithms: &str,
+    ) -> Result<ferry_sftp::CheckFileReply, SftpError> {
+        let p = Bytes::copy_from_slice(path);
+        let a = Bytes::copy_from_slice(algorithms.as_bytes());
+        match self
+            .call(|id| Request::Extended {
+                id,
+                request: Extended::CheckFileName {
+                    path: p,
+                    algorithms: a,
+                    start: 0,
+                    length: 0,
+                    block_size: 0,
+                },
+            })
+            .await?
+        {
+            Response::ExtendedReply { data, .. } => ferry_sftp::CheckFileReply::decode(data)
+                .map_err(|e| SftpError::Protocol(e.to_string())),
+            other => Err(unexpected(other, path)),
+        }
+    }
+
     pub async fn limits(&self) -> Result<Limits, SftpError> {
         match self
             .call(|id| Request::Extended {

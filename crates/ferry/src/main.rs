@@ -336,7 +336,7 @@ fn run_cp(args: CpArgs, matches: Option<&clap::ArgMatches>) -> i32 {
                 }
             }
             Event::Warning(w) => eprintln!("ferry: warning: {w}"),
-            Event::Progress { .. } | Event::Planned { .. } | Event::FileStarted { .. } => {}
+            _ => {}
         }
         !interrupted.load(Ordering::Relaxed)
     });

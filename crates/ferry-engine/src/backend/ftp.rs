@@ -347,6 +347,11 @@ impl Backend for Ftp {
         self.with(move |c| c.remove(&ps)).await
     }
 
+    async fn remove_dir(&self, p: &[u8]) -> Result<(), TransferError> {
+        let ps = s(p);
+        self.with(move |c| c.rmdir(&ps)).await
+    }
+
     async fn close(&self) {
         let conns = std::mem::take(&mut *lock(&self.idle));
         let _ = tokio::task::spawn_blocking(move || {

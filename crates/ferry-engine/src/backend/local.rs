@@ -208,6 +208,35 @@ impl Backend for Local {
         .await
     }
 
+    async fn remove_dir(&self, path: &[u8]) -> Result<(), TransferError> {
+        let p = os(path);
+        blocking(move || {
+            std::fs::remove_dir(&p)
+                .map_err(|e| TransferError::local(&p, "cannot remove the directory", e))
+        })
+        .await
+    }
+
+    fn hashes(&self) -> Vec<super::HashAlgo> {
+        vec![super::HashAlgo::Blake3, super::HashAlgo::Sha256]
+    }
+
+    async fn hash(
+        &self,
+        path: &[u8],
+        algo: super::HashAlgo,
+    ) -> Result<Option<Vec<u8>>, TransferError> {
+        let p = os(path);
+        blocking(move || {
+            let f = std::fs::File::open(&p)
+                .map_err(|e| TransferError::local(&p, "cannot open to hash", e))?;
+            crate::hash::of_reader(f, algo)
+                .map(Some)
+                .map_err(|e| TransferError::local(&p, "cannot read to hash", e))
+        })
+        .await
+    }
+
     async fn set_attrs(
         &self,
         path: &[u8],

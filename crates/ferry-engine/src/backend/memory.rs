@@ -40,6 +40,8 @@ pub struct Faults {
     pub capacity: Option<u64>,
     /// `rename_over` fails.
     pub fail_rename: bool,
+    /// Listing this directory fails (a server refusal mid-walk).
+    pub refuse_list: Option<Vec<u8>>,
 }
 
 #[derive(Debug, Clone)]
@@ -213,6 +215,12 @@ impl Backend for Memory {
     }
 
     async fn list(&self, dir: &[u8]) -> Result<Vec<Entry>, TransferError> {
+        if lock(&self.faults).refuse_list.as_deref() == Some(dir) {
+            return Err(TransferError::Remote(format!(
+                "{}: permission denied (injected)",
+                self.display(dir)
+            )));
+        }
         let s = lock(&self.state);
         let d = if dir.len() > 1 {
             dir.strip_suffix(b"/").unwrap_or(dir)
@@ -377,6 +385,45 @@ impl Backend for Memory {
     async fn remove(&self, p: &[u8]) -> Result<(), TransferError> {
         lock(&self.state).files.remove(p);
         Ok(())
+    }
+
+    async fn remove_dir(&self, p: &[u8]) -> Result<(), TransferError> {
+        let mut s = lock(&self.state);
+        let mut prefix = p.to_vec();
+        prefix.push(b'/');
+        let busy = s.files.keys().any(|k| k.starts_with(&prefix))
+            || s.dirs.iter().any(|k| k.starts_with(&prefix));
+        if busy {
+            return Err(TransferError::Remote(format!(
+                "{}: the directory is not empty",
+                self.display(p)
+            )));
+        }
+        s.dirs.remove(p);
+        Ok(())
+    }
+
+    fn hashes(&self) -> Vec<super::HashAlgo> {
+        vec![super::HashAlgo::Blake3, super::HashAlgo::Sha256]
+    }
+
+    async fn hash(
+        &self,
+        p: &[u8],
+        algo: super::HashAlgo,
+    ) -> Result<Option<Vec<u8>>, TransferError> {
+        let data = match lock(&self.state).files.get(p) {
+            Some(f) => f.data.clone(),
+            None => {
+                return Err(TransferError::Remote(format!(
+                    "{}: no such file",
+                    self.display(p)
+                )))
+            }
+        };
+        let mut h = crate::hash::Hasher::new(algo);
+        h.update(&data);
+        Ok(Some(h.finish()))
     }
 
     async fn set_attrs(

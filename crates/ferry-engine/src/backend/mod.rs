@@ -184,6 +184,27 @@ pub trait Backend: Send + Sync {
         )))
     }
 
+    /// Remove an empty directory.
+    async fn remove_dir(&self, path: &[u8]) -> Result<(), TransferError> {
+        Err(TransferError::Usage(format!(
+            "{}: this server cannot remove directories",
+            self.display(path)
+        )))
+    }
+
+    /// Hashes this backend computes where the bytes live (a server
+    /// hashing its own disk), best first; empty when it cannot.
+    fn hashes(&self) -> Vec<HashAlgo> {
+        Vec::new()
+    }
+
+    /// The hash of a whole file computed where it lives; `Ok(None)` when
+    /// this backend cannot (the caller then reads the file to hash it:
+    /// [`crate::hash::by_reading`]).
+    async fn hash(&self, _path: &[u8], _algo: HashAlgo) -> Result<Option<Vec<u8>>, TransferError> {
+        Ok(None)
+    }
+
     /// Set the modification time and permission bits, where the
     /// capabilities say it can; others are ignored.
     async fn set_attrs(
@@ -217,6 +238,32 @@ pub trait Backend: Send + Sync {
 
     /// Close connections politely. Dropping works too.
     async fn close(&self) {}
+}
+
+/// A content hash that `ferry sync --checksum` and `ferry check`
+/// compare. BLAKE3 is ferry's own (fast, on every core); SHA-256 is what
+/// other servers offer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HashAlgo {
+    Blake3,
+    Sha256,
+}
+
+impl HashAlgo {
+    /// The name used on the wire (`check-file-name`) and in output.
+    pub fn name(self) -> &'static str {
+        match self {
+            HashAlgo::Blake3 => "blake3",
+            HashAlgo::Sha256 => "sha256",
+        }
+    }
+    pub fn from_name(n: &str) -> Option<HashAlgo> {
+        match n.trim() {
+            "blake3" => Some(HashAlgo::Blake3),
+            "sha256" | "sha-256" => Some(HashAlgo::Sha256),
+            _ => None,
+        }
+    }
 }
 
 /// What a backend tells the report.

@@ -17,7 +17,8 @@ use futures_util::FutureExt;
 use tokio::sync::oneshot;
 
 use super::{
-    path, Backend, BackendInfo, ByteStream, Capabilities, Entry, EntryKind, Sink, WriteMode,
+    path, Backend, BackendInfo, ByteStream, Capabilities, Entry, EntryKind, HashAlgo, Sink,
+    WriteMode,
 };
 use crate::error::TransferError;
 use crate::location::{RemotePath, RemoteSpec};
@@ -44,6 +45,8 @@ pub struct Sftp {
     write_chunk: u32,
     cipher: Option<String>,
     copy_data: bool,
+    /// Hashes the server computes (`check-file-name`), best first.
+    check_file: Vec<HashAlgo>,
     /// Dropping these lets the connection threads say goodbye and end.
     holds: Mutex<Vec<oneshot::Sender<()>>>,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
@@ -178,6 +181,7 @@ impl Sftp {
                 host: spec.host.clone(),
                 prefix: format!("sftp://{user}{}{port}", spec.host),
                 copy_data: info.has(ferry_sftp::consts::EXT_COPY_DATA),
+                check_file: check_file_algos(&info),
                 cipher: info.cipher.clone(),
                 clients,
                 next: AtomicUsize::new(0),
@@ -199,6 +203,25 @@ impl Sftp {
     fn err(&self, p: &[u8], e: SftpError) -> TransferError {
         TransferError::sftp(&self.host, p, e)
     }
+}
+
+/// The hashes a server offers through `check-file-name`: its extension
+/// data lists them (ferry serve: "blake3,sha256"); a server that names
+/// none is asked for sha256 only.
+fn check_file_algos(info: &ferry_ssh::SftpInfo) -> Vec<HashAlgo> {
+    let Some((_, v)) = info
+        .extensions
+        .iter()
+        .find(|(n, _)| n == ferry_sftp::consts::EXT_CHECK_FILE_NAME)
+    else {
+        return Vec::new();
+    };
+    let mut out: Vec<HashAlgo> = v.split(',').filter_map(HashAlgo::from_name).collect();
+    if out.is_empty() {
+        out.push(HashAlgo::Sha256);
+    }
+    out.sort_by_key(|a| *a != HashAlgo::Blake3);
+    out
 }
 
 fn entry_of(name: &[u8], a: &FileAttrs) -> Entry {
@@ -384,6 +407,34 @@ impl Backend for Sftp {
 
     async fn remove(&self, p: &[u8]) -> Result<(), TransferError> {
         self.client().remove(p).await.map_err(|e| self.err(p, e))
+    }
+
+    async fn remove_dir(&self, p: &[u8]) -> Result<(), TransferError> {
+        self.client().rmdir(p).await.map_err(|e| self.err(p, e))
+    }
+
+    fn hashes(&self) -> Vec<HashAlgo> {
+        self.check_file.clone()
+    }
+
+    async fn hash(&self, p: &[u8], algo: HashAlgo) -> Result<Option<Vec<u8>>, TransferError> {
+        if !self.check_file.contains(&algo) {
+            return Ok(None);
+        }
+        let r = self
+            .client()
+            .check_file_name(p, algo.name())
+            .await
+            .map_err(|e| self.err(p, e))?;
+        if r.algorithm.as_ref() != algo.name().as_bytes() {
+            return Err(TransferError::Remote(format!(
+                "{}: asked the server for a {} hash, it answered {}",
+                self.display(p),
+                algo.name(),
+                String::from_utf8_lossy(&r.algorithm)
+            )));
+        }
+        Ok(Some(r.hash.to_vec()))
     }
 
     async fn set_attrs(

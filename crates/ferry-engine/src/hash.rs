@@ -1,0 +1,94 @@
+//! Content hashes for `ferry sync --checksum` and `ferry check`: one
+//! hasher over the algorithms backends offer, and hashing by reading,
+//! for a backend whose server cannot hash (OpenSSH's sftp-server, nginx,
+//! vsftpd): the file then crosses the link once, and the caller says so.
+use std::io::Read;
+
+use sha2::Digest;
+
+use crate::backend::{Backend, HashAlgo};
+use crate::error::TransferError;
+
+/// One running hash.
+pub enum Hasher {
+    Blake3(Box<blake3::Hasher>),
+    Sha256(sha2::Sha256),
+}
+
+impl Hasher {
+    pub fn new(algo: HashAlgo) -> Hasher {
+        match algo {
+            HashAlgo::Blake3 => Hasher::Blake3(Box::default()),
+            HashAlgo::Sha256 => Hasher::Sha256(sha2::Sha256::new()),
+        }
+    }
+    pub fn update(&mut self, data: &[u8]) {
+        match self {
+            Hasher::Blake3(h) => {
+                h.update(data);
+            }
+            Hasher::Sha256(h) => h.update(data),
+        }
+    }
+    pub fn finish(self) -> Vec<u8> {
+        match self {
+            Hasher::Blake3(h) => h.finalize().as_bytes().to_vec(),
+            Hasher::Sha256(h) => h.finalize().to_vec(),
+        }
+    }
+}
+
+/// Hash everything `r` yields (a local file, on a blocking thread).
+pub fn of_reader(mut r: impl Read, algo: HashAlgo) -> std::io::Result<Vec<u8>> {
+    let mut h = Hasher::new(algo);
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = r.read(&mut buf)?;
+        if n == 0 {
+            return Ok(h.finish());
+        }
+        h.update(buf.get(..n).unwrap_or_default());
+    }
+}
+
+/// Hash a file by reading it through the backend.
+pub async fn by_reading(
+    b: &dyn Backend,
+    path: &[u8],
+    algo: HashAlgo,
+) -> Result<Vec<u8>, TransferError> {
+    let mut s = b.read(path, 0, None).await?;
+    let mut h = Hasher::new(algo);
+    while let Some(piece) = s.next().await? {
+        h.update(&piece);
+    }
+    Ok(h.finish())
+}
+
+/// The hash where the file lives, or by reading it when the backend
+/// cannot hash there. The flag says which (`true`: read through the link).
+pub async fn of_file(
+    b: &dyn Backend,
+    path: &[u8],
+    algo: HashAlgo,
+) -> Result<(Vec<u8>, bool), TransferError> {
+    match b.hash(path, algo).await? {
+        Some(h) => Ok((h, false)),
+        None => Ok((by_reading(b, path, algo).await?, true)),
+    }
+}
+
+/// The algorithm two backends should compare with: one both compute
+/// where the bytes live if there is one (BLAKE3 first), else the one
+/// that side offers, else BLAKE3 (both are read).
+pub fn choose(a: &[HashAlgo], b: &[HashAlgo]) -> HashAlgo {
+    if let Some(x) = a.iter().find(|x| b.contains(x)) {
+        return *x;
+    }
+    a.first().or(b.first()).copied().unwrap_or(HashAlgo::Blake3)
+}
+
+/// Lower-case hex, for output.
+pub fn hex(h: &[u8]) -> String {
+    h.iter().map(|b| format!("{b:02x}")).collect()
+}

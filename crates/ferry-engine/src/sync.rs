@@ -1,0 +1,1044 @@
+//! `ferry sync` and `ferry check`: compare two trees on any two backends
+//! and make the destination a copy of the source (one way, as `rclone
+//! sync` and `rsync -a --delete`), or only say how they differ.
+//!
+//! How it runs (docs/internals/sync.md has the prose):
+//! - the two trees are walked together, directory by directory: each step
+//!   lists one directory on both sides at once, with [`LISTINGS`] steps in
+//!   flight, and merges the two sorted listings. Only the listings of the
+//!   directories in flight are in memory, never both whole trees;
+//! - files that are missing or differ go to the copy pool as soon as they
+//!   are found (the engine's own `copy_file`: part name, ranges, retries,
+//!   rename), so copies start long before the walk ends; the walk pauses
+//!   while [`QUEUED`] files wait;
+//! - "differ" is size and modification time (within `modify_window`), or
+//!   with [`Compare::Checksum`] a content hash computed where each file
+//!   lives when its server can (ferry serve, the local disk), else by
+//!   reading it (said once per side, never a silent fallback);
+//! - deletions (`--delete`) wait until every listing and every copy has
+//!   succeeded: after any error, nothing is deleted.
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+
+use crate::backend::{path, Entry, EntryKind, HashAlgo};
+use crate::engine::{self, FilePlan, Place, Run};
+use crate::error::TransferError;
+use crate::filter::Filter;
+use crate::transfer::{self, Cancel, Emitter, EndReport, Event, Handle, Verdict};
+use crate::{BackendPath, CopyOptions, Location, Stats};
+
+/// Directory pairs listed at once.
+const LISTINGS: usize = 16;
+/// Files found and waiting for the copy pool before the walk pauses.
+const QUEUED: usize = 4096;
+
+/// What makes two files "different".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Compare {
+    /// Size and modification time (rsync's and rclone's default).
+    #[default]
+    SizeAndTime,
+    /// Size alone.
+    SizeOnly,
+    /// Size, then a content hash of files of the same size.
+    Checksum,
+}
+
+/// How to sync or check.
+#[derive(Debug, Clone)]
+pub struct SyncOptions {
+    /// How files are copied. `preserve` (times and modes) should stay on,
+    /// or the next run sees every copied file as changed; `resume`
+    /// continues part files an interrupted run left.
+    pub copy: CopyOptions,
+    pub compare: Compare,
+    /// Times this many seconds apart are the same (rclone's
+    /// `--modify-window`, for backends with coarse clocks).
+    pub modify_window: u64,
+    /// Skip files whose destination copy is newer (`--update`).
+    pub update: bool,
+    /// Skip files that exist on the destination at all.
+    pub ignore_existing: bool,
+    /// Remove destination entries the source lacks, once everything else
+    /// succeeded.
+    pub delete: bool,
+    /// Refuse to delete more than this many files (nothing is deleted).
+    pub max_delete: Option<u64>,
+    /// Decide and report, change nothing.
+    pub dry_run: bool,
+    /// Only compare (`ferry check`): like `dry_run`, and files of the same
+    /// size are hashed with [`Compare::Checksum`].
+    pub check_only: bool,
+    pub filter: Filter,
+}
+
+impl Default for SyncOptions {
+    fn default() -> Self {
+        SyncOptions {
+            copy: CopyOptions {
+                recursive: true,
+                preserve: true,
+                resume: true,
+                ..CopyOptions::default()
+            },
+            compare: Compare::default(),
+            modify_window: 0,
+            update: false,
+            ignore_existing: false,
+            delete: false,
+            max_delete: None,
+            dry_run: false,
+            check_only: false,
+            filter: Filter::default(),
+        }
+    }
+}
+
+/// What a sync or check found and did.
+#[derive(Debug, Default)]
+pub struct SyncReport {
+    /// Source files compared.
+    pub checked: u64,
+    pub same: u64,
+    pub only_in_source: u64,
+    pub only_in_dest: u64,
+    pub differ: u64,
+    /// Files copied complete under their final names, and their bytes.
+    pub copied: u64,
+    pub bytes: u64,
+    /// Files (and directories) removed, or that would be with `dry_run`.
+    pub deleted: u64,
+    /// The hash compared with `Compare::Checksum`, and how many files had
+    /// to be read through a connection to hash them.
+    pub hash: Option<HashAlgo>,
+    pub hashed_by_reading: u64,
+    /// Every failure: listings, comparisons, copies, deletions.
+    pub errors: Vec<crate::FileError>,
+    pub seconds: f64,
+    /// What the run as a whole ended with (the first error, "N more", or
+    /// cancellation); `None` when all went well.
+    pub error: Option<TransferError>,
+}
+
+impl SyncReport {
+    /// Are the trees the same (for `check`), as far as was compared?
+    pub fn trees_match(&self) -> bool {
+        self.error.is_none()
+            && self.only_in_source == 0
+            && self.only_in_dest == 0
+            && self.differ == 0
+    }
+}
+
+impl EndReport for SyncReport {
+    fn internal_failure(message: String) -> Self {
+        SyncReport {
+            error: Some(TransferError::Local(message)),
+            ..SyncReport::default()
+        }
+    }
+}
+
+/// A sync (or check) to start.
+pub struct Sync {
+    ends: Ends,
+    opts: SyncOptions,
+}
+
+enum Ends {
+    Locations(Location, Location),
+    Backends(BackendPath, BackendPath),
+}
+
+impl Sync {
+    /// Make `dst` a copy of the directory (or file) `src`: the contents
+    /// of `src` go into `dst`, whether or not either ends with `/`.
+    pub fn new(src: Location, dst: Location, opts: SyncOptions) -> Sync {
+        Sync {
+            ends: Ends::Locations(src, dst),
+            opts,
+        }
+    }
+    /// Between backends the application made.
+    pub fn between(src: BackendPath, dst: BackendPath, opts: SyncOptions) -> Sync {
+        Sync {
+            ends: Ends::Backends(src, dst),
+            opts,
+        }
+    }
+    /// Start on the current tokio runtime and return at once.
+    pub fn start(self) -> Handle<SyncReport> {
+        Handle::spawn(move |stats, events, cancel| drive(self, stats, events, cancel))
+    }
+}
+
+async fn drive(s: Sync, stats: Arc<Stats>, events: Emitter, cancel: Cancel) -> SyncReport {
+    let started = Instant::now();
+    let mut opened = Vec::new();
+    let ends = match s.ends {
+        Ends::Backends(a, b) => {
+            let place = |b: BackendPath| Place {
+                dir_hint: true,
+                backend: b.backend,
+                path: b.path.into_bytes(),
+            };
+            Ok((place(a), place(b)))
+        }
+        Ends::Locations(a, b) => {
+            let copy = &s.opts.copy;
+            match transfer::open_shared(&mut opened, crate::backend::key_of(&a), &a, copy).await {
+                Err(e) => Err(e),
+                Ok(pa) => {
+                    match transfer::open_shared(&mut opened, crate::backend::key_of(&b), &b, copy)
+                        .await
+                    {
+                        Ok(pb) => Ok((pa, pb)),
+                        Err(e) => Err(e),
+                    }
+                }
+            }
+        }
+    };
+    let mut report = match ends {
+        Err(e) => SyncReport {
+            error: Some(e),
+            ..SyncReport::default()
+        },
+        Ok((src, dst)) => {
+            let ticker = tokio::spawn(transfer::tick(stats.clone(), events.clone()));
+            let r = Walk::new(src, dst, s.opts, stats.clone(), events.clone(), cancel)
+                .run()
+                .await;
+            ticker.abort();
+            transfer::emit_progress(&stats, &events);
+            r
+        }
+    };
+    transfer::close_all(&opened).await;
+    report.seconds = engine::since(started);
+    report
+}
+
+/// A directory pair to compare, relative to both tops.
+struct DirJob {
+    rel: Vec<u8>,
+    /// The destination has this directory (else it is created, or with
+    /// `dry_run` assumed empty).
+    dst_exists: bool,
+}
+
+/// A file found on both sides or only on the source.
+struct FileJob {
+    rel: Vec<u8>,
+    src: Entry,
+    /// Its destination entry; `Some` means "compare the hashes first".
+    hash_against: Option<Entry>,
+}
+
+/// What a finished piece of work says.
+enum Done {
+    Listed {
+        rel: Vec<u8>,
+        dst_existed: bool,
+        src: Result<Vec<Entry>, TransferError>,
+        dst: Result<Vec<Entry>, TransferError>,
+    },
+    File(Result<FileDone, TransferError>),
+}
+
+/// One file's work, finished.
+struct FileDone {
+    outcome: FileOutcome,
+    /// Source and destination were read through the link to hash.
+    read_to_hash: [bool; 2],
+    /// The hashes differed (the file counts as different).
+    hash_differs: bool,
+}
+
+enum FileOutcome {
+    Same,
+    Copied(u64),
+    /// Compared or would copy only (check, dry run).
+    NotCopied,
+    /// A copy that failed (already reported as an event).
+    CopyFailed(crate::FileError),
+}
+
+struct Walk {
+    src: Place,
+    dst: Place,
+    opts: SyncOptions,
+    run: Arc<Run>,
+    events: Emitter,
+    cancel: Cancel,
+    stats: Arc<Stats>,
+    hash: Option<HashAlgo>,
+    report: SyncReport,
+    /// Destination paths only the destination has (relative), for --delete.
+    extra: Vec<(Vec<u8>, EntryKind)>,
+    /// Directory times to set at the end, parents first.
+    dir_times: Vec<(Vec<u8>, i64)>,
+    /// Said once each: "reading files to hash them".
+    warned_reading: [bool; 2],
+}
+
+impl Walk {
+    fn new(
+        src: Place,
+        dst: Place,
+        mut opts: SyncOptions,
+        stats: Arc<Stats>,
+        events: Emitter,
+        cancel: Cancel,
+    ) -> Walk {
+        opts.copy.recursive = true;
+        if opts.check_only {
+            opts.dry_run = true;
+        }
+        let hash = (opts.compare == Compare::Checksum)
+            .then(|| crate::hash::choose(&src.backend.hashes(), &dst.backend.hashes()));
+        let run = Arc::new(Run {
+            sources: vec![src.clone()],
+            dest: dst.clone(),
+            opts: opts.copy.clone(),
+            stats: stats.clone(),
+            events: events.clone(),
+            cancel: cancel.clone(),
+        });
+        Walk {
+            src,
+            dst,
+            opts,
+            run,
+            events,
+            cancel,
+            stats,
+            hash,
+            report: SyncReport {
+                hash,
+                ..SyncReport::default()
+            },
+            extra: Vec::new(),
+            dir_times: Vec::new(),
+            warned_reading: [false; 2],
+        }
+    }
+
+    fn sp(&self, rel: &[u8]) -> Vec<u8> {
+        join_rel(&self.src.path, rel)
+    }
+    fn dp(&self, rel: &[u8]) -> Vec<u8> {
+        join_rel(&self.dst.path, rel)
+    }
+
+    fn fail(&mut self, e: TransferError) {
+        if e.kind() != crate::ErrorKind::Cancelled {
+            self.events.warn(e.to_string());
+        }
+        self.report.errors.push(crate::FileError {
+            kind: e.kind(),
+            message: e.to_string(),
+        });
+    }
+
+    async fn run(mut self) -> SyncReport {
+        let top = tokio::join!(
+            self.src.backend.stat(&self.src.path),
+            self.dst.backend.stat(&self.dst.path)
+        );
+        let (s, d) = match top {
+            (Ok(s), Ok(d)) => (s, d),
+            (Err(e), _) | (_, Err(e)) => return self.finish_with(e),
+        };
+        let Some(s) = s else {
+            let e = TransferError::Remote(format!(
+                "{}: no such file or directory",
+                self.src.backend.display(&self.src.path)
+            ));
+            return self.finish_with(e);
+        };
+        match (s.kind, d.as_ref().map(|d| d.kind)) {
+            (EntryKind::Dir, Some(EntryKind::Dir)) | (EntryKind::Dir, None) => {}
+            (EntryKind::File, Some(EntryKind::Dir)) => {
+                // A file into a directory: compare with DST/NAME.
+                let name = path::basename(&self.src.path).to_vec();
+                self.src.path = path::parent(&self.src.path).to_vec();
+                return self.single(name).await;
+            }
+            (EntryKind::File, None | Some(EntryKind::File) | Some(EntryKind::Other)) => {
+                let name = path::basename(&self.src.path).to_vec();
+                self.src.path = path::parent(&self.src.path).to_vec();
+                let dst_name = path::basename(&self.dst.path).to_vec();
+                self.dst.path = path::parent(&self.dst.path).to_vec();
+                if name != dst_name {
+                    let e = TransferError::Usage(format!(
+                        "{}: a file is synced to a file of the same name or into a directory; \
+                         use `ferry cp` to copy it under another name",
+                        self.dst.backend.display(&self.dp(&dst_name))
+                    ));
+                    return self.finish_with(e);
+                }
+                self.rebuild_run();
+                return self.single(name).await;
+            }
+            (EntryKind::Dir, Some(_)) => {
+                let e = TransferError::Usage(format!(
+                    "{}: not a directory; a directory is synced into a directory",
+                    self.dst.backend.display(&self.dst.path)
+                ));
+                return self.finish_with(e);
+            }
+            (EntryKind::Other, _) => {
+                let e = TransferError::Usage(format!(
+                    "{}: not a regular file or directory",
+                    self.src.backend.display(&self.src.path)
+                ));
+                return self.finish_with(e);
+            }
+        }
+        if let (true, Some(t)) = (self.opts.copy.preserve, s.mtime) {
+            if d.as_ref().and_then(|d| d.mtime) != Some(t) {
+                self.dir_times.push((Vec::new(), t));
+            }
+        }
+        if d.is_none() && !self.opts.dry_run {
+            if let Err(e) = self.dst.backend.mkdir_all(&self.dst.path).await {
+                return self.finish_with(e);
+            }
+        }
+        let first = DirJob {
+            rel: Vec::new(),
+            dst_exists: d.is_some(),
+        };
+        self.walk(first).await;
+        self.finish().await
+    }
+
+    /// The place of the destination moved (a single file): the copy
+    /// context must see it.
+    fn rebuild_run(&mut self) {
+        self.run = Arc::new(Run {
+            sources: vec![self.src.clone()],
+            dest: self.dst.clone(),
+            opts: self.opts.copy.clone(),
+            stats: self.stats.clone(),
+            events: self.events.clone(),
+            cancel: self.cancel.clone(),
+        });
+    }
+
+    /// One source file against the destination directory.
+    async fn single(mut self, name: Vec<u8>) -> SyncReport {
+        self.rebuild_run();
+        let (sp, dp) = (self.sp(&name), self.dp(&name));
+        let (s, d) = tokio::join!(self.src.backend.stat(&sp), self.dst.backend.stat(&dp));
+        match (s, d) {
+            (Ok(Some(s)), Ok(d)) => {
+                let mut s = s;
+                s.name = name.clone();
+                let mut work = FuturesUnordered::new();
+                let mut queue = VecDeque::new();
+                self.compare_file(&name, s, d, &mut queue);
+                while let Some(job) = queue.pop_front() {
+                    work.push(self.file_work(job));
+                }
+                while let Some(done) = work.next().await {
+                    self.file_done(done);
+                }
+            }
+            (Ok(None), _) => self.fail(TransferError::Remote(format!(
+                "{}: no such file",
+                self.src.backend.display(&self.sp(&name))
+            ))),
+            (Err(e), _) | (_, Err(e)) => self.fail(e),
+        }
+        self.finish().await
+    }
+
+    /// Walk both trees from `first`, copying as it goes.
+    async fn walk(&mut self, first: DirJob) {
+        let parallel = self.parallel();
+        let mut dirs = vec![first];
+        let mut queue: VecDeque<FileJob> = VecDeque::new();
+        let mut listings = FuturesUnordered::new();
+        let mut work = FuturesUnordered::new();
+        loop {
+            if self.cancel.is_cancelled() {
+                break;
+            }
+            while listings.len() < LISTINGS && queue.len() < QUEUED {
+                let Some(d) = dirs.pop() else { break };
+                listings.push(self.list_pair(d));
+            }
+            while work.len() < parallel {
+                let Some(job) = queue.pop_front() else { break };
+                work.push(self.file_work(job));
+            }
+            if listings.is_empty() && work.is_empty() {
+                break;
+            }
+            tokio::select! {
+                Some(done) = listings.next(), if !listings.is_empty() => {
+                    if let Done::Listed { rel, dst_existed, src, dst } = done {
+                        self.merge(rel, dst_existed, src, dst, &mut dirs, &mut queue);
+                    }
+                }
+                Some(done) = work.next(), if !work.is_empty() => {
+                    if let Done::File(r) = done {
+                        self.file_done_inner(r);
+                    }
+                }
+                _ = self.cancel.cancelled() => break,
+            }
+        }
+        // Cancelled: what is in flight ends at its next piece.
+        while let Some(done) = work.next().await {
+            if let Done::File(r) = done {
+                self.file_done_inner(r);
+            }
+        }
+    }
+
+    fn parallel(&self) -> usize {
+        let caps = (
+            self.src.backend.capabilities().max_files,
+            self.dst.backend.capabilities().max_files,
+        );
+        self.opts
+            .copy
+            .parallel
+            .unwrap_or(usize::MAX)
+            .min(caps.0)
+            .min(caps.1)
+            .max(1)
+    }
+
+    /// List a directory on both sides (creating it on the destination
+    /// first where it is missing).
+    fn list_pair(&self, d: DirJob) -> impl std::future::Future<Output = Done> + Send + 'static {
+        let (sb, db) = (self.src.backend.clone(), self.dst.backend.clone());
+        let (sp, dp) = (self.sp(&d.rel), self.dp(&d.rel));
+        let make = !d.dst_exists && !self.opts.dry_run && !d.rel.is_empty();
+        async move {
+            let dst_side = async {
+                if d.dst_exists {
+                    db.list(&dp).await
+                } else if make {
+                    db.mkdir_all(&dp).await.map(|_| Vec::new())
+                } else {
+                    Ok(Vec::new())
+                }
+            };
+            let (src, dst) = tokio::join!(sb.list(&sp), dst_side);
+            Done::Listed {
+                rel: d.rel,
+                dst_existed: d.dst_exists,
+                src,
+                dst,
+            }
+        }
+    }
+
+    /// Merge two listings of one directory: queue what differs, descend.
+    fn merge(
+        &mut self,
+        rel: Vec<u8>,
+        _dst_existed: bool,
+        src: Result<Vec<Entry>, TransferError>,
+        dst: Result<Vec<Entry>, TransferError>,
+        dirs: &mut Vec<DirJob>,
+        queue: &mut VecDeque<FileJob>,
+    ) {
+        let (mut s, mut d) = match (src, dst) {
+            (Ok(s), Ok(d)) => (s, d),
+            (Err(e), _) | (_, Err(e)) => {
+                // Nothing under this directory is compared; and since a
+                // listing failed, nothing will be deleted anywhere.
+                self.fail(e);
+                return;
+            }
+        };
+        s.retain(|e| self.keep_src(&rel, e));
+        d.retain(|e| self.keep_dst(&rel, e));
+        s.sort_by(|a, b| a.name.cmp(&b.name));
+        d.sort_by(|a, b| a.name.cmp(&b.name));
+        let (mut i, mut j) = (s.into_iter().peekable(), d.into_iter().peekable());
+        loop {
+            let order = match (i.peek(), j.peek()) {
+                (None, None) => break,
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+                (Some(a), Some(b)) => a.name.cmp(&b.name),
+            };
+            let (a, b) = match order {
+                std::cmp::Ordering::Less => (i.next(), None),
+                std::cmp::Ordering::Greater => (None, j.next()),
+                std::cmp::Ordering::Equal => (i.next(), j.next()),
+            };
+            let name = a.as_ref().or(b.as_ref()).map(|e| e.name.clone());
+            let Some(name) = name else { break };
+            let r = path::join(&rel, &name);
+            match (a, b) {
+                (Some(a), b) if a.kind == EntryKind::Dir => match b.as_ref().map(|b| b.kind) {
+                    Some(EntryKind::Dir) | None => {
+                        if let (true, Some(t)) = (self.opts.copy.preserve, a.mtime) {
+                            if b.as_ref().and_then(|b| b.mtime) != Some(t) {
+                                self.dir_times.push((r.clone(), t));
+                            }
+                        }
+                        if b.is_none() {
+                            self.verdict(&r, Verdict::OnlyInSource, true);
+                        }
+                        dirs.push(DirJob {
+                            rel: r,
+                            dst_exists: b.is_some(),
+                        });
+                    }
+                    Some(_) => self.type_conflict(&r),
+                },
+                (Some(a), b) => self.compare_file(&r, a, b, queue),
+                (None, Some(b)) => {
+                    self.verdict(&r, Verdict::OnlyInDest, b.kind == EntryKind::Dir);
+                    self.extra.push((r, b.kind));
+                }
+                (None, None) => {}
+            }
+        }
+    }
+
+    /// Source entries taking part: plain names, regular files and
+    /// directories, allowed by the filter.
+    fn keep_src(&self, rel: &[u8], e: &Entry) -> bool {
+        if !path::safe_name(&e.name) {
+            self.events.warn(format!(
+                "{}: skipping the entry {:?}: not a plain file name",
+                self.src.backend.display(&self.sp(rel)),
+                String::from_utf8_lossy(&e.name)
+            ));
+            return false;
+        }
+        if e.kind == EntryKind::Other {
+            self.events.warn(format!(
+                "skipping {}: not a regular file or directory",
+                self.src
+                    .backend
+                    .display(&self.sp(&path::join(rel, &e.name)))
+            ));
+            return false;
+        }
+        self.opts
+            .filter
+            .allows(&path::join(rel, &e.name), e.kind == EntryKind::Dir)
+    }
+
+    /// Destination entries taking part: not part files of copies (this
+    /// run's or an interrupted one's), allowed by the filter.
+    fn keep_dst(&self, rel: &[u8], e: &Entry) -> bool {
+        if !path::safe_name(&e.name) || is_part_name(&e.name) {
+            return false;
+        }
+        self.opts
+            .filter
+            .allows(&path::join(rel, &e.name), e.kind == EntryKind::Dir)
+    }
+
+    fn type_conflict(&mut self, rel: &[u8]) {
+        self.report.differ += 1;
+        self.verdict(rel, Verdict::Differs("type"), false);
+        let e = TransferError::Usage(format!(
+            "{}: a file on one side and a directory on the other; remove it from the destination \
+             and run again",
+            self.dst.backend.display(&self.dp(rel))
+        ));
+        self.fail(e);
+    }
+
+    fn verdict(&self, rel: &[u8], v: Verdict, _is_dir: bool) {
+        self.events.emit(Event::Compared {
+            path: String::from_utf8_lossy(rel).into_owned(),
+            verdict: v,
+        });
+    }
+
+    /// Decide about one source file (`dst`: what the destination has).
+    fn compare_file(
+        &mut self,
+        rel: &[u8],
+        src: Entry,
+        dst: Option<Entry>,
+        queue: &mut VecDeque<FileJob>,
+    ) {
+        self.report.checked += 1;
+        let Some(d) = dst else {
+            self.report.only_in_source += 1;
+            self.verdict(rel, Verdict::OnlyInSource, false);
+            self.queue_copy(rel, src, None, queue);
+            return;
+        };
+        if d.kind != EntryKind::File {
+            self.type_conflict(rel);
+            return;
+        }
+        if self.opts.ignore_existing {
+            self.report.same += 1;
+            return;
+        }
+        if self.opts.update {
+            if let (Some(s), Some(t)) = (src.mtime, d.mtime) {
+                if t > s + self.opts.modify_window as i64 {
+                    self.report.same += 1;
+                    self.verdict(rel, Verdict::NewerInDest, false);
+                    return;
+                }
+            }
+        }
+        if src.size != d.size {
+            self.report.differ += 1;
+            self.verdict(rel, Verdict::Differs("size"), false);
+            self.queue_copy(rel, src, None, queue);
+            return;
+        }
+        match self.opts.compare {
+            Compare::SizeOnly => self.report.same += 1,
+            Compare::Checksum => self.queue_copy(rel, src, Some(d), queue),
+            Compare::SizeAndTime => {
+                let same_time = match (src.mtime, d.mtime) {
+                    (Some(a), Some(b)) => a.abs_diff(b) <= self.opts.modify_window,
+                    // No time on one side: size decides.
+                    _ => true,
+                };
+                if same_time {
+                    self.report.same += 1;
+                } else {
+                    self.report.differ += 1;
+                    self.verdict(rel, Verdict::Differs("time"), false);
+                    self.queue_copy(rel, src, None, queue);
+                }
+            }
+        }
+    }
+
+    fn queue_copy(
+        &mut self,
+        rel: &[u8],
+        src: Entry,
+        hash_against: Option<Entry>,
+        queue: &mut VecDeque<FileJob>,
+    ) {
+        if hash_against.is_none() && self.opts.dry_run {
+            return;
+        }
+        if hash_against.is_none() {
+            self.stats.files_total.fetch_add(1, Ordering::Relaxed);
+            self.stats
+                .bytes_total
+                .fetch_add(src.size.unwrap_or(0), Ordering::Relaxed);
+        }
+        queue.push_back(FileJob {
+            rel: rel.to_vec(),
+            src,
+            hash_against,
+        });
+    }
+
+    /// Compare hashes (if asked) and copy (unless only checking).
+    fn file_work(&self, job: FileJob) -> impl std::future::Future<Output = Done> + Send + 'static {
+        let run = self.run.clone();
+        let (sp, dp) = (self.sp(&job.rel), self.dp(&job.rel));
+        let (sb, db) = (self.src.backend.clone(), self.dst.backend.clone());
+        let hash = self.hash;
+        let dry = self.opts.dry_run;
+        let rel = String::from_utf8_lossy(&job.rel).into_owned();
+        async move {
+            let mut done = FileDone {
+                outcome: FileOutcome::NotCopied,
+                read_to_hash: [false; 2],
+                hash_differs: false,
+            };
+            if let (Some(_), Some(algo)) = (&job.hash_against, hash) {
+                let (a, b) = tokio::join!(
+                    crate::hash::of_file(sb.as_ref(), &sp, algo),
+                    crate::hash::of_file(db.as_ref(), &dp, algo)
+                );
+                let ((ha, ra), (hb, rb)) = match (a, b) {
+                    (Ok(a), Ok(b)) => (a, b),
+                    (Err(e), _) | (_, Err(e)) => return Done::File(Err(e)),
+                };
+                done.read_to_hash = [ra, rb];
+                if ha == hb {
+                    done.outcome = FileOutcome::Same;
+                    return Done::File(Ok(done));
+                }
+                done.hash_differs = true;
+                run.events.emit(Event::Compared {
+                    path: rel,
+                    verdict: Verdict::Differs("hash"),
+                });
+                if dry {
+                    return Done::File(Ok(done));
+                }
+                run.stats.files_total.fetch_add(1, Ordering::Relaxed);
+                run.stats
+                    .bytes_total
+                    .fetch_add(job.src.size.unwrap_or(0), Ordering::Relaxed);
+            }
+            let plan = FilePlan {
+                source: 0,
+                src: sp,
+                dst: dp,
+                size: job.src.size,
+                mtime: job.src.mtime,
+                mode: job.src.mode,
+            };
+            let rep = engine::copy_file(&run, &plan).await;
+            done.outcome = match rep.error {
+                None => FileOutcome::Copied(rep.bytes),
+                Some(e) => FileOutcome::CopyFailed(e),
+            };
+            Done::File(Ok(done))
+        }
+    }
+
+    fn file_done(&mut self, d: Done) {
+        if let Done::File(r) = d {
+            self.file_done_inner(r);
+        }
+    }
+
+    fn file_done_inner(&mut self, r: Result<FileDone, TransferError>) {
+        let d = match r {
+            Err(e) => return self.fail(e),
+            Ok(d) => d,
+        };
+        for (side, read) in d.read_to_hash.iter().enumerate() {
+            if !read {
+                continue;
+            }
+            self.report.hashed_by_reading += 1;
+            if !self.warned_reading[side] {
+                self.warned_reading[side] = true;
+                let (b, p) = if side == 0 {
+                    (&self.src.backend, &self.src.path)
+                } else {
+                    (&self.dst.backend, &self.dst.path)
+                };
+                self.events.warn(format!(
+                    "{}: this server cannot hash files; reading them through the connection to hash \
+                     them (--checksum)",
+                    b.display(p)
+                ));
+            }
+        }
+        if d.hash_differs {
+            self.report.differ += 1;
+        }
+        match d.outcome {
+            FileOutcome::Same => self.report.same += 1,
+            FileOutcome::NotCopied => {}
+            FileOutcome::Copied(b) => {
+                self.report.copied += 1;
+                self.report.bytes += b;
+            }
+            FileOutcome::CopyFailed(e) => self.report.errors.push(e),
+        }
+    }
+
+    /// Deletions, directory times, the closing error.
+    async fn finish(mut self) -> SyncReport {
+        let cancelled = self.cancel.is_cancelled();
+        if self.opts.delete && !self.extra.is_empty() {
+            if cancelled {
+                // Nothing deleted: said by the cancellation itself.
+            } else if !self.report.errors.is_empty() {
+                self.events.warn(format!(
+                    "not deleting anything on the destination: {} error{} occurred (a sync deletes only \
+                     after every listing and copy succeeded)",
+                    self.report.errors.len(),
+                    if self.report.errors.len() == 1 { "" } else { "s" }
+                ));
+            } else {
+                self.delete_extra().await;
+            }
+        }
+        if self.opts.copy.preserve && !self.opts.dry_run && !cancelled {
+            // Deepest first: setting a child's time does not touch its
+            // parent's, but deleting in it would.
+            for (rel, t) in self.dir_times.iter().rev() {
+                let _ = self
+                    .dst
+                    .backend
+                    .set_attrs(&join_rel(&self.dst.path, rel), Some(*t), None)
+                    .await;
+            }
+        }
+        self.report.only_in_dest = self
+            .extra
+            .iter()
+            .filter(|(_, k)| *k != EntryKind::Dir)
+            .count() as u64;
+        let n = self.report.errors.len();
+        self.report.error = if cancelled {
+            Some(TransferError::cancelled())
+        } else {
+            self.report.errors.first().map(|e| {
+                let msg = if n > 1 {
+                    format!(
+                        "{} (and {} more error{})",
+                        e.message,
+                        n - 1,
+                        if n == 2 { "" } else { "s" }
+                    )
+                } else {
+                    e.message.clone()
+                };
+                TransferError::from_kind(e.kind, msg)
+            })
+        };
+        self.report
+    }
+
+    fn finish_with(mut self, e: TransferError) -> SyncReport {
+        self.report.errors.push(crate::FileError {
+            kind: e.kind(),
+            message: e.to_string(),
+        });
+        self.report.error = Some(e);
+        self.report
+    }
+
+    /// Remove what only the destination has: files first (within
+    /// `max_delete`), then directories, deepest first.
+    async fn delete_extra(&mut self) {
+        // Directories only the destination has: everything under them
+        // goes too (what the filter allows).
+        let mut files: Vec<Vec<u8>> = Vec::new();
+        let mut dirs: Vec<Vec<u8>> = Vec::new();
+        let extra = std::mem::take(&mut self.extra);
+        for (rel, kind) in &extra {
+            match kind {
+                EntryKind::Dir => {
+                    if let Err(e) = self.collect_tree(rel, &mut files, &mut dirs).await {
+                        self.fail(e);
+                        self.events.warn(
+                            "not deleting anything on the destination: a listing failed".into(),
+                        );
+                        self.extra = extra;
+                        return;
+                    }
+                }
+                _ => files.push(rel.clone()),
+            }
+        }
+        self.extra = extra;
+        if let Some(max) = self.opts.max_delete {
+            if files.len() as u64 > max {
+                self.fail(TransferError::Usage(format!(
+                    "{}: {} files would be deleted, more than --max-delete {max}; nothing was deleted",
+                    self.dst.backend.display(&self.dst.path),
+                    files.len()
+                )));
+                return;
+            }
+        }
+        let dry = self.opts.dry_run;
+        let mut running = FuturesUnordered::new();
+        let parallel = self.parallel().min(16);
+        let mut todo = files.into_iter();
+        loop {
+            while running.len() < parallel {
+                let Some(rel) = todo.next() else { break };
+                let b = self.dst.backend.clone();
+                let p = self.dp(&rel);
+                running.push(async move {
+                    let r = if dry { Ok(()) } else { b.remove(&p).await };
+                    (rel, r)
+                });
+            }
+            let Some((rel, r)) = running.next().await else {
+                break;
+            };
+            self.after_delete(rel, r);
+        }
+        // Deepest first, one at a time (a parent needs its children gone).
+        dirs.sort_by_key(|d| std::cmp::Reverse(d.iter().filter(|&&c| c == b'/').count()));
+        for rel in dirs {
+            let r = if dry {
+                Ok(())
+            } else {
+                self.dst.backend.remove_dir(&self.dp(&rel)).await
+            };
+            self.after_delete(rel, r);
+        }
+    }
+
+    fn after_delete(&mut self, rel: Vec<u8>, r: Result<(), TransferError>) {
+        match r {
+            Ok(()) => {
+                self.report.deleted += 1;
+                self.events.emit(Event::Deleted {
+                    path: String::from_utf8_lossy(&rel).into_owned(),
+                    dry_run: self.opts.dry_run,
+                });
+            }
+            Err(e) => self.fail(e),
+        }
+    }
+
+    /// Everything under a destination-only directory, for deletion.
+    async fn collect_tree(
+        &self,
+        top: &[u8],
+        files: &mut Vec<Vec<u8>>,
+        dirs: &mut Vec<Vec<u8>>,
+    ) -> Result<(), TransferError> {
+        dirs.push(top.to_vec());
+        let mut pending = vec![top.to_vec()];
+        let mut running = FuturesUnordered::new();
+        loop {
+            while running.len() < LISTINGS {
+                let Some(rel) = pending.pop() else { break };
+                let b = self.dst.backend.clone();
+                let p = self.dp(&rel);
+                running.push(async move { (rel, b.list(&p).await) });
+            }
+            let Some((rel, listed)) = running.next().await else {
+                return Ok(());
+            };
+            for e in listed? {
+                if !path::safe_name(&e.name) {
+                    continue;
+                }
+                let r = path::join(&rel, &e.name);
+                if !is_part_name(&e.name) && !self.opts.filter.allows(&r, e.kind == EntryKind::Dir)
+                {
+                    continue;
+                }
+                if e.kind == EntryKind::Dir {
+                    dirs.push(r.clone());
+                    pending.push(r);
+                } else {
+                    files.push(r);
+                }
+            }
+        }
+    }
+}
+
+/// `.NAME.ferry-part`: a copy in progress, or one an interrupted run left
+/// for `--resume`.
+fn is_part_name(name: &[u8]) -> bool {
+    name.starts_with(b".") && name.ends_with(b".ferry-part")
+}
+
+/// `top` + `/` + `rel` (`rel` empty: `top`).
+fn join_rel(top: &[u8], rel: &[u8]) -> Vec<u8> {
+    if rel.is_empty() {
+        top.to_vec()
+    } else {
+        path::join(top, rel)
+    }
+}
