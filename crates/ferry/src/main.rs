@@ -18,6 +18,7 @@ mod ftp_args;
 mod http_args;
 mod prompt;
 mod serve;
+mod sync_cmd;
 
 /// Transfers allocate and free many buffers of 32 KiB - 1 MiB per second;
 /// glibc's malloc maps and unmaps most of them, and the page faults cost
@@ -45,12 +46,31 @@ enum Cmd {
     /// Copy files between any two of: local paths, sftp:// URLs (or scp-style host:path), http(s):// and ftp(s):// URLs.
     #[command(arg_required_else_help = true)]
     Cp(CpArgs),
+    /// Make DST a copy of the tree SRC (one way, any two locations): copy what is missing or differs, with --delete remove what SRC lacks.
+    #[command(arg_required_else_help = true)]
+    Sync(sync_cmd::SyncArgs),
+    /// Compare two trees and print what differs; exit 0 only if they match (1 if they differ).
+    #[command(arg_required_else_help = true)]
+    Check(sync_cmd::CheckArgs),
+    /// List a directory (or a tree, with -R) at any location.
+    #[command(arg_required_else_help = true)]
+    Ls(sync_cmd::LsArgs),
     /// Serve a directory over SFTP (SSH), HTTPS and, with --ftp, FTPS; authenticated, read-only by default.
     Serve(serve::ServeArgs),
     /// The scorecard: ferry and the installed peers (OpenSSH, curl, aria2,
     /// lftp, rclone; sshd, nginx, vsftpd) on the standard data sets,
     /// verified, in one table; or, with a URL, the best settings for a server.
     Bench(ferry_bench::BenchArgs),
+    /// Print a shell completion script: ferry completions bash > /etc/bash_completion.d/ferry
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (ferry.1), or write one page per command into DIR.
+    Man {
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 #[derive(Args)]
@@ -71,6 +91,36 @@ struct CpArgs {
     /// Continue partial files (checked against the source) instead of starting over.
     #[arg(long)]
     resume: bool,
+    /// Print a JSON summary on stdout when done.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    show: ShowArgs,
+    #[command(flatten)]
+    conn: ConnArgs,
+}
+
+/// Progress display.
+#[derive(Args)]
+struct ShowArgs {
+    /// No progress bar.
+    #[arg(short, long)]
+    quiet: bool,
+    /// Show the progress bar even when stderr is not a terminal.
+    #[arg(long, conflicts_with = "quiet")]
+    progress: bool,
+}
+
+impl ShowArgs {
+    fn visible(&self) -> bool {
+        !self.quiet && (self.progress || std::io::stderr().is_terminal())
+    }
+}
+
+/// How to connect and how hard to push: the flags every command that
+/// talks to servers shares (cp, sync, check, ls).
+#[derive(Args)]
+struct ConnArgs {
     /// Files in flight at once [default: 64; FTP: 8, one control connection each].
     #[arg(short = 'P', long = "parallel", value_name = "N")]
     parallel: Option<usize>,
@@ -136,19 +186,68 @@ struct CpArgs {
         default_missing_value = "on"
     )]
     compress: Option<ferry_ssh::SshCompression>,
-    /// Print a JSON summary on stdout when done.
-    #[arg(long)]
-    json: bool,
-    /// No progress bar.
-    #[arg(short, long)]
-    quiet: bool,
-    /// Show the progress bar even when stderr is not a terminal.
-    #[arg(long, conflicts_with = "quiet")]
-    progress: bool,
     #[command(flatten)]
     http: http_args::HttpArgs,
     #[command(flatten)]
     ftp: ftp_args::FtpArgs,
+}
+
+impl ConnArgs {
+    /// The copy options these flags describe (recursive, preserve and
+    /// resume are the command's own).
+    fn options(self) -> Result<CopyOptions, String> {
+        if self.parallel == Some(0)
+            || self.streams == Some(0)
+            || self.depth == 0
+            || self.retries == 0
+        {
+            return Err("-P, --streams, --depth and --retries take a number of at least 1".into());
+        }
+        if self.timeout == 0 {
+            return Err("--timeout takes a number of seconds of at least 1".into());
+        }
+        let mut opts = CopyOptions {
+            parallel: self.parallel,
+            streams: self.streams,
+            chunk: match self.chunk {
+                Some(c) if c > 16 * 1024 * 1024 => return Err("--chunk: at most 16M".into()),
+                Some(c) => Some(c as u32),
+                None => None,
+            },
+            max_depth: self.depth,
+            timeout: Duration::from_secs(self.timeout),
+            retries: self.retries,
+            ..CopyOptions::default()
+        };
+        opts.connect.config_file = self.ssh_config;
+        opts.connect.identity_files = self.identity;
+        opts.connect.options = self.ssh_option;
+        opts.connect.proxy_jump = self.jump;
+        opts.connect.compression = self.compress.unwrap_or_default();
+        // A person may be asked (passwords, passphrases, new host keys) when
+        // both ends of the terminal are there.
+        opts.connect.interactive =
+            std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+        opts.connect.prompt = ferry_engine::PromptHandle::new(Arc::new(prompt::Terminal));
+        // Tuning knobs of the HTTP path (docs/internals/http.md).
+        let env_num = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<usize>().ok());
+        opts.http_threads = env_num("FERRY_HTTP_THREADS");
+        opts.http_shards = env_num("FERRY_HTTP_SHARDS");
+        opts.compressed = self.http.compressed;
+        self.http.apply(&mut opts.http);
+        self.ftp.apply(&mut opts.ftp);
+        if let Some(b) = self.inflight {
+            opts.max_inflight = Some(b);
+        }
+        if let Some(p) = self.ssh_packet {
+            opts.connect.max_packet = p.min(u64::from(ferry_engine::MAX_CHANNEL_PACKET)) as u32;
+        }
+        if let Some(w) = self.window {
+            opts.connect.window_size = w.min(u32::MAX as u64) as u32;
+        }
+
+        Ok(opts)
+    }
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -185,10 +284,55 @@ fn main() {
     init_logging(cli.verbose);
     let code = match cli.cmd {
         Cmd::Cp(args) => run_cp(args, matches.subcommand_matches("cp")),
+        Cmd::Sync(args) => {
+            sync_cmd::run_sync(args, matches.subcommand_matches("sync"), cli.verbose)
+        }
+        Cmd::Check(args) => {
+            sync_cmd::run_check(args, matches.subcommand_matches("check"), cli.verbose)
+        }
+        Cmd::Ls(args) => sync_cmd::run_ls(args),
+        Cmd::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "ferry", &mut std::io::stdout());
+            0
+        }
+        Cmd::Man { dir } => man_pages(dir),
         Cmd::Serve(args) => serve::run(args),
         Cmd::Bench(args) => ferry_bench::run(args),
     };
     std::process::exit(code);
+}
+
+/// `ferry man`: the top page on stdout, or every page (ferry.1,
+/// ferry-cp.1, ferry-sync.1, ...) into a directory.
+fn man_pages(dir: Option<PathBuf>) -> i32 {
+    let cmd = Cli::command();
+    let Some(dir) = dir else {
+        return match clap_mangen::Man::new(cmd).render(&mut std::io::stdout()) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("ferry: cannot write the man page: {e}");
+                1
+            }
+        };
+    };
+    let mut pages = vec![(String::from("ferry"), cmd.clone())];
+    for sub in cmd.get_subcommands() {
+        pages.push((format!("ferry-{}", sub.get_name()), sub.clone()));
+    }
+    for (name, c) in pages {
+        let file = dir.join(format!("{name}.1"));
+        // clap names are &'static str; one page each, once per process.
+        let c = c.name(&*Box::leak(name.clone().into_boxed_str()));
+        let mut buf = Vec::new();
+        let written = clap_mangen::Man::new(c)
+            .render(&mut buf)
+            .and_then(|()| std::fs::write(&file, &buf));
+        if let Err(e) = written {
+            eprintln!("ferry: {}: cannot write the man page: {e}", file.display());
+            return 1;
+        }
+    }
+    0
 }
 
 /// `ferry cp` runs without transparent huge pages. mimalloc advises its
@@ -269,58 +413,18 @@ fn run_cp(args: CpArgs, matches: Option<&clap::ArgMatches>) -> i32 {
         Ok(l) => l,
         Err(e) => return usage(&e),
     };
-    if args.parallel == Some(0) || args.streams == Some(0) || args.depth == 0 || args.retries == 0 {
-        return usage("-P, --streams, --depth and --retries take a number of at least 1");
-    }
-    if args.timeout == 0 {
-        return usage("--timeout takes a number of seconds of at least 1");
-    }
-    let mut opts = CopyOptions {
-        recursive: args.recursive,
-        preserve: args.preserve,
-        resume: args.resume,
-        parallel: args.parallel,
-        streams: args.streams,
-        chunk: match args.chunk {
-            Some(c) if c > 16 * 1024 * 1024 => return usage("--chunk: at most 16M"),
-            Some(c) => Some(c as u32),
-            None => None,
-        },
-        max_depth: args.depth,
-        timeout: Duration::from_secs(args.timeout),
-        retries: args.retries,
-        ..CopyOptions::default()
+    let mut opts = match args.conn.options() {
+        Ok(o) => o,
+        Err(e) => return usage(&e),
     };
-    opts.connect.config_file = args.ssh_config;
-    opts.connect.identity_files = args.identity;
-    opts.connect.options = args.ssh_option;
-    opts.connect.proxy_jump = args.jump;
-    opts.connect.compression = args.compress.unwrap_or_default();
-    // A person may be asked (passwords, passphrases, new host keys) when
-    // both ends of the terminal are there.
-    opts.connect.interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
-    opts.connect.prompt = ferry_engine::PromptHandle::new(Arc::new(prompt::Terminal));
-    // Tuning knobs of the HTTP path (docs/internals/http.md).
-    let env_num = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<usize>().ok());
-    opts.http_threads = env_num("FERRY_HTTP_THREADS");
-    opts.http_shards = env_num("FERRY_HTTP_SHARDS");
-    opts.compressed = args.http.compressed;
-    args.http.apply(&mut opts.http);
-    args.ftp.apply(&mut opts.ftp);
-    if let Some(b) = args.inflight {
-        opts.max_inflight = Some(b);
-    }
-    if let Some(p) = args.ssh_packet {
-        opts.connect.max_packet = p.min(u64::from(ferry_engine::MAX_CHANNEL_PACKET)) as u32;
-    }
-    if let Some(w) = args.window {
-        opts.connect.window_size = w.min(u32::MAX as u64) as u32;
-    }
+    opts.recursive = args.recursive;
+    opts.preserve = args.preserve;
+    opts.resume = args.resume;
 
     apply_saved_settings(&mut opts, &sources, &dest, matches);
 
     let stats = Arc::new(Stats::default());
-    let show = !args.quiet && (args.progress || std::io::stderr().is_terminal());
+    let show = args.show.visible();
     let done = Arc::new(AtomicBool::new(false));
     let bar = show.then(|| spawn_progress(stats.clone(), done.clone()));
     let interrupted = on_interrupt();
@@ -568,4 +672,16 @@ fn spawn_progress(stats: Arc<Stats>, done: Arc<AtomicBool>) -> std::thread::Join
         }
         bar.finish_and_clear();
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every subcommand's flags are unique and well formed (clap checks
+    /// this only when a subcommand is used).
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
 }

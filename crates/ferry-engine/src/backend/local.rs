@@ -251,9 +251,11 @@ impl Backend for Local {
             }
             if let Some(t) = mtime {
                 let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(t.max(0) as u64);
-                let f = std::fs::File::options()
-                    .write(true)
-                    .open(&p)
+                // Read-only works for directories too (setting times
+                // needs ownership, not write access); a write-only file
+                // is opened for writing.
+                let f = std::fs::File::open(&p)
+                    .or_else(|_| std::fs::File::options().write(true).open(&p))
                     .map_err(|e| TransferError::local(&p, "cannot set times", e))?;
                 f.set_times(std::fs::FileTimes::new().set_accessed(t).set_modified(t))
                     .map_err(|e| TransferError::local(&p, "cannot set times", e))?;
