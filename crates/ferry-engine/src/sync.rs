@@ -235,8 +235,75 @@ struct DirJob {
 struct FileJob {
     rel: Vec<u8>,
     src: Entry,
-    /// Its destination entry; `Some` means "compare the hashes first".
-    hash_against: Option<Entry>,
+    then: Then,
+}
+
+/// What a queued file still needs before (or instead of) its copy.
+enum Then {
+    /// It differs or is missing: copy.
+    Copy,
+    /// Same size: compare content hashes with the destination's.
+    Hash,
+    /// A listing left out its size or time (an HTML directory index):
+    /// ask for them (HEAD, stat), then decide.
+    Restat(Entry),
+}
+
+/// How two files are compared (the options that decide it).
+#[derive(Debug, Clone, Copy)]
+struct Rules {
+    compare: Compare,
+    modify_window: u64,
+    update: bool,
+    ignore_existing: bool,
+}
+
+/// What comparing two files' entries decided.
+enum Decision {
+    Same,
+    NewerInDest,
+    Differs(&'static str),
+    /// Sizes match; only the contents can tell.
+    Hash,
+}
+
+impl Rules {
+    /// Does either entry lack what the comparison needs?
+    fn needs_stat(&self, s: &Entry, d: &Entry) -> bool {
+        self.lacks(s) || self.lacks(d)
+    }
+
+    /// Does this entry lack its size, or a time the comparison needs?
+    fn lacks(&self, e: &Entry) -> bool {
+        let times = self.compare == Compare::SizeAndTime || self.update;
+        e.size.is_none() || (times && e.mtime.is_none())
+    }
+
+    fn decide(&self, s: &Entry, d: &Entry) -> Decision {
+        if self.ignore_existing {
+            return Decision::Same;
+        }
+        let window = self.modify_window.min(i64::MAX as u64) as i64;
+        if let (true, Some(a), Some(b)) = (self.update, s.mtime, d.mtime) {
+            if b > a.saturating_add(window) {
+                return Decision::NewerInDest;
+            }
+        }
+        if s.size != d.size {
+            return Decision::Differs("size");
+        }
+        match self.compare {
+            Compare::SizeOnly => Decision::Same,
+            Compare::Checksum => Decision::Hash,
+            Compare::SizeAndTime => match (s.mtime, d.mtime) {
+                (Some(a), Some(b)) if a.abs_diff(b) > self.modify_window => {
+                    Decision::Differs("time")
+                }
+                // No time on a side even after a stat: size decides.
+                _ => Decision::Same,
+            },
+        }
+    }
 }
 
 /// What a finished piece of work says.
@@ -255,8 +322,8 @@ struct FileDone {
     outcome: FileOutcome,
     /// Source and destination were read through the link to hash.
     read_to_hash: [bool; 2],
-    /// The hashes differed (the file counts as different).
-    hash_differs: bool,
+    /// Found different only by this work (a stat or the hashes).
+    differs: bool,
 }
 
 enum FileOutcome {
@@ -298,6 +365,19 @@ impl Walk {
         opts.copy.recursive = true;
         if opts.check_only {
             opts.dry_run = true;
+        }
+        if opts.compare == Compare::SizeAndTime
+            && !opts.check_only
+            && !dst.backend.capabilities().set_times
+        {
+            // The copies would get the time of the upload, so the next
+            // run would see every file as changed (rclone does the same).
+            events.warn(format!(
+                "{}: this server cannot keep modification times; comparing by size \
+                 (--checksum compares contents)",
+                dst.backend.display(&dst.path)
+            ));
+            opts.compare = Compare::SizeOnly;
         }
         let hash = (opts.compare == Compare::Checksum)
             .then(|| crate::hash::choose(&src.backend.hashes(), &dst.backend.hashes()));
@@ -676,90 +756,136 @@ impl Walk {
         let Some(d) = dst else {
             self.report.only_in_source += 1;
             self.verdict(rel, Verdict::OnlyInSource, false);
-            self.queue_copy(rel, src, None, queue);
+            self.queue_copy(rel, src, queue);
             return;
         };
         if d.kind != EntryKind::File {
             self.type_conflict(rel);
             return;
         }
-        if self.opts.ignore_existing {
-            self.report.same += 1;
+        let rules = self.rules();
+        if rules.needs_stat(&src, &d) {
+            self.queue_job(rel, src, Then::Restat(d), queue);
             return;
         }
-        if self.opts.update {
-            if let (Some(s), Some(t)) = (src.mtime, d.mtime) {
-                if t > s + self.opts.modify_window as i64 {
-                    self.report.same += 1;
-                    self.verdict(rel, Verdict::NewerInDest, false);
-                    return;
-                }
+        match rules.decide(&src, &d) {
+            Decision::Same => self.report.same += 1,
+            Decision::NewerInDest => {
+                self.report.same += 1;
+                self.verdict(rel, Verdict::NewerInDest, false);
             }
-        }
-        if src.size != d.size {
-            self.report.differ += 1;
-            self.verdict(rel, Verdict::Differs("size"), false);
-            self.queue_copy(rel, src, None, queue);
-            return;
-        }
-        match self.opts.compare {
-            Compare::SizeOnly => self.report.same += 1,
-            Compare::Checksum => self.queue_copy(rel, src, Some(d), queue),
-            Compare::SizeAndTime => {
-                let same_time = match (src.mtime, d.mtime) {
-                    (Some(a), Some(b)) => a.abs_diff(b) <= self.opts.modify_window,
-                    // No time on one side: size decides.
-                    _ => true,
-                };
-                if same_time {
-                    self.report.same += 1;
-                } else {
-                    self.report.differ += 1;
-                    self.verdict(rel, Verdict::Differs("time"), false);
-                    self.queue_copy(rel, src, None, queue);
-                }
+            Decision::Differs(why) => {
+                self.report.differ += 1;
+                self.verdict(rel, Verdict::Differs(why), false);
+                self.queue_copy(rel, src, queue);
             }
+            Decision::Hash => self.queue_job(rel, src, Then::Hash, queue),
         }
     }
 
-    fn queue_copy(
-        &mut self,
-        rel: &[u8],
-        src: Entry,
-        hash_against: Option<Entry>,
-        queue: &mut VecDeque<FileJob>,
-    ) {
-        if hash_against.is_none() && self.opts.dry_run {
-            return;
+    fn rules(&self) -> Rules {
+        Rules {
+            compare: self.opts.compare,
+            modify_window: self.opts.modify_window,
+            update: self.opts.update,
+            ignore_existing: self.opts.ignore_existing,
         }
-        if hash_against.is_none() {
-            self.stats.files_total.fetch_add(1, Ordering::Relaxed);
-            self.stats
-                .bytes_total
-                .fetch_add(src.size.unwrap_or(0), Ordering::Relaxed);
-        }
+    }
+
+    /// Queue work that decides by itself whether to copy.
+    fn queue_job(&mut self, rel: &[u8], src: Entry, then: Then, queue: &mut VecDeque<FileJob>) {
         queue.push_back(FileJob {
             rel: rel.to_vec(),
             src,
-            hash_against,
+            then,
         });
     }
 
-    /// Compare hashes (if asked) and copy (unless only checking).
+    /// Queue a copy (counted in the progress totals), unless only
+    /// deciding.
+    fn queue_copy(&mut self, rel: &[u8], src: Entry, queue: &mut VecDeque<FileJob>) {
+        if self.opts.dry_run {
+            return;
+        }
+        self.stats.files_total.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .bytes_total
+            .fetch_add(src.size.unwrap_or(0), Ordering::Relaxed);
+        self.queue_job(rel, src, Then::Copy, queue);
+    }
+
+    /// Stat, compare hashes, copy: what the job still needs.
     fn file_work(&self, job: FileJob) -> impl std::future::Future<Output = Done> + Send + 'static {
         let run = self.run.clone();
         let (sp, dp) = (self.sp(&job.rel), self.dp(&job.rel));
         let (sb, db) = (self.src.backend.clone(), self.dst.backend.clone());
         let hash = self.hash;
+        let rules = self.rules();
         let dry = self.opts.dry_run;
         let rel = String::from_utf8_lossy(&job.rel).into_owned();
         async move {
             let mut done = FileDone {
                 outcome: FileOutcome::NotCopied,
                 read_to_hash: [false; 2],
-                hash_differs: false,
+                differs: false,
             };
-            if let (Some(_), Some(algo)) = (&job.hash_against, hash) {
+            let FileJob { mut src, then, .. } = job;
+            let differs = |why: &'static str, done: &mut FileDone| {
+                done.differs = true;
+                run.events.emit(Event::Compared {
+                    path: rel.clone(),
+                    verdict: Verdict::Differs(why),
+                });
+            };
+            let then = match then {
+                Then::Restat(mut d) => {
+                    let (a, b) = tokio::join!(sb.stat(&sp), async {
+                        if rules.lacks(&d) {
+                            db.stat(&dp).await
+                        } else {
+                            Ok(None)
+                        }
+                    });
+                    match (a, b) {
+                        (Ok(Some(a)), Ok(b)) => {
+                            src.size = a.size.or(src.size);
+                            src.mtime = a.mtime.or(src.mtime);
+                            if let Some(b) = b {
+                                d.size = b.size.or(d.size);
+                                d.mtime = b.mtime.or(d.mtime);
+                            }
+                        }
+                        (Ok(None), _) => {
+                            return Done::File(Err(TransferError::Remote(format!(
+                                "{}: vanished during the sync",
+                                sb.display(&sp)
+                            ))))
+                        }
+                        (Err(e), _) | (_, Err(e)) => return Done::File(Err(e)),
+                    }
+                    match rules.decide(&src, &d) {
+                        Decision::Same => {
+                            done.outcome = FileOutcome::Same;
+                            return Done::File(Ok(done));
+                        }
+                        Decision::NewerInDest => {
+                            run.events.emit(Event::Compared {
+                                path: rel.clone(),
+                                verdict: Verdict::NewerInDest,
+                            });
+                            done.outcome = FileOutcome::Same;
+                            return Done::File(Ok(done));
+                        }
+                        Decision::Differs(why) => {
+                            differs(why, &mut done);
+                            Then::Copy
+                        }
+                        Decision::Hash => Then::Hash,
+                    }
+                }
+                t => t,
+            };
+            if let (Then::Hash, Some(algo)) = (&then, hash) {
                 let (a, b) = tokio::join!(
                     crate::hash::of_file(sb.as_ref(), &sp, algo),
                     crate::hash::of_file(db.as_ref(), &dp, algo)
@@ -773,26 +899,25 @@ impl Walk {
                     done.outcome = FileOutcome::Same;
                     return Done::File(Ok(done));
                 }
-                done.hash_differs = true;
-                run.events.emit(Event::Compared {
-                    path: rel,
-                    verdict: Verdict::Differs("hash"),
-                });
-                if dry {
-                    return Done::File(Ok(done));
-                }
+                differs("hash", &mut done);
+            }
+            if dry {
+                return Done::File(Ok(done));
+            }
+            if done.differs {
+                // Not counted when it was queued: count it now.
                 run.stats.files_total.fetch_add(1, Ordering::Relaxed);
                 run.stats
                     .bytes_total
-                    .fetch_add(job.src.size.unwrap_or(0), Ordering::Relaxed);
+                    .fetch_add(src.size.unwrap_or(0), Ordering::Relaxed);
             }
             let plan = FilePlan {
                 source: 0,
                 src: sp,
                 dst: dp,
-                size: job.src.size,
-                mtime: job.src.mtime,
-                mode: job.src.mode,
+                size: src.size,
+                mtime: src.mtime,
+                mode: src.mode,
             };
             let rep = engine::copy_file(&run, &plan).await;
             done.outcome = match rep.error {
@@ -833,7 +958,7 @@ impl Walk {
                 ));
             }
         }
-        if d.hash_differs {
+        if d.differs {
             self.report.differ += 1;
         }
         match d.outcome {

@@ -153,6 +153,9 @@ pub struct CheckArgs {
     /// Print a JSON summary on stdout when done.
     #[arg(long)]
     json: bool,
+    /// No summary line on stderr.
+    #[arg(short, long)]
+    quiet: bool,
     #[command(flatten)]
     compare: CompareArgs,
     #[command(flatten)]
@@ -357,17 +360,19 @@ pub fn run_check(a: CheckArgs, m: Option<&ArgMatches>, _verbose: u8) -> i32 {
     if a.json {
         println!("{}", summary_json(&r, true));
     }
-    eprintln!(
-        "ferry: {} files checked: {} same, {} differ, {} only in SRC, {} only in DST{}",
-        r.checked,
-        r.same,
-        r.differ,
-        r.only_in_source,
-        r.only_in_dest,
-        r.hash
-            .map(|h| format!(" (compared by {})", h.name()))
-            .unwrap_or_default()
-    );
+    if !a.quiet {
+        eprintln!(
+            "ferry: {} files checked: {} same, {} differ, {} only in SRC, {} only in DST{}",
+            r.checked,
+            r.same,
+            r.differ,
+            r.only_in_source,
+            r.only_in_dest,
+            r.hash
+                .map(|h| format!(" (compared by {})", h.name()))
+                .unwrap_or_default()
+        );
+    }
     match &r.error {
         Some(e) => exit_code(e),
         None if r.trees_match() => 0,

@@ -1,0 +1,395 @@
+//! `ferry sync`, `ferry check` and `ferry ls` against real servers on
+//! 127.0.0.1: OpenSSH's sshd, ferry serve (which hashes files itself),
+//! nginx (the HTTP read side; its `/forbidden/` makes a listing fail) and
+//! vsftpd. What must hold for a user: a second run copies nothing; a
+//! same-size change with the old mtime put back is found by --checksum
+//! and not by default; --dry-run changes nothing; --delete never deletes
+//! after an error; every byte right. No timing is asserted.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[macro_use]
+mod common;
+
+use std::ffi::OsString;
+use std::fs;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use common::nginx::nginx_or_skip;
+use common::serve::FerryServe;
+use common::vsftpd::vsftpd_or_skip;
+use common::*;
+use ferry_bench::servers::VsftpdOptions;
+
+/// `ferry sync --json -F CONFIG ARGS...` with sshd's config and home.
+fn sync_sshd(sshd: &Sshd, args: &[OsString]) -> std::process::Output {
+    let mut all = args!["sync", "--json", "-q", "-F", sshd.ssh_config()];
+    all.extend(args.iter().cloned());
+    ferry_in(sshd.dir(), &all, &[])
+}
+
+/// `ferry CMD` with ferry serve's key and known_hosts.
+fn with_serve(serve: &FerryServe, cmd: &str, args: &[OsString]) -> std::process::Output {
+    let mut all = args![cmd];
+    all.extend(serve.ferry_opts_with(&serve.key()));
+    all.extend(args.iter().cloned());
+    ferry_in(&serve.home(), &all, &[])
+}
+
+fn field(o: &std::process::Output, k: &str) -> u64 {
+    json_field(o, k)
+        .parse()
+        .unwrap_or_else(|_| panic!("{k}: {}", describe(o)))
+}
+
+/// Same size, new bytes, the old modification time put back.
+fn change_keeping_size_and_time(p: &Path) {
+    let meta = fs::metadata(p).unwrap();
+    let mtime = meta.modified().unwrap();
+    let mut data = fs::read(p).unwrap();
+    assert!(!data.is_empty());
+    for b in data.iter_mut().take(16) {
+        *b ^= 0x5a;
+    }
+    fs::write(p, &data).unwrap();
+    let f = fs::File::options().write(true).open(p).unwrap();
+    f.set_modified(mtime).unwrap();
+}
+
+#[test]
+fn sync_to_sshd_twice_then_checksum_finds_the_change() {
+    let sshd = Sshd::start();
+    let work = tempdir();
+    let src = work.path().join("src");
+    let files = make_odd_tree(&src, 21);
+    let dst = sshd.mkdir("sync-dst");
+
+    let out = sync_sshd(&sshd, &args![&src, sshd.url(&dst)]);
+    sshd.assert_ok(&out, "first sync");
+    assert_eq!(field(&out, "copied"), files as u64);
+    assert_same_tree(
+        &src,
+        &dst,
+        Cmp {
+            modes: false,
+            mtimes: true,
+        },
+        "first sync",
+    );
+    assert!(part_files(&dst).is_empty());
+
+    let out = sync_sshd(&sshd, &args![&src, sshd.url(&dst)]);
+    sshd.assert_ok(&out, "second sync");
+    assert_eq!(field(&out, "copied"), 0, "{}", describe(&out));
+    assert_eq!(field(&out, "same"), files as u64);
+
+    // Same size and time, other bytes: only --checksum sees it.
+    let changed = src.join("nested/a.bin");
+    change_keeping_size_and_time(&changed);
+    let out = sync_sshd(&sshd, &args![&src, sshd.url(&dst)]);
+    sshd.assert_ok(&out, "default compare");
+    assert_eq!(field(&out, "copied"), 0);
+    let out = sync_sshd(&sshd, &args!["--checksum", &src, sshd.url(&dst)]);
+    sshd.assert_ok(&out, "--checksum");
+    assert_eq!(field(&out, "copied"), 1, "{}", describe(&out));
+    assert_eq!(
+        fs::read(&changed).unwrap(),
+        fs::read(dst.join("nested/a.bin")).unwrap()
+    );
+    // OpenSSH cannot hash: ferry says it reads the files, never silently
+    // falls back to sizes.
+    assert!(
+        stderr_text(&out).contains("cannot hash files; reading them"),
+        "{}",
+        describe(&out)
+    );
+    assert!(field(&out, "hashed_by_reading") > 0);
+}
+
+#[test]
+fn sync_and_check_with_ferry_serve_hash_on_the_server() {
+    let serve = FerryServe::start(&["--writable"]);
+    let work = tempdir();
+    let src = work.path().join("src");
+    make_odd_tree(&src, 22);
+    let url = serve.url("/mirror");
+    let out = with_serve(&serve, "sync", &args![&src, &url]);
+    assert_ok(&out, "first sync to ferry serve");
+    assert_same_tree(
+        &src,
+        &serve.root().join("mirror"),
+        Cmp::default(),
+        "ferry serve",
+    );
+
+    let out = ferry_in(
+        &serve.home(),
+        &[
+            vec![OsString::from("check")],
+            serve.ferry_opts_with(&serve.key()).split_off(1),
+            args!["--checksum", &src, &url],
+        ]
+        .concat(),
+        &[],
+    );
+    assert_ok(&out, "check -c: the same");
+    assert!(
+        !stderr_text(&out).contains("reading them"),
+        "ferry serve hashes on the server: {}",
+        describe(&out)
+    );
+    assert!(
+        stderr_text(&out).contains("compared by blake3"),
+        "{}",
+        describe(&out)
+    );
+
+    // A change the sizes and times do not show, an extra file and a
+    // missing one.
+    change_keeping_size_and_time(&src.join("file with spaces.txt"));
+    fs::write(serve.root().join("mirror/extra.txt"), b"x").unwrap();
+    fs::remove_file(src.join("one byte")).unwrap();
+    fs::write(src.join("new file"), b"new").unwrap();
+    let out = with_serve(&serve, "check", &args!["-c", &src, &url]);
+    assert_code(&out, 1, "check finds differences");
+    let text = stdout_text(&out);
+    assert!(
+        text.contains("differs (hash): file with spaces.txt"),
+        "{text}"
+    );
+    assert!(text.contains("only in DST: extra.txt"), "{text}");
+    assert!(text.contains("only in DST: one byte"), "{text}");
+    assert!(text.contains("only in SRC: new file"), "{text}");
+
+    // --dry-run changes nothing.
+    let before = tree_listing(&serve.root().join("mirror"));
+    let out = with_serve(&serve, "sync", &args!["-n", "--delete", "-c", &src, &url]);
+    assert_ok(&out, "dry run");
+    assert_eq!(tree_listing(&serve.root().join("mirror")), before);
+    let text = stdout_text(&out);
+    assert!(text.contains("would delete: extra.txt"), "{text}");
+
+    let out = with_serve(&serve, "sync", &args!["--delete", "-c", &src, &url]);
+    assert_ok(&out, "sync --delete -c");
+    assert_same_tree(
+        &src,
+        &serve.root().join("mirror"),
+        Cmp::default(),
+        "after --delete",
+    );
+    let out = with_serve(&serve, "check", &args!["-c", &src, &url]);
+    assert_ok(&out, "check after sync");
+}
+
+/// Walk a tree into sorted (path, size) pairs.
+fn tree_listing(root: &Path) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let m = e.metadata().unwrap();
+            let rel = e.path().strip_prefix(root).unwrap().display().to_string();
+            if m.is_dir() {
+                todo.push(e.path());
+            }
+            out.push((rel, m.len()));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn sync_from_nginx_deletes_nothing_after_a_failed_listing() {
+    let Some(nginx) = nginx_or_skip("sync_from_nginx_deletes_nothing_after_a_failed_listing")
+    else {
+        return;
+    };
+    let www = nginx.www();
+    fs::create_dir_all(www.join("forbidden")).unwrap();
+    fs::write(www.join("forbidden/secret"), b"s").unwrap();
+    fs::create_dir_all(www.join("ok")).unwrap();
+    let want = make_file(&www.join("ok/f.bin"), 300_000, 5);
+    let work = tempdir();
+    let dst = work.path().join("dst");
+    fs::create_dir_all(&dst).unwrap();
+    fs::write(dst.join("keep-me"), b"k").unwrap();
+    let out = ferry(&args![
+        "sync",
+        "-q",
+        "--delete",
+        "--pin",
+        nginx.pin(),
+        nginx.https("/"),
+        &dst
+    ]);
+    assert!(
+        !out.status.success(),
+        "a listing failed: {}",
+        describe(&out)
+    );
+    let err = stderr_text(&out);
+    assert!(err.contains("forbidden"), "{err}");
+    assert!(err.contains("not deleting anything"), "{err}");
+    assert!(dst.join("keep-me").exists(), "deleted after an error");
+    assert_file_hash(&dst.join("ok/f.bin"), &want, "the rest was copied");
+
+    // Leaving the forbidden part out, the run succeeds, a second run
+    // copies nothing (Last-Modified against the kept mtimes), and the
+    // extra file goes.
+    let run = |extra: &[&str]| {
+        // The harness's other protected locations are left out too.
+        let mut a = args!["sync", "-q", "--json", "--pin", nginx.pin()];
+        for p in ["/forbidden/", "/private/", "/bearer/"] {
+            a.extend(args!["--exclude", p]);
+        }
+        a.extend(extra.iter().map(OsString::from));
+        a.extend(args![nginx.https("/"), &dst]);
+        ferry(&a)
+    };
+    let out = run(&["--delete"]);
+    assert_ok(&out, "sync --delete with the forbidden part excluded");
+    assert!(!dst.join("keep-me").exists());
+    // The excluded directory is protected from --delete (as rsync's
+    // excludes are); the failed run left it empty.
+    assert!(!dst.join("forbidden/secret").exists());
+    let out = run(&[]);
+    assert_ok(&out, "second sync from nginx");
+    assert_eq!(field(&out, "copied"), 0, "{}", describe(&out));
+}
+
+#[test]
+fn sync_to_vsftpd_compares_by_size_and_says_so() {
+    let Some(ftpd) = vsftpd_or_skip(
+        "sync_to_vsftpd_compares_by_size_and_says_so",
+        VsftpdOptions::default(),
+    ) else {
+        return;
+    };
+    let work = tempdir();
+    let src = work.path().join("src");
+    fs::create_dir_all(src.join("d e")).unwrap();
+    make_file(&src.join("a.bin"), 2 * 1024 * 1024, 1);
+    make_file(&src.join("d e/b c.txt"), 1234, 2);
+    fs::create_dir_all(ftpd.root().join("up")).unwrap();
+    let url = ftpd.url("up/mirror/");
+    let out = ferry(&args!["sync", "-q", "--json", &src, &url]);
+    assert_ok(&out, "sync to vsftpd");
+    assert_eq!(field(&out, "copied"), 2);
+    assert!(
+        stderr_text(&out).contains("cannot keep modification times"),
+        "{}",
+        describe(&out)
+    );
+    assert_same_tree(
+        &src,
+        &ftpd.root().join("up/mirror"),
+        Cmp::default(),
+        "vsftpd",
+    );
+    let out = ferry(&args!["sync", "-q", "--json", &src, &url]);
+    assert_ok(&out, "second sync to vsftpd");
+    assert_eq!(field(&out, "copied"), 0, "{}", describe(&out));
+}
+
+#[test]
+fn sync_between_two_servers_and_filters() {
+    let sshd = Sshd::start();
+    let serve = FerryServe::start(&["--writable"]);
+    let src = sshd.mkdir("r2r-sync");
+    make_odd_tree(&src, 23);
+    // One ssh config naming both servers.
+    let work = tempdir();
+    let mut text = fs::read_to_string(sshd.ssh_config()).unwrap();
+    text.push_str(&format!(
+        "Host ferry-serve\n    HostName 127.0.0.1\n    Port {}\n    IdentityFile {}\n    IdentitiesOnly yes\n    UserKnownHostsFile {}\n    StrictHostKeyChecking yes\n",
+        serve.sftp_port.unwrap(),
+        serve.key().display(),
+        serve.known_hosts().display()
+    ));
+    let config = work.path().join("config");
+    fs::write(&config, text).unwrap();
+    let run = |extra: &[&str]| {
+        let mut a = args!["sync", "-q", "--json", "-F", &config];
+        a.extend(extra.iter().map(OsString::from));
+        a.extend(args![sshd.url(&src), "sftp://ferry-serve/copy"]);
+        ferry_in(work.path(), &a, &[])
+    };
+    let out = run(&[
+        "--exclude",
+        "many/",
+        "--exclude",
+        "*.txt",
+        "--include",
+        "one*",
+    ]);
+    assert_ok(&out, "sshd -> ferry serve with filters");
+    let dst = serve.root().join("copy");
+    assert!(!dst.join("many").exists(), "excluded directory");
+    assert!(!dst.join("file with spaces.txt").exists(), "excluded *.txt");
+    assert!(dst.join("ünïcödé 日本.bin").exists());
+    assert!(dst.join("one byte").exists());
+    let out = run(&[]);
+    assert_ok(&out, "sshd -> ferry serve, everything");
+    assert_same_tree(&src, &dst, Cmp::default(), "remote to remote sync");
+    let out = run(&[]);
+    assert_ok(&out, "second run");
+    assert_eq!(field(&out, "copied"), 0, "{}", describe(&out));
+}
+
+#[test]
+fn ls_lists_sshd_and_nginx() {
+    let sshd = Sshd::start();
+    let d = sshd.mkdir("ls-me");
+    fs::create_dir_all(d.join("sub dir")).unwrap();
+    make_file(&d.join("sub dir/ü.bin"), 1000, 1);
+    make_file(&d.join("a.txt"), 10, 2);
+    let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_600_000_000);
+    fs::File::options()
+        .write(true)
+        .open(d.join("a.txt"))
+        .unwrap()
+        .set_modified(t)
+        .unwrap();
+    let ls = |extra: &[&str]| {
+        let mut a = args!["ls", "-F", sshd.ssh_config()];
+        a.extend(extra.iter().map(OsString::from));
+        a.push(OsString::from(sshd.url(&d)));
+        ferry_in(sshd.dir(), &a, &[])
+    };
+    let out = ls(&[]);
+    sshd.assert_ok(&out, "ls");
+    assert_eq!(stdout_text(&out), "a.txt\nsub dir/\n");
+    let out = ls(&["-l"]);
+    sshd.assert_ok(&out, "ls -l");
+    let text = stdout_text(&out);
+    assert!(text.contains("10 2020-09-13 12:26:40 a.txt"), "{text}");
+    let out = ls(&["-R", "--json"]);
+    sshd.assert_ok(&out, "ls -R --json");
+    let v: serde_json::Value = serde_json::from_str(&stdout_text(&out)).unwrap();
+    let paths: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap())
+        .collect();
+    assert!(paths.contains(&"sub dir/ü.bin"), "{paths:?}");
+    assert_eq!(paths.len(), 3);
+
+    if let Some(nginx) = nginx_or_skip("ls_lists_sshd_and_nginx") {
+        fs::create_dir_all(nginx.www().join("x")).unwrap();
+        make_file(&nginx.www().join("x/y.bin"), 5, 3);
+        let out = ferry(&args!["ls", "-R", "--pin", nginx.pin(), nginx.https("/x/")]);
+        assert_ok(&out, "ls over HTTPS");
+        assert_eq!(stdout_text(&out), "y.bin\n");
+    }
+    // A missing path: a clear error naming it, exit 4.
+    let out = ls(&[]);
+    assert_ok(&out, "ls again");
+    let mut a = args!["ls", "-F", sshd.ssh_config()];
+    a.push(OsString::from(sshd.url(d.join("nope"))));
+    let out = ferry_in(sshd.dir(), &a, &[]);
+    assert_code(&out, 4, "ls of a missing path");
+    assert!(stderr_text(&out).contains("nope"), "{}", describe(&out));
+}
