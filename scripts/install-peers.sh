@@ -43,6 +43,8 @@ want openssl 'command -v openssl'
 want lftp 'command -v lftp'
 want vsftpd 'test -x /usr/sbin/vsftpd'
 want rclone 'command -v rclone'
+# ferry sync's benchmark peer (bench/sync-bench.py): rsync over ssh.
+want rsync 'command -v rsync'
 # ProxyCommand tests (tests/sftp_proxy.rs): `ProxyCommand nc %h %p`.
 want netcat-openbsd 'command -v nc'
 # The packet-level link emulator (ferry-linkem net, docs/internals/wan.md):

@@ -29,6 +29,11 @@
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
 
+/// docs/internals/sync.md's library example, compiled as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/internals/sync.md")]
+pub struct SyncDoctests;
+
 pub mod backend;
 mod engine;
 mod error;
