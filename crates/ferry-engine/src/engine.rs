@@ -341,7 +341,7 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
     {
         tracing::info!("{}: copied on the server (copy-data)", dst.display(&f.dst));
         r.stats.bytes_done.fetch_add(size, Ordering::Relaxed);
-        finalize(r, f, &target, size).await?;
+        finalize(r, f, &target, size, false).await?;
         return Ok(size);
     }
 
@@ -373,7 +373,9 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
             sink.finish().await?;
         } else {
             pump_with_retry(r, f, &target, 0, size, Some(sink)).await?;
-            finalize(r, f, &target, size).await?;
+            // One stream into a truncated file, every byte counted and
+            // acknowledged: its size needs no second look.
+            finalize(r, f, &target, size, true).await?;
             return Ok(size);
         }
     }
@@ -391,7 +393,7 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
             res?;
         }
     }
-    finalize(r, f, &target, size).await?;
+    finalize(r, f, &target, size, false).await?;
     Ok(todo)
 }
 
@@ -540,10 +542,16 @@ async fn pump(
 }
 
 /// Check the size, set times and modes, rename into place.
-async fn finalize(r: &Run, f: &FilePlan, target: &Target, size: u64) -> Result<(), TransferError> {
+async fn finalize(
+    r: &Run,
+    f: &FilePlan,
+    target: &Target,
+    size: u64,
+    size_known: bool,
+) -> Result<(), TransferError> {
     let dst = &r.dest.backend;
     let dc = dst.capabilities();
-    if target.renamed {
+    if target.renamed && !size_known {
         if let Some(e) = dst.stat(&target.write).await? {
             if e.size.is_some_and(|s| s != size) {
                 return Err(TransferError::Remote(format!(

@@ -39,9 +39,11 @@ impl Hasher {
 }
 
 /// Hash everything `r` yields (a local file, on a blocking thread).
-pub fn of_reader(mut r: impl Read, algo: HashAlgo) -> std::io::Result<Vec<u8>> {
+/// `size_hint` sizes the buffer: a fresh 1 MiB buffer for each of 10,000
+/// small files costs more than hashing them (new pages to zero).
+pub fn of_reader(mut r: impl Read, algo: HashAlgo, size_hint: u64) -> std::io::Result<Vec<u8>> {
     let mut h = Hasher::new(algo);
-    let mut buf = vec![0u8; 1 << 20];
+    let mut buf = vec![0u8; size_hint.clamp(4096, 1 << 20) as usize];
     loop {
         let n = r.read(&mut buf)?;
         if n == 0 {

@@ -364,6 +364,7 @@ impl Backend for Sftp {
             chunk: self.write_chunk as usize,
             depth: (STREAM_INFLIGHT / (self.write_chunk.max(1) as u64)).max(4) as usize,
             pending: BytesMut::new(),
+            held: None,
             running: FuturesUnordered::new(),
         }))
     }
@@ -573,6 +574,9 @@ struct SftpWrite {
     chunk: usize,
     depth: usize,
     pending: BytesMut,
+    /// A first small piece, kept as it came: a small file is one piece,
+    /// and goes out as one WRITE without a copy.
+    held: Option<Bytes>,
     running: FuturesUnordered<Call<()>>,
 }
 
@@ -607,8 +611,17 @@ impl Sink for SftpWrite {
         // SFTP source's pieces are its request size, e.g. sshd's 255 KiB);
         // small pieces (HTTP/2 frames of 8-16 KiB) are gathered into full
         // requests, or a 1 MB file would take a hundred WRITEs.
-        if self.pending.is_empty() && data.len() <= self.chunk && data.len() >= self.chunk / 2 {
-            return self.send(data).await;
+        if self.pending.is_empty() && self.held.is_none() {
+            if data.len() <= self.chunk && data.len() >= self.chunk / 2 {
+                return self.send(data).await;
+            }
+            if data.len() < self.chunk {
+                self.held = Some(data);
+                return Ok(());
+            }
+        }
+        if let Some(h) = self.held.take() {
+            self.pending.extend_from_slice(&h);
         }
         self.pending.extend_from_slice(&data);
         while self.pending.len() >= self.chunk {
@@ -619,6 +632,9 @@ impl Sink for SftpWrite {
     }
 
     async fn finish(mut self: Box<Self>) -> Result<(), TransferError> {
+        if let Some(h) = self.held.take() {
+            self.send(h).await?;
+        }
         if !self.pending.is_empty() {
             let piece = self.pending.split().freeze();
             self.send(piece).await?;
