@@ -65,6 +65,20 @@ def run_timed(cmd, env=None):
         print(f"  stderr of {os.path.basename(cmd[0])}: {err.strip()[:600]}", flush=True)
     return wall, ru.ru_utime + ru.ru_stime
 
+def start_sshd(d, sftp_server, extra=""):
+    """Keys in d("keys"), an sshd as the current user on a free port with
+    its config, pid and log in d("sshd"): (port, process)."""
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", d("keys/id")], check=True)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", d("keys/host")], check=True)
+    shutil.copy(d("keys/id.pub"), d("keys/authorized_keys"))
+    sp = free_port()
+    sftp = sftp_server if sftp_server == "internal-sftp" else "/usr/lib/openssh/sftp-server"
+    open(d("sshd/config"), "w").write(
+        f"Port {sp}\nListenAddress 127.0.0.1\nHostKey {d('keys/host')}\nAuthorizedKeysFile {d('keys/authorized_keys')}\n"
+        f"PidFile {d('sshd/pid')}\nSubsystem sftp {sftp}\nStrictModes no\nUsePAM no\nPermitRootLogin prohibit-password\n"
+        "Ciphers aes128-gcm@openssh.com,chacha20-poly1305@openssh.com\n" + extra)
+    return sp, subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", d("sshd/config")], stderr=open(d("sshd/log"), "w"))
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ferry", required=True)
@@ -84,19 +98,10 @@ def main():
         d = lambda *p: os.path.join(base, *p)
         for sub in ["sshd", "serve/root", "serve/state", "local", "nginx/www/set", "nginx/tmp", "keys", "home"]:
             os.makedirs(d(sub), exist_ok=True)
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", d("keys/id")], check=True)
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", d("keys/host")], check=True)
-        shutil.copy(d("keys/id.pub"), d("keys/authorized_keys"))
         user = os.environ.get("USER") or "root"
-        # sshd
-        sp = free_port()
-        sftp = a.sftp_server if a.sftp_server == "internal-sftp" else "/usr/lib/openssh/sftp-server"
-        open(d("sshd/config"), "w").write(
-            f"Port {sp}\nListenAddress 127.0.0.1\nHostKey {d('keys/host')}\nAuthorizedKeysFile {d('keys/authorized_keys')}\n"
-            f"PidFile {d('sshd/pid')}\nSubsystem sftp {sftp}\nStrictModes no\nUsePAM no\nPermitRootLogin prohibit-password\n"
-            "Ciphers aes128-gcm@openssh.com,chacha20-poly1305@openssh.com\n")
-        procs.append(subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", d("sshd/config")], stderr=open(d("sshd/log"), "w")))
-        sshd_pid = procs[-1].pid
+        sp, sshd = start_sshd(d, a.sftp_server)
+        procs.append(sshd)
+        sshd_pid = sshd.pid
         # ferry serve
         fp, hp = free_port(), free_port()
         procs.append(subprocess.Popen([ferry, "serve", d("serve/root"), "--writable", "--sftp", f"127.0.0.1:{fp}",

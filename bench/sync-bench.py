@@ -27,7 +27,7 @@ Usage: bench/sync-bench.py --ferry target/release/ferry --tree small|big
 import argparse, json, os, random, shutil, statistics, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from r2r import free_port, wait_port, cpu_of, run_timed, tree_pids  # noqa: E402
+from r2r import free_port, wait_port, cpu_of, run_timed, start_sshd, tree_pids  # noqa: E402
 
 TREES = {
     # files, directories, smallest and largest file
@@ -88,18 +88,10 @@ def main():
         d = lambda *p: os.path.join(base, *p)
         for sub in ["sshd", "serve/root", "serve/state", "keys", "home", "src"]:
             os.makedirs(d(sub), exist_ok=True)
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", d("keys/id")], check=True)
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", d("keys/host")], check=True)
-        shutil.copy(d("keys/id.pub"), d("keys/authorized_keys"))
         user = os.environ.get("USER") or "root"
-        sp = free_port()
-        sftp = a.sftp_server if a.sftp_server == "internal-sftp" else "/usr/lib/openssh/sftp-server"
-        open(d("sshd/config"), "w").write(
-            f"Port {sp}\nListenAddress 127.0.0.1\nHostKey {d('keys/host')}\nAuthorizedKeysFile {d('keys/authorized_keys')}\n"
-            f"PidFile {d('sshd/pid')}\nSubsystem sftp {sftp}\nStrictModes no\nUsePAM no\nPermitRootLogin prohibit-password\n"
-            "Ciphers aes128-gcm@openssh.com,chacha20-poly1305@openssh.com\nMaxStartups 100\nMaxSessions 100\n")
-        procs.append(subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", d("sshd/config")], stderr=open(d("sshd/log"), "w")))
-        sshd_pid = procs[-1].pid
+        sp, sshd = start_sshd(d, a.sftp_server, "MaxStartups 100\nMaxSessions 100\n")
+        procs.append(sshd)
+        sshd_pid = sshd.pid
         fp = free_port()
         procs.append(subprocess.Popen([ferry, "serve", d("serve/root"), "--writable", "--sftp", f"127.0.0.1:{fp}",
                                        "--no-https", "--state-dir", d("serve/state"),

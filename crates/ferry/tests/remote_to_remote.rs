@@ -22,20 +22,6 @@ use ferry_bench::servers::VsftpdOptions;
 
 const MIB: u64 = 1024 * 1024;
 
-/// One ssh config naming both servers: `sshd-test` and `ferry-serve`.
-fn both_config(sshd: &Sshd, serve: &FerryServe, dir: &Path) -> std::path::PathBuf {
-    let mut text = fs::read_to_string(sshd.ssh_config()).unwrap();
-    text.push_str(&format!(
-        "Host ferry-serve\n    HostName 127.0.0.1\n    Port {}\n    IdentityFile {}\n    IdentitiesOnly yes\n    UserKnownHostsFile {}\n    StrictHostKeyChecking yes\n",
-        serve.sftp_port.unwrap(),
-        serve.key().display(),
-        serve.known_hosts().display()
-    ));
-    let p = dir.join("ssh_config_both");
-    fs::write(&p, text).unwrap();
-    p
-}
-
 fn ferry_cp(home: &Path, config: &Path, args: &[OsString]) -> std::process::Output {
     let mut all = args!["cp", "-q", "-F", config];
     all.extend(args.iter().cloned());
@@ -47,7 +33,7 @@ fn sftp_to_sftp_between_two_servers_both_ways() {
     let sshd = Sshd::start();
     let serve = FerryServe::start(&["--writable"]);
     let work = tempdir();
-    let config = both_config(&sshd, &serve, work.path());
+    let config = serve.config_with_sshd(&sshd, work.path());
 
     // A big file (split into ranges over connections) and a tree.
     let src = sshd.mkdir("r2r-src");
@@ -221,7 +207,7 @@ fn example_cancels_a_remote_to_remote_copy() {
     let sshd = Sshd::start();
     let serve = FerryServe::start(&["--writable"]);
     let work = tempdir();
-    let config = both_config(&sshd, &serve, work.path());
+    let config = serve.config_with_sshd(&sshd, work.path());
     let src = sshd.mkdir("cancel-src");
     make_file(&src.join("big.bin"), 96 * MIB, 4);
     let example = Path::new(ferry_bin())

@@ -299,17 +299,8 @@ fn sync_between_two_servers_and_filters() {
     let serve = FerryServe::start(&["--writable"]);
     let src = sshd.mkdir("r2r-sync");
     make_odd_tree(&src, 23);
-    // One ssh config naming both servers.
     let work = tempdir();
-    let mut text = fs::read_to_string(sshd.ssh_config()).unwrap();
-    text.push_str(&format!(
-        "Host ferry-serve\n    HostName 127.0.0.1\n    Port {}\n    IdentityFile {}\n    IdentitiesOnly yes\n    UserKnownHostsFile {}\n    StrictHostKeyChecking yes\n",
-        serve.sftp_port.unwrap(),
-        serve.key().display(),
-        serve.known_hosts().display()
-    ));
-    let config = work.path().join("config");
-    fs::write(&config, text).unwrap();
+    let config = serve.config_with_sshd(&sshd, work.path());
     let run = |extra: &[&str]| {
         let mut a = args!["sync", "-q", "--json", "-F", &config];
         a.extend(extra.iter().map(OsString::from));

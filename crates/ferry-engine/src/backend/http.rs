@@ -165,6 +165,29 @@ impl Backend for Http {
         }))
     }
 
+    /// The digest a server announces on HEAD (`Repr-Digest`; ferry serve
+    /// sends BLAKE3 once it has hashed the file), when it is the hash
+    /// asked for; else the caller reads the file.
+    async fn hash(
+        &self,
+        p: &[u8],
+        algo: super::HashAlgo,
+    ) -> Result<Option<Vec<u8>>, TransferError> {
+        let url = self.url(p);
+        let resp = self
+            .client
+            .send(Method::HEAD, &url, &HeaderMap::new(), None)
+            .await?
+            .error_for_status()?;
+        let want = match algo {
+            super::HashAlgo::Blake3 => ferry_http::digest::Algo::Blake3,
+            super::HashAlgo::Sha256 => ferry_http::digest::Algo::Sha256,
+        };
+        Ok(ferry_http::digest::expected(&resp.headers)
+            .filter(|e| e.algo == want)
+            .map(|e| e.sum.to_vec()))
+    }
+
     async fn list(&self, dir: &[u8]) -> Result<Vec<Entry>, TransferError> {
         let url = self.url(dir).as_dir();
         let Some((_, entries)) = crate::http::list(&self.client, &url).await? else {

@@ -278,6 +278,23 @@ impl FerryServe {
         ]
     }
 
+    /// An ssh config naming two servers: sshd's own Host blocks (its
+    /// config) and this server as `ferry-serve`, written into `dir`.
+    pub fn config_with_sshd(&self, sshd: &super::Sshd, dir: &Path) -> PathBuf {
+        let mut text = fs::read_to_string(sshd.ssh_config()).unwrap_or_default();
+        text.push_str(&format!(
+            "Host ferry-serve\n    HostName 127.0.0.1\n    Port {}\n    IdentityFile {}\n    IdentitiesOnly yes\n    UserKnownHostsFile {}\n    StrictHostKeyChecking yes\n",
+            self.sftp_port.unwrap_or(0),
+            self.key().display(),
+            self.known_hosts().display()
+        ));
+        let p = dir.join("ssh_config_both");
+        if let Err(e) = fs::write(&p, text) {
+            panic!("{}: {e}", p.display());
+        }
+        p
+    }
+
     /// `ferry cp OPTS ARGS...` against this server, with the authorized key.
     pub fn cp(&self, args: &[OsString]) -> Output {
         let mut all = args!["cp"];
