@@ -17,6 +17,7 @@ use ferry_engine::{CopyOptions, Event, Location, Stats, Transfer, TransferError}
 mod ftp_args;
 mod http_args;
 mod prompt;
+mod s3_args;
 mod serve;
 
 /// Transfers allocate and free many buffers of 32 KiB - 1 MiB per second;
@@ -149,6 +150,8 @@ struct CpArgs {
     http: http_args::HttpArgs,
     #[command(flatten)]
     ftp: ftp_args::FtpArgs,
+    #[command(flatten)]
+    s3: s3_args::S3Args,
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -307,6 +310,7 @@ fn run_cp(args: CpArgs, matches: Option<&clap::ArgMatches>) -> i32 {
     opts.compressed = args.http.compressed;
     args.http.apply(&mut opts.http);
     args.ftp.apply(&mut opts.ftp);
+    args.s3.apply(&mut opts.s3);
     if let Some(b) = args.inflight {
         opts.max_inflight = Some(b);
     }
