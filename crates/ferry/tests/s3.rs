@@ -359,3 +359,72 @@ fn interrupted_multipart_upload_leaves_no_parts() {
     );
     assert!(!gw.root().join("bkt/big.bin").exists());
 }
+
+/// `--resume` continues a multipart upload that was cut short: the parts
+/// already on the store are checked (size and MD5 ETag) and skipped, the
+/// rest are sent, and the object is whole.
+#[test]
+fn interrupted_multipart_upload_resumes() {
+    let Some(gw) = versitygw_or_skip("interrupted_multipart_upload_resumes", &["bkt"]) else {
+        return;
+    };
+    let t = tempdir();
+    let f = t.path().join("big.bin");
+    let st = std::process::Command::new("head")
+        .args(["-c", &(300 * MIB).to_string(), "/dev/urandom"])
+        .stdout(fs::File::create(&f).unwrap())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let env = env_of(&gw);
+    let envs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let args = args![
+        "cp",
+        "-q",
+        "--resume",
+        &f,
+        "s3://bkt/big.bin",
+        "--s3-part-size",
+        "5M",
+        "--s3-upload-concurrency",
+        "1"
+    ];
+    let mut child = FerryChild::spawn(t.path(), &args, &envs);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while gw.leftover_uploads("bkt").len() < 4 {
+        assert!(Instant::now() < deadline, "no parts arrived: {}", gw.log());
+        assert!(
+            child.try_wait().is_none(),
+            "ferry ended before it was interrupted"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = std::process::Command::new("kill")
+        .args(["-INT", &child.pid().to_string()])
+        .status();
+    let o = child.wait();
+    assert_code(&o, 130, "interrupted");
+    assert!(
+        stderr_text(&o).contains("kept for --resume"),
+        "{}",
+        describe(&o)
+    );
+    assert!(
+        !gw.leftover_uploads("bkt").is_empty(),
+        "the upload was kept"
+    );
+    assert!(!gw.root().join("bkt/big.bin").exists());
+
+    let o = FerryChild::spawn(t.path(), &args, &envs).wait();
+    assert_ok(&o, "resumed");
+    assert!(
+        stderr_text(&o).contains("resuming multipart upload"),
+        "{}",
+        describe(&o)
+    );
+    assert_eq!(
+        blake3::hash(&fs::read(gw.root().join("bkt/big.bin")).unwrap()),
+        blake3::hash(&fs::read(&f).unwrap())
+    );
+    assert!(gw.leftover_uploads("bkt").is_empty());
+}

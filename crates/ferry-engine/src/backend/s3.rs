@@ -45,6 +45,9 @@ struct Inner {
     parts: Arc<Semaphore>,
     /// Aborts of dropped uploads, awaited by `close`.
     aborts: Mutex<Vec<JoinHandle<()>>>,
+    /// `--resume`: continue an unfinished multipart upload of the same
+    /// key, and keep (not abort) one that is cut short.
+    resume: bool,
 }
 
 pub struct S3 {
@@ -118,6 +121,7 @@ impl S3 {
                     bucket: spec.bucket.clone(),
                     parts: Arc::new(Semaphore::new(PARTS_IN_FLIGHT)),
                     aborts: Mutex::new(Vec::new()),
+                    resume: opts.resume,
                 }),
             },
             path,
@@ -461,6 +465,48 @@ impl Inner {
         Ok(())
     }
 
+    /// The newest unfinished multipart upload of exactly `key`, with the
+    /// parts it holds (number -> ETag, size, CRC32).
+    async fn find_upload(
+        &self,
+        key: &str,
+    ) -> Result<Option<(String, Vec<xml::Part>)>, TransferError> {
+        let make = || Req::new(Method::GET, "").q("uploads", "").q("prefix", key);
+        let resp = self.send_ok(&make, key).await?;
+        let body = resp.bytes(LIST_BODY).await?;
+        let uploads = xml::multipart_uploads(&body).map_err(|e| {
+            TransferError::Remote(format!(
+                "{}: ListMultipartUploads: {e}",
+                self.display_key(key)
+            ))
+        })?;
+        let Some((_, id)) = uploads.into_iter().rev().find(|(k, _)| k == key) else {
+            return Ok(None);
+        };
+        let mut parts = Vec::new();
+        let mut marker: Option<String> = None;
+        loop {
+            let make = || {
+                let r = Req::new(Method::GET, key).q("uploadId", id.clone());
+                match &marker {
+                    Some(m) => r.q("part-number-marker", m.clone()),
+                    None => r,
+                }
+            };
+            let resp = self.send_ok(&make, key).await?;
+            let body = resp.bytes(LIST_BODY).await?;
+            let (page, next) = xml::list_parts(&body).map_err(|e| {
+                TransferError::Remote(format!("{}: ListParts: {e}", self.display_key(key)))
+            })?;
+            parts.extend(page);
+            match next {
+                Some(n) if Some(&n) != marker.as_ref() => marker = Some(n),
+                _ => break,
+            }
+        }
+        Ok(Some((id, parts)))
+    }
+
     async fn create_upload(&self, key: &str) -> Result<String, TransferError> {
         let make = || {
             let r = Req::new(Method::POST, key).q("uploads", "");
@@ -755,6 +801,7 @@ impl Backend for S3 {
             running: FuturesUnordered::new(),
             done: Vec::new(),
             finished: false,
+            stored: std::collections::HashMap::new(),
         }))
     }
 
@@ -921,6 +968,8 @@ struct Upload {
     running: FuturesUnordered<JoinHandle<Result<Done, TransferError>>>,
     done: Vec<Done>,
     finished: bool,
+    /// Parts an earlier run stored (`--resume`), by number.
+    stored: std::collections::HashMap<u32, xml::Part>,
 }
 
 /// The integrity header of a body, and the CRC32 for CompleteMultipartUpload.
@@ -986,7 +1035,29 @@ impl Upload {
     /// Start uploading one part of `pieces` (waits while too many are out).
     async fn send_part(&mut self, pieces: Vec<Bytes>) -> Result<(), TransferError> {
         if self.upload_id.is_none() {
-            self.upload_id = Some(self.inner.create_upload(&self.key).await?);
+            let found = if self.inner.resume {
+                self.inner.find_upload(&self.key).await?
+            } else {
+                None
+            };
+            match found {
+                Some((id, parts)) => {
+                    let bytes: u64 = parts.iter().map(|p| p.size).sum();
+                    tracing::warn!(
+                        "{}: resuming multipart upload {id}: {} parts ({bytes} bytes) are on the store; each is checked before it is skipped",
+                        self.inner.display_key(&self.key),
+                        parts.len()
+                    );
+                    self.stored = parts.into_iter().map(|p| (p.number, p)).collect();
+                    self.upload_id = Some(id);
+                }
+                None => self.upload_id = Some(self.inner.create_upload(&self.key).await?),
+            }
+        }
+        if let Some(done) = self.already_stored(&pieces) {
+            self.next_part += 1;
+            self.done.push(done);
+            return Ok(());
         }
         while self.running.len() >= self.inner.cfg.concurrency {
             self.reap_one().await?;
@@ -1037,6 +1108,31 @@ impl Upload {
         });
         self.running.push(tokio::spawn(fut));
         Ok(())
+    }
+
+    /// The part about to be sent, if an earlier run stored the same bytes
+    /// under its number: same size and the ETag is their MD5 (S3's ETag of
+    /// a part without KMS) or the stored CRC32 is theirs.
+    fn already_stored(&self, pieces: &[Bytes]) -> Option<Done> {
+        use md5::Digest;
+        let p = self.stored.get(&self.next_part)?;
+        let len: u64 = pieces.iter().map(|b| b.len() as u64).sum();
+        if p.size != len || len == 0 {
+            return None;
+        }
+        let mut h = md5::Md5::new();
+        for b in pieces {
+            h.update(b);
+        }
+        let md5: String = h.finalize().iter().map(|x| format!("{x:02x}")).collect();
+        let (_, crc) = checksum_header(self.inner.cfg.checksum, pieces);
+        let same = p.etag.trim_matches('"').eq_ignore_ascii_case(&md5)
+            || (crc.is_some() && p.crc32.is_some() && crc == p.crc32);
+        same.then(|| Done {
+            number: self.next_part,
+            etag: p.etag.clone(),
+            checksum: crc,
+        })
     }
 
     async fn put_whole(&mut self) -> Result<(), TransferError> {
@@ -1110,6 +1206,17 @@ impl Drop for Upload {
         let Some(id) = self.upload_id.take() else {
             return;
         };
+        if self.inner.resume {
+            // As part files are kept for --resume: the next run with
+            // --resume sends only the parts that are missing.
+            tracing::warn!(
+                "{}: multipart upload {id} kept for --resume (abort it with: aws s3api abort-multipart-upload --bucket {} --key {:?} --upload-id {id})",
+                self.inner.display_key(&self.key),
+                self.inner.bucket,
+                self.key
+            );
+            return;
+        }
         // Abandoned (an error, a cancel): abort the upload so its parts
         // are not kept (and billed); `close` waits for this.
         let Ok(rt) = tokio::runtime::Handle::try_current() else {

@@ -200,6 +200,8 @@ pub struct Part {
     pub number: u32,
     pub etag: String,
     pub size: u64,
+    /// `ChecksumCRC32`, when the part was sent with one.
+    pub crc32: Option<String>,
 }
 
 /// ListParts: the parts and the marker of the next page.
@@ -218,6 +220,7 @@ pub fn list_parts(doc: &[u8]) -> Result<(Vec<Part>, Option<String>), String> {
                 .text_of("Size")
                 .and_then(|s| s.trim().parse().ok())
                 .unwrap_or(0),
+            crc32: p.text_of("ChecksumCRC32").map(str::to_string),
         });
     }
     let next = (n.text_of("IsTruncated") == Some("true"))
