@@ -428,3 +428,113 @@ fn interrupted_multipart_upload_resumes() {
     );
     assert!(gw.leftover_uploads("bkt").is_empty());
 }
+
+/// A 503 storm: a proxy in front of the store answers the first requests
+/// of every third connection with `503 SlowDown` and closes it; the copy
+/// retries (each part and request on its own, with backoff) and every
+/// object arrives whole.
+#[test]
+fn slowdown_storm_is_retried() {
+    let Some(bin) = common::versitygw::versitygw_bin() else {
+        eprintln!("SKIPPED slowdown_storm_is_retried: versitygw not found");
+        return;
+    };
+    let gw = Versitygw::start_with(&bin, &["bkt"], false);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let proxy_port = listener.local_addr().unwrap().port();
+    let upstream = gw.port;
+    let refused = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let r2 = refused.clone();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for (n, conn) in listener.incoming().enumerate() {
+            let Ok(mut c) = conn else { continue };
+            if n % 3 == 0 && r2.load(std::sync::atomic::Ordering::Relaxed) < 20 {
+                r2.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 4096];
+                    let mut seen = Vec::new();
+                    while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match c.read(&mut buf) {
+                            Ok(0) | Err(_) => return,
+                            Ok(k) => seen.extend_from_slice(&buf[..k]),
+                        }
+                    }
+                    let body = "<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>";
+                    let _ = write!(
+                        c,
+                        "HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = c.shutdown(std::net::Shutdown::Both);
+                });
+                continue;
+            }
+            std::thread::spawn(move || {
+                let Ok(up) = std::net::TcpStream::connect(("127.0.0.1", upstream)) else {
+                    return;
+                };
+                let (mut a, mut b) = (c.try_clone().unwrap(), up.try_clone().unwrap());
+                let t = std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut a, &mut b);
+                    let _ = b.shutdown(std::net::Shutdown::Write);
+                });
+                let (mut up2, mut c2) = (up, c);
+                let _ = std::io::copy(&mut up2, &mut c2);
+                let _ = c2.shutdown(std::net::Shutdown::Write);
+                let _ = t.join();
+            });
+        }
+    });
+    let t = tempdir();
+    let src = t.path().join("src");
+    fs::create_dir(&src).unwrap();
+    for i in 0..12 {
+        fs::write(src.join(format!("f{i}.bin")), data(50_000 + i, i as u8)).unwrap();
+    }
+    fs::write(src.join("big.bin"), data(30 * MIB, 99)).unwrap();
+    let endpoint = format!("http://127.0.0.1:{proxy_port}");
+    let envs = [
+        ("AWS_ACCESS_KEY_ID", common::versitygw::ACCESS_KEY),
+        ("AWS_SECRET_ACCESS_KEY", common::versitygw::SECRET_KEY),
+        ("AWS_ENDPOINT_URL", endpoint.as_str()),
+        ("AWS_REGION", "us-east-1"),
+    ];
+    let o = ferry_in(
+        t.path(),
+        &args![
+            "cp",
+            "-q",
+            "-r",
+            "--retries",
+            "6",
+            &src,
+            "s3://bkt/storm/",
+            "--s3-part-size",
+            "5M"
+        ],
+        &envs,
+    );
+    assert_ok(&o, "upload through the storm");
+    assert!(refused.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    assert_eq!(
+        tree_digest(&gw.root().join("bkt/storm/src")),
+        tree_digest(&src)
+    );
+    let back = t.path().join("back");
+    let o = ferry_in(
+        t.path(),
+        &args![
+            "cp",
+            "-q",
+            "-r",
+            "--retries",
+            "6",
+            "s3://bkt/storm/src",
+            &back
+        ],
+        &envs,
+    );
+    assert_ok(&o, "download through the storm");
+    assert_eq!(tree_digest(&back), tree_digest(&src));
+}

@@ -295,6 +295,34 @@ impl Inner {
         }
     }
 
+    /// Send, retrying a 5xx answer or a lost connection with backoff, and
+    /// return any other answer as it is (a HEAD's 404 is not an error).
+    async fn send_retrying<'k>(
+        &self,
+        make: &(dyn Fn() -> Req<'k> + Send + Sync),
+    ) -> Result<Response, TransferError> {
+        let mut attempt = 0u32;
+        loop {
+            let last = attempt + 1 >= crate::retry::DEFAULT_ATTEMPTS;
+            match self.send(make()).await {
+                Ok(r) if r.status.is_server_error() && !last => {
+                    tracing::warn!(
+                        "{}: HTTP {} (the store is busy); retrying",
+                        r.url,
+                        r.status.as_u16()
+                    );
+                }
+                Ok(r) => return Ok(r),
+                Err(e) if crate::retry::transient(&e) && !last => {
+                    tracing::warn!("{e}; retrying");
+                }
+                Err(e) => return Err(e),
+            }
+            tokio::time::sleep(crate::retry::backoff(attempt)).await;
+            attempt += 1;
+        }
+    }
+
     /// One page of ListObjectsV2 under `prefix`.
     async fn list_page(
         &self,
@@ -615,7 +643,7 @@ impl Backend for S3 {
         };
         if key.is_empty() {
             // The bucket itself: it must exist.
-            let resp = i.send(Req::new(Method::HEAD, "")).await?;
+            let resp = i.send_retrying(&|| Req::new(Method::HEAD, "")).await?;
             if resp.status.is_success() {
                 return Ok(dir(name));
             }
@@ -631,7 +659,7 @@ impl Backend for S3 {
                 None
             });
         }
-        let resp = i.send(Req::new(Method::HEAD, key)).await?;
+        let resp = i.send_retrying(&|| Req::new(Method::HEAD, key)).await?;
         if resp.status.is_success() {
             let mtime = resp
                 .header("x-amz-meta-mtime")

@@ -25,6 +25,7 @@ pub struct Versitygw {
     child: Option<Child>,
     pub port: u16,
     pub cert: PathBuf,
+    tls: bool,
 }
 
 /// versitygw on PATH or in /usr/local/bin, or where Go puts it.
@@ -57,6 +58,11 @@ pub fn versitygw_or_skip(test: &str, buckets: &[&str]) -> Option<Versitygw> {
 
 impl Versitygw {
     pub fn start(bin: &Path, buckets: &[&str]) -> Versitygw {
+        Self::start_with(bin, buckets, true)
+    }
+
+    /// `tls: false`: plain HTTP (for a test proxy in front of it).
+    pub fn start_with(bin: &Path, buckets: &[&str], tls: bool) -> Versitygw {
         let dir = tempdir();
         let root = dir.path().join("root");
         for b in buckets {
@@ -73,10 +79,16 @@ impl Versitygw {
                 .args(["--access", ACCESS_KEY, "--secret", SECRET_KEY, "--quiet"])
                 .arg("--port")
                 .arg(format!("127.0.0.1:{port}"))
-                .arg("--cert")
-                .arg(&cert)
-                .arg("--key")
-                .arg(&key)
+                .args(if tls {
+                    vec![
+                        "--cert".into(),
+                        cert.clone().into_os_string(),
+                        "--key".into(),
+                        key.clone().into_os_string(),
+                    ]
+                } else {
+                    Vec::<std::ffi::OsString>::new()
+                })
                 .arg("posix")
                 .arg(&root)
                 .stdin(Stdio::null())
@@ -92,6 +104,7 @@ impl Versitygw {
                         child: Some(child),
                         port,
                         cert,
+                        tls,
                     };
                 }
                 if let Ok(Some(st)) = child.try_wait() {
@@ -120,7 +133,8 @@ impl Versitygw {
     }
 
     pub fn endpoint(&self) -> String {
-        format!("https://127.0.0.1:{}", self.port)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     /// The environment a ferry run needs to reach this server: keys,
