@@ -2,7 +2,7 @@
 # Install what ferry's tests and its scorecard talk to, where missing
 # (Debian/Ubuntu, apt-get): OpenSSH server and clients, nginx with WebDAV,
 # curl, aria2, lftp, rclone, vsftpd, openssl, iperf3, and the system tools
-# the test harness uses.
+# the test harness uses; versitygw and s5cmd (Go modules) for S3.
 #
 # Usage: scripts/install-peers.sh [--strict]
 #   --strict (scripts/test.sh): fail when something cannot be installed.
@@ -51,6 +51,54 @@ want netcat-openbsd 'command -v nc'
 # iproute2 for namespaces and TUN devices, iperf3 to measure its top rate.
 want iproute2 'command -v ip'
 want iperf3 'command -v iperf3'
+
+# S3 peers are Go modules from the Go module proxy (docs/internals/s3.md):
+# versitygw (the tests' S3 server, POSIX backend) and s5cmd (a bench
+# client), installed into /usr/local/bin when missing. Needs Go (>= 1.24,
+# /usr/local/go/bin/go or on PATH).
+VERSITYGW_VERSION=v1.8.0
+S5CMD_VERSION=v2.3.0
+go_install() { # go_install BINARY MODULE@VERSION
+    command -v "$1" >/dev/null 2>&1 && return 0
+    local go
+    go=$(command -v go || echo /usr/local/go/bin/go)
+    if [ ! -x "$go" ]; then
+        echo "install-peers: no Go toolchain to build $1 ($2)" >&2
+        return 1
+    fi
+    echo "install-peers: go install $2" >&2
+    GOBIN=/usr/local/bin GOFLAGS=-p=2 "$go" install "$2" || {
+        echo "install-peers: go install $2 failed" >&2
+        return 1
+    }
+}
+# `go install m@v` asks the proxy for m's version list (deprecation
+# check), which the proxy refuses for some modules (s5cmd): those are
+# built from a throwaway module that requires the version directly.
+go_build() { # go_build BINARY MODULE VERSION
+    command -v "$1" >/dev/null 2>&1 && return 0
+    local go tmp
+    go=$(command -v go || echo /usr/local/go/bin/go)
+    [ -x "$go" ] || return 1
+    tmp=$(mktemp -d)
+    printf 'module peerbuild\n\ngo 1.24\n\nrequire %s %s\n' "$2" "$3" >"$tmp/go.mod"
+    printf '//go:build tools\n\npackage tools\n\nimport _ "%s"\n' "$2" >"$tmp/tools.go"
+    echo "install-peers: go build $2@$3" >&2
+    (cd "$tmp" && GOFLAGS=-mod=mod "$go" build -o "/usr/local/bin/$1" "$2") || {
+        echo "install-peers: go build $2@$3 failed" >&2
+        rm -rf "$tmp"
+        return 1
+    }
+    rm -rf "$tmp"
+}
+go_failed=0
+go_install versitygw "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION" || go_failed=1
+# s5cmd only serves the benchmark: its absence never fails the tests.
+go_build s5cmd github.com/peak/s5cmd/v2 "$S5CMD_VERSION" || true
+if ((go_failed && strict)); then
+    echo "install-peers: versitygw is needed by the S3 tests" >&2
+    exit 1
+fi
 
 if ((${#missing[@]} == 0)); then
     exit 0

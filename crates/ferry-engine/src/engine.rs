@@ -332,9 +332,11 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
             })?,
     };
 
-    // One server holds both ends and can copy by itself.
+    // One server holds both ends and can copy by itself (into a part
+    // file, or, where writes appear whole, the final name: S3's
+    // CopyObject).
     if dc.server_copy
-        && target.renamed
+        && (target.renamed || dc.atomic_write)
         && src.endpoint_key() == dst.endpoint_key()
         && !r.opts.resume
         && dst.copy_within(&f.src, &target.write, size).await?

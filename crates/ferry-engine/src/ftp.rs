@@ -96,7 +96,9 @@ pub(crate) fn copy(
             }
             upload(&files, d, opts, stats)
         }
-        Location::Sftp(_) | Location::Http(_) => Err(TransferError::remote_to_remote(dest)),
+        Location::Sftp(_) | Location::Http(_) | Location::S3(_) => {
+            Err(TransferError::remote_to_remote(dest))
+        }
     }
 }
 

@@ -78,7 +78,9 @@ pub(crate) fn copy(
             }
             upload(&files, d, opts, stats)
         }
-        Location::Sftp(_) | Location::Ftp(_) => Err(TransferError::remote_to_remote(dest)),
+        Location::Sftp(_) | Location::Ftp(_) | Location::S3(_) => {
+            Err(TransferError::remote_to_remote(dest))
+        }
     }
 }
 

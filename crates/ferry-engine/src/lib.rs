@@ -45,6 +45,7 @@ mod journal;
 mod location;
 mod part;
 mod retry;
+pub mod s3;
 mod sftp;
 pub mod sync;
 mod transfer;
@@ -56,7 +57,8 @@ pub use error::{ErrorKind, TransferError};
 pub use ferry_http::{Options as HttpOptions, Version as HttpVersion};
 pub use ferry_ssh::{ConnectOptions, Prompt, PromptHandle, MAX_CHANNEL_PACKET};
 pub use ftp::FtpOptions;
-pub use location::{FtpSpec, HttpSpec, Location, RemotePath, RemoteSpec};
+pub use location::{FtpSpec, HttpSpec, Location, RemotePath, RemoteSpec, S3Spec};
+pub use s3::S3Options;
 pub use transfer::{
     block_on, run_blocking, BackendPath, Cancel, EndReport, Event, FileError, FileReport, Handle,
     Report, Transfer, TransferHandle, Verdict,
@@ -108,6 +110,9 @@ pub struct CopyOptions {
     /// and download shards (docs/internals/http.md); `None`: measured.
     pub http_threads: Option<usize>,
     pub http_shards: Option<usize>,
+    /// S3: endpoint, region, addressing, part sizes, checksums; the rest
+    /// comes from the environment and ~/.aws (docs/internals/s3.md).
+    pub s3: S3Options,
 }
 
 impl CopyOptions {
@@ -137,6 +142,7 @@ impl Default for CopyOptions {
             retries: retry::DEFAULT_ATTEMPTS,
             http_threads: None,
             http_shards: None,
+            s3: S3Options::default(),
         }
     }
 }
@@ -278,7 +284,7 @@ pub(crate) fn copy_on_loop(
         .iter()
         .filter_map(|s| match s {
             Location::Sftp(r) => Some(r),
-            Location::Local(_) | Location::Http(_) | Location::Ftp(_) => None,
+            Location::Local(_) | Location::Http(_) | Location::Ftp(_) | Location::S3(_) => None,
         })
         .collect();
     match dest {
@@ -314,13 +320,15 @@ pub(crate) fn copy_on_loop(
                 .iter()
                 .filter_map(|s| match s {
                     Location::Local(p) => Some(p.clone()),
-                    Location::Sftp(_) | Location::Http(_) | Location::Ftp(_) => None,
+                    Location::Sftp(_) | Location::Http(_) | Location::Ftp(_) | Location::S3(_) => {
+                        None
+                    }
                 })
                 .collect();
             sftp::upload(&locals, d, opts, stats)
         }
-        Location::Http(_) | Location::Ftp(_) => Err(TransferError::Usage(
-            "internal: HTTP or FTP destination".into(),
+        Location::Http(_) | Location::Ftp(_) | Location::S3(_) => Err(TransferError::Usage(
+            "internal: HTTP, FTP or S3 destination".into(),
         )),
     }
 }

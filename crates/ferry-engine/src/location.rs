@@ -1,6 +1,6 @@
 //! What the user typed as a source or destination: a local path, an
 //! `sftp://` URL, an `http://` or `https://` URL, an `ftp://` or `ftps://`
-//! URL, or the scp form `[user@]host:path`.
+//! URL, an `s3://bucket/key` location, or the scp form `[user@]host:path`.
 //!
 //! Path rules follow curl for URLs (the path is absolute; `/~/` starts at
 //! the home directory) and scp for the short form (relative to home unless
@@ -79,12 +79,55 @@ impl FtpSpec {
     }
 }
 
+/// An `s3://bucket/key` location. The key is taken as written (no
+/// percent-decoding, as the AWS CLI and rclone do); the endpoint, region
+/// and credentials come from `CopyOptions::s3` and the environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct S3Spec {
+    pub bucket: String,
+    /// The key or prefix, without a leading `/`; empty is the bucket.
+    pub key: String,
+    /// The text as given, for messages.
+    pub original: String,
+}
+
+impl S3Spec {
+    /// Ends with `/` or names the bucket itself (a "directory").
+    pub fn trailing_slash(&self) -> bool {
+        self.key.is_empty() || self.key.ends_with('/')
+    }
+}
+
+fn parse_s3(original: &str, rest: &str) -> Result<S3Spec, String> {
+    let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
+    // Bucket names: 3-63 of lower-case letters, digits, '.', '-' (AWS);
+    // other stores allow a little more (upper case, '_'), nothing else.
+    if bucket.is_empty()
+        || !bucket
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'-' | b'_'))
+    {
+        return Err(format!(
+            "{original}: {bucket:?} is not a bucket name; write s3://bucket/key"
+        ));
+    }
+    if key.contains('\0') {
+        return Err(format!("{original}: a NUL byte in the key"));
+    }
+    Ok(S3Spec {
+        bucket: bucket.to_string(),
+        key: key.trim_start_matches('/').to_string(),
+        original: original.to_string(),
+    })
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Location {
     Local(PathBuf),
     Sftp(RemoteSpec),
     Http(HttpSpec),
     Ftp(FtpSpec),
+    S3(S3Spec),
 }
 
 impl Location {
@@ -95,6 +138,7 @@ impl Location {
             Location::Sftp(r) => r.original.clone(),
             Location::Http(h) => h.original.clone(),
             Location::Ftp(f) => f.original.clone(),
+            Location::S3(s) => s.original.clone(),
         }
     }
 
@@ -119,10 +163,13 @@ impl Location {
         if let Some(rest) = strip_scheme(arg, "ftps") {
             return parse_ftp(arg, rest, true).map(Location::Ftp);
         }
+        if let Some(rest) = strip_scheme(arg, "s3") {
+            return parse_s3(arg, rest).map(Location::S3);
+        }
         if let Some((scheme, _)) = arg.split_once("://") {
             if !scheme.contains('/') {
                 return Err(format!(
-                    "{arg}: the {scheme}:// scheme is not supported yet; use sftp://, https://, http://, ftp://, ftps://, a local path, or host:path"
+                    "{arg}: the {scheme}:// scheme is not supported yet; use sftp://, https://, http://, ftp://, ftps://, s3://, a local path, or host:path"
                 ));
             }
         }
@@ -407,6 +454,22 @@ mod tests {
         assert_eq!(s.host, "::1");
         assert!(Location::parse("ftp://h/a%0d%0aDELE%20x").is_err());
         assert!(Location::parse("ftp:///x").is_err());
+    }
+
+    #[test]
+    fn s3_forms() {
+        let s = |a: &str| match Location::parse(a).unwrap() {
+            Location::S3(s) => s,
+            other => panic!("{other:?}"),
+        };
+        let a = s("s3://my-bucket/dir/a b+c%20.txt");
+        assert_eq!(a.bucket, "my-bucket");
+        assert_eq!(a.key, "dir/a b+c%20.txt");
+        assert!(!a.trailing_slash());
+        assert!(s("s3://b").trailing_slash());
+        assert!(s("S3://b/p/").trailing_slash());
+        assert!(Location::parse("s3:///k").is_err());
+        assert!(Location::parse("s3://b@d/k").is_err());
     }
 
     #[test]

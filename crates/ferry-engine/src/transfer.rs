@@ -394,6 +394,11 @@ pub fn block_on<R: EndReport>(
 /// per SSH connection, HTTP shards, blocking FTP) until the engine
 /// matches its speed: docs/internals/engine.md, "Migration".
 pub(crate) fn on_engine(sources: &[Location], dest: &Location) -> bool {
+    // S3 has no copy loop of its own: always the engine.
+    let s3 = |l: &Location| matches!(l, Location::S3(_));
+    if s3(dest) || sources.iter().any(s3) {
+        return true;
+    }
     let local = |l: &Location| matches!(l, Location::Local(_));
     let all_local_src = sources.iter().all(local);
     let any_local_src = sources.iter().any(local);

@@ -17,6 +17,7 @@ use ferry_engine::{CopyOptions, Event, Location, Stats, Transfer, TransferError}
 mod ftp_args;
 mod http_args;
 mod prompt;
+mod s3_args;
 mod serve;
 mod sync_cmd;
 
@@ -190,6 +191,8 @@ struct ConnArgs {
     http: http_args::HttpArgs,
     #[command(flatten)]
     ftp: ftp_args::FtpArgs,
+    #[command(flatten)]
+    s3: s3_args::S3Args,
 }
 
 impl ConnArgs {
@@ -236,6 +239,7 @@ impl ConnArgs {
         opts.compressed = self.http.compressed;
         self.http.apply(&mut opts.http);
         self.ftp.apply(&mut opts.ftp);
+        self.s3.apply(&mut opts.s3);
         if let Some(b) = self.inflight {
             opts.max_inflight = Some(b);
         }

@@ -1,6 +1,6 @@
 //! The backend contract: what the engine needs from a place files live in
 //! (a local directory tree, an SFTP server, an HTTP(S) server, an FTP(S)
-//! server, or memory in the tests), and what each one can do.
+//! server, an S3 bucket, or memory in the tests), and what each one can do.
 //!
 //! The engine ([`crate::engine`]) plans and runs every copy over two
 //! backends, a source and a destination, and never asks which protocol is
@@ -22,6 +22,7 @@ pub mod ftp;
 pub mod http;
 pub mod local;
 pub mod memory;
+pub mod s3;
 pub mod sftp;
 
 /// What a backend can do. The engine checks these before it plans: a
@@ -366,6 +367,7 @@ pub(crate) fn key_of(l: &crate::Location) -> String {
         Location::Local(_) => "local".into(),
         Location::Sftp(r) => format!("sftp://{:?}@{}:{:?}", r.user, r.host, r.port),
         Location::Http(h) => format!("{}://{}", h.url.scheme(), h.url.authority()),
+        Location::S3(s) => format!("s3://{}", s.bucket),
         Location::Ftp(f) => format!(
             "ftp{}://{:?}:{:?}@{}:{:?}",
             if f.implicit_tls { "s" } else { "" },
@@ -437,6 +439,10 @@ pub(crate) async fn open(
         }
         Location::Http(h) => {
             let (b, p, dir) = http::Http::open(h, opts)?;
+            Ok((existing.unwrap_or_else(|| Arc::new(b)), p, dir))
+        }
+        Location::S3(s) => {
+            let (b, p, dir) = s3::S3::open(s, opts)?;
             Ok((existing.unwrap_or_else(|| Arc::new(b)), p, dir))
         }
         Location::Ftp(f) => {

@@ -1971,6 +1971,7 @@ pub fn slow_relay(port: u16) -> u16 {
     });
     p
 }
+pub mod versitygw;
 pub mod vsftpd;
 
 /// A real `ssh-agent -D` on a socket in its own temporary directory,

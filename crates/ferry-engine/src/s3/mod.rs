@@ -1,0 +1,434 @@
+//! S3 without I/O: where a bucket lives (endpoint, region, path-style or
+//! virtual-hosted addressing), whose credentials sign for it (the AWS
+//! tools' chain: flags, environment, `~/.aws/credentials` and `config`),
+//! SigV4 signing ([`sigv4`]), the XML answers ([`xml`]), multipart part
+//! sizes, and what an S3 error means for the user. The requests themselves
+//! are made by `backend::s3` over ferry's own HTTP client.
+//!
+//! docs/internals/s3.md has the design and the measurements.
+pub mod sigv4;
+pub mod xml;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+pub use sigv4::Credentials;
+
+/// S3's limits (<https://docs.aws.amazon.com/AmazonS3/latest/userguide/qfacts.html>).
+pub const MAX_PARTS: u64 = 10_000;
+pub const MIN_PART: u64 = 5 << 20;
+pub const MAX_PART: u64 = 5 << 30;
+/// The largest object one CopyObject copies; bigger ones are copied in
+/// parts (UploadPartCopy).
+pub const MAX_COPY: u64 = 5 << 30;
+
+/// How to reach S3, from flags; what is not given comes from the
+/// environment and the AWS config files (see [`resolve`]).
+#[derive(Debug, Clone, Default)]
+pub struct S3Options {
+    /// `--s3-endpoint`: `https://host[:port]` of an S3-compatible store.
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
+    /// `--s3-profile` (else `AWS_PROFILE`, else `default`).
+    pub profile: Option<String>,
+    /// Bucket in the host name (`bucket.host`) instead of the path.
+    pub virtual_hosted: bool,
+    /// Objects at least this big are uploaded in parts (default 16 MiB).
+    pub multipart_threshold: Option<u64>,
+    /// Part size wanted (default 8 MiB; raised so a file fits in 10,000).
+    pub part_size: Option<u64>,
+    /// Parts of one file uploaded at once (default 8).
+    pub upload_concurrency: Option<usize>,
+    /// `crc32` (default), `md5` or `none`.
+    pub checksum: Option<String>,
+}
+
+pub const DEFAULT_THRESHOLD: u64 = 16 << 20;
+pub const DEFAULT_PART: u64 = 8 << 20;
+pub const DEFAULT_CONCURRENCY: usize = 8;
+
+/// Which integrity header uploads carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checksum {
+    /// `x-amz-checksum-crc32` (S3's flexible checksums): cheap to compute,
+    /// checked by the store, kept with the object.
+    Crc32,
+    /// `Content-MD5`: what every S3 implementation checks.
+    Md5,
+    None,
+}
+
+/// Everything resolved: ready to sign requests.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub https: bool,
+    /// Host (and `:port` when not the scheme's default) of the endpoint.
+    pub host: String,
+    pub port: u16,
+    pub region: String,
+    pub virtual_hosted: bool,
+    pub creds: Option<Credentials>,
+    /// Where the credentials came from, for messages.
+    pub creds_from: String,
+    pub ca_bundle: Option<PathBuf>,
+    pub threshold: u64,
+    pub part_size: u64,
+    pub concurrency: usize,
+    pub checksum: Checksum,
+}
+
+/// Where variables come from (the process environment, or a map in tests).
+pub trait Env {
+    fn var(&self, k: &str) -> Option<String>;
+}
+
+pub struct ProcessEnv;
+
+impl Env for ProcessEnv {
+    fn var(&self, k: &str) -> Option<String> {
+        std::env::var(k).ok().filter(|v| !v.is_empty())
+    }
+}
+
+impl Env for HashMap<String, String> {
+    fn var(&self, k: &str) -> Option<String> {
+        self.get(k).cloned().filter(|v| !v.is_empty())
+    }
+}
+
+/// An INI file as the AWS tools read it: `[section]` then `key = value`.
+pub fn parse_ini(text: &str) -> HashMap<String, HashMap<String, String>> {
+    let mut out: HashMap<String, HashMap<String, String>> = HashMap::new();
+    let mut section = String::new();
+    for line in text.lines() {
+        let l = line.trim();
+        if l.is_empty() || l.starts_with('#') || l.starts_with(';') {
+            continue;
+        }
+        if let Some(s) = l.strip_prefix('[').and_then(|s| s.strip_suffix(']')) {
+            section = s.trim().to_string();
+            continue;
+        }
+        if let Some((k, v)) = l.split_once('=') {
+            out.entry(section.clone())
+                .or_default()
+                .insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
+        }
+    }
+    out
+}
+
+fn read_ini(p: &Path) -> HashMap<String, HashMap<String, String>> {
+    std::fs::read_to_string(p)
+        .map(|t| parse_ini(&t))
+        .unwrap_or_default()
+}
+
+/// Resolve options, environment and the AWS files into a [`Config`], in
+/// the AWS CLI's order: flags, then `AWS_*` variables, then the profile
+/// in `~/.aws/credentials` and `~/.aws/config`.
+pub fn resolve(o: &S3Options, env: &dyn Env, home: Option<&Path>) -> Result<Config, String> {
+    let profile = o
+        .profile
+        .clone()
+        .or_else(|| env.var("AWS_PROFILE"))
+        .unwrap_or_else(|| "default".into());
+    let creds_file = env
+        .var("AWS_SHARED_CREDENTIALS_FILE")
+        .map(PathBuf::from)
+        .or_else(|| home.map(|h| h.join(".aws/credentials")));
+    let config_file = env
+        .var("AWS_CONFIG_FILE")
+        .map(PathBuf::from)
+        .or_else(|| home.map(|h| h.join(".aws/config")));
+    let cred_ini = creds_file.as_deref().map(read_ini).unwrap_or_default();
+    let conf_ini = config_file.as_deref().map(read_ini).unwrap_or_default();
+    let empty = HashMap::new();
+    let in_creds = cred_ini.get(&profile).unwrap_or(&empty);
+    let conf_section = if profile == "default" {
+        conf_ini.get("default")
+    } else {
+        conf_ini.get(&format!("profile {profile}"))
+    };
+    let in_conf = conf_section.unwrap_or(&empty);
+    let from_profile = |k: &str| in_creds.get(k).or_else(|| in_conf.get(k)).cloned();
+
+    let (creds, creds_from) = match (
+        env.var("AWS_ACCESS_KEY_ID"),
+        env.var("AWS_SECRET_ACCESS_KEY"),
+    ) {
+        (Some(a), Some(s)) => (
+            Some(Credentials {
+                access_key: a,
+                secret_key: s,
+                session_token: env.var("AWS_SESSION_TOKEN"),
+            }),
+            "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY".to_string(),
+        ),
+        _ => match (
+            from_profile("aws_access_key_id"),
+            from_profile("aws_secret_access_key"),
+        ) {
+            (Some(a), Some(s)) => (
+                Some(Credentials {
+                    access_key: a,
+                    secret_key: s,
+                    session_token: from_profile("aws_session_token"),
+                }),
+                format!("profile {profile:?} in ~/.aws/credentials or ~/.aws/config"),
+            ),
+            _ => (None, "no credentials".to_string()),
+        },
+    };
+    if o.profile.is_some() && !cred_ini.contains_key(&profile) && conf_section.is_none() {
+        return Err(format!(
+            "--s3-profile {profile}: no such profile in ~/.aws/credentials or ~/.aws/config"
+        ));
+    }
+    let region = o
+        .region
+        .clone()
+        .or_else(|| env.var("AWS_REGION"))
+        .or_else(|| env.var("AWS_DEFAULT_REGION"))
+        .or_else(|| in_conf.get("region").cloned())
+        .unwrap_or_else(|| "us-east-1".into());
+    let endpoint = o
+        .endpoint
+        .clone()
+        .or_else(|| env.var("AWS_ENDPOINT_URL_S3"))
+        .or_else(|| env.var("AWS_ENDPOINT_URL"))
+        .or_else(|| in_conf.get("endpoint_url").cloned());
+    let custom = endpoint.is_some();
+    let endpoint = endpoint.unwrap_or_else(|| format!("https://s3.{region}.amazonaws.com"));
+    let url = ferry_http::Url::parse(&endpoint).map_err(|e| format!("S3 endpoint: {e}"))?;
+    if url.path != "/" && !url.path.is_empty() {
+        return Err(format!(
+            "S3 endpoint {endpoint}: give the endpoint without a path (https://host[:port])"
+        ));
+    }
+    let checksum = match o.checksum.as_deref().unwrap_or("crc32") {
+        "crc32" => Checksum::Crc32,
+        "md5" => Checksum::Md5,
+        "none" => Checksum::None,
+        other => return Err(format!("--s3-checksum {other}: want crc32, md5 or none")),
+    };
+    let threshold = o
+        .multipart_threshold
+        .unwrap_or(DEFAULT_THRESHOLD)
+        .max(MIN_PART);
+    let part_size = o
+        .part_size
+        .unwrap_or(DEFAULT_PART)
+        .clamp(MIN_PART, MAX_PART);
+    Ok(Config {
+        https: url.https,
+        host: url.host,
+        port: url.port,
+        region,
+        // AWS itself wants virtual-hosted buckets; custom endpoints get
+        // path-style unless asked (as rclone does for most providers).
+        virtual_hosted: o.virtual_hosted || !custom,
+        creds,
+        creds_from,
+        ca_bundle: env.var("AWS_CA_BUNDLE").map(PathBuf::from),
+        threshold,
+        part_size,
+        concurrency: o
+            .upload_concurrency
+            .unwrap_or(DEFAULT_CONCURRENCY)
+            .clamp(1, 64),
+        checksum,
+    })
+}
+
+impl Config {
+    /// The endpoint as a URL prefix, for messages and keys.
+    pub fn endpoint(&self) -> String {
+        let scheme = if self.https { "https" } else { "http" };
+        let default = if self.https { 443 } else { 80 };
+        if self.port == default {
+            format!("{scheme}://{}", self.host)
+        } else if self.host.contains(':') {
+            format!("{scheme}://[{}]:{}", self.host, self.port)
+        } else {
+            format!("{scheme}://{}:{}", self.host, self.port)
+        }
+    }
+
+    /// (host for the URL, path prefix) of a bucket.
+    pub fn bucket_base(&self, bucket: &str) -> (String, String) {
+        if self.virtual_hosted {
+            (format!("{bucket}.{}", self.host), String::new())
+        } else {
+            (
+                self.host.clone(),
+                format!("/{}", sigv4::uri_encode(bucket.as_bytes())),
+            )
+        }
+    }
+}
+
+/// Part size for an object of `size` bytes: the wanted size, raised (to
+/// whole MiB) until the object fits in 10,000 parts.
+pub fn part_size_for(size: u64, wanted: u64) -> u64 {
+    let need = size.div_ceil(MAX_PARTS);
+    let need = need.div_ceil(1 << 20) << 20;
+    wanted.max(need).clamp(MIN_PART, MAX_PART)
+}
+
+/// What went wrong with a request, for a message and a class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// Wrong or missing credentials, refused access: exit 3.
+    Auth,
+    /// Try again later (500, 503 SlowDown): retried.
+    Transient,
+    /// About the object or bucket: exit 4.
+    Remote,
+    /// A local setting must change (the clock).
+    Usage,
+}
+
+/// Classify an S3 error and say what to do.
+pub fn explain(status: u16, code: &str, endpoint: &str, bucket: &str) -> (ErrorClass, String) {
+    match code {
+        "InvalidAccessKeyId" | "SignatureDoesNotMatch" | "InvalidToken" | "ExpiredToken"
+        | "TokenRefreshRequired"
+        // versitygw's answer (HTTP 404!) to an unknown access key.
+        | "XAdminUserNotFound" => (
+            ErrorClass::Auth,
+            format!("the store at {endpoint} refused the credentials; check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE and ~/.aws/credentials)"),
+        ),
+        "AccessDenied" | "AllAccessDisabled" => (
+            ErrorClass::Auth,
+            format!("access denied by {endpoint}; the credentials lack permission for bucket {bucket}"),
+        ),
+        "RequestTimeTooSkewed" => (
+            ErrorClass::Usage,
+            "this machine's clock differs from the store's by more than 15 minutes (S3 refuses such signatures); set the clock (timedatectl set-ntp true)".to_string(),
+        ),
+        "NoSuchBucket" => (
+            ErrorClass::Remote,
+            format!("no bucket {bucket:?} at {endpoint}; create it first (aws s3 mb s3://{bucket}) or check --s3-endpoint, --s3-region and the bucket name"),
+        ),
+        "AuthorizationHeaderMalformed" | "PermanentRedirect" | "IllegalLocationConstraintException" => (
+            ErrorClass::Usage,
+            format!("bucket {bucket} is in another region or behind another endpoint than {endpoint}; give --s3-region or --s3-endpoint"),
+        ),
+        "SlowDown" | "InternalError" | "ServiceUnavailable" | "RequestTimeout" => (
+            ErrorClass::Transient,
+            "the store asks to slow down or failed for now; ferry retries with backoff".to_string(),
+        ),
+        "NoSuchUpload" => (
+            ErrorClass::Remote,
+            "the multipart upload is gone (aborted, or completed elsewhere)".to_string(),
+        ),
+        _ => match status {
+            401 | 403 => (
+                ErrorClass::Auth,
+                format!("access denied by {endpoint}; check the credentials and that they may use bucket {bucket}"),
+            ),
+            500 | 502 | 503 | 504 => (
+                ErrorClass::Transient,
+                "the store failed for now; ferry retries with backoff".to_string(),
+            ),
+            _ => (ErrorClass::Remote, String::new()),
+        },
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn part_sizes_fit_ten_thousand_parts() {
+        assert_eq!(part_size_for(1 << 30, DEFAULT_PART), DEFAULT_PART);
+        let five_tib = 5u64 << 40;
+        let p = part_size_for(five_tib, DEFAULT_PART);
+        assert!(five_tib.div_ceil(p) <= MAX_PARTS, "{p}");
+        assert_eq!(p % (1 << 20), 0);
+        assert_eq!(part_size_for(10, 1), MIN_PART);
+    }
+
+    #[test]
+    fn chain_order() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join(".aws")).unwrap();
+        std::fs::write(
+            dir.path().join(".aws/credentials"),
+            "[default]\naws_access_key_id = FILEKEY\naws_secret_access_key = filesecret\n[other]\naws_access_key_id=O\naws_secret_access_key=o\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join(".aws/config"),
+            "[default]\nregion = eu-west-3\n[profile other]\nregion = ap-south-1\nendpoint_url = http://127.0.0.1:9000\n",
+        )
+        .unwrap();
+        let o = S3Options::default();
+        let c = resolve(&o, &env(&[]), Some(dir.path())).unwrap();
+        assert_eq!(c.creds.as_ref().unwrap().access_key, "FILEKEY");
+        assert_eq!(c.region, "eu-west-3");
+        assert_eq!(c.host, "s3.eu-west-3.amazonaws.com");
+        assert!(c.virtual_hosted && c.https);
+        let c = resolve(&o, &env(&[("AWS_PROFILE", "other")]), Some(dir.path())).unwrap();
+        assert_eq!(c.creds.as_ref().unwrap().access_key, "O");
+        assert_eq!(
+            (c.host.as_str(), c.port, c.https),
+            ("127.0.0.1", 9000, false)
+        );
+        assert!(!c.virtual_hosted, "custom endpoints are path-style");
+        let c = resolve(
+            &o,
+            &env(&[
+                ("AWS_ACCESS_KEY_ID", "E"),
+                ("AWS_SECRET_ACCESS_KEY", "e"),
+                ("AWS_REGION", "x-1"),
+            ]),
+            Some(dir.path()),
+        )
+        .unwrap();
+        assert_eq!(c.creds.as_ref().unwrap().access_key, "E");
+        assert_eq!(c.region, "x-1");
+        let flags = S3Options {
+            endpoint: Some("https://minio.local:9443".into()),
+            region: Some("r".into()),
+            virtual_hosted: true,
+            ..S3Options::default()
+        };
+        let c = resolve(&flags, &env(&[("AWS_ENDPOINT_URL", "http://x")]), None).unwrap();
+        assert_eq!(c.endpoint(), "https://minio.local:9443");
+        assert_eq!(c.bucket_base("b").0, "b.minio.local");
+        assert!(resolve(
+            &S3Options {
+                profile: Some("nope".into()),
+                ..S3Options::default()
+            },
+            &env(&[]),
+            Some(dir.path())
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn errors_say_what_to_do() {
+        let (c, m) = explain(403, "InvalidAccessKeyId", "http://h", "b");
+        assert_eq!(c, ErrorClass::Auth);
+        assert!(m.contains("AWS_ACCESS_KEY_ID"));
+        assert_eq!(explain(503, "SlowDown", "e", "b").0, ErrorClass::Transient);
+        assert!(explain(403, "RequestTimeTooSkewed", "e", "b")
+            .1
+            .contains("clock"));
+        assert!(explain(404, "NoSuchBucket", "e", "b")
+            .1
+            .contains("create it"));
+    }
+}

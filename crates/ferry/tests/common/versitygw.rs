@@ -1,0 +1,184 @@
+//! A real S3 server on 127.0.0.1 for the S3 tests: versitygw (Apache-2.0,
+//! installed by scripts/install-peers.sh from the Go module proxy) with its
+//! POSIX backend in a temporary directory, its own root access and secret
+//! keys, a free port, and TLS with a fresh self-signed certificate (so
+//! ferry's certificate check is exercised: the tests trust it through
+//! `AWS_CA_BUNDLE`). Stopped by PID when dropped.
+//!
+//! The POSIX backend stores bucket `B`'s object `K` as the file `root/B/K`,
+//! so tests check uploads byte for byte on disk, and unfinished multipart
+//! uploads under `root/B/.sgwtmp/multipart/`.
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+use super::{free_port, tempdir};
+
+pub const ACCESS_KEY: &str = "ferrytestaccess";
+pub const SECRET_KEY: &str = "ferrytestsecret0123456789";
+
+pub struct Versitygw {
+    dir: TempDir,
+    child: Option<Child>,
+    pub port: u16,
+    pub cert: PathBuf,
+    tls: bool,
+}
+
+/// versitygw on PATH or in /usr/local/bin, or where Go puts it.
+pub fn versitygw_bin() -> Option<PathBuf> {
+    let mut c: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join("versitygw"))
+                .collect()
+        })
+        .unwrap_or_default();
+    c.push("/usr/local/bin/versitygw".into());
+    if let Some(h) = std::env::var_os("HOME") {
+        c.push(Path::new(&h).join("go/bin/versitygw"));
+    }
+    c.into_iter().find(|p| p.is_file())
+}
+
+/// versitygw with buckets `buckets`, or `None` (and a message) when it is
+/// not installed.
+pub fn versitygw_or_skip(test: &str, buckets: &[&str]) -> Option<Versitygw> {
+    let Some(bin) = versitygw_bin() else {
+        eprintln!(
+            "SKIPPED {test}: versitygw not found (scripts/install-peers.sh installs it with go install)"
+        );
+        return None;
+    };
+    Some(Versitygw::start(&bin, buckets))
+}
+
+impl Versitygw {
+    pub fn start(bin: &Path, buckets: &[&str]) -> Versitygw {
+        Self::start_with(bin, buckets, true)
+    }
+
+    /// `tls: false`: plain HTTP (for a test proxy in front of it).
+    pub fn start_with(bin: &Path, buckets: &[&str], tls: bool) -> Versitygw {
+        let dir = tempdir();
+        let root = dir.path().join("root");
+        for b in buckets {
+            std::fs::create_dir_all(root.join(b)).unwrap_or_else(|e| panic!("mkdir {b}: {e}"));
+        }
+        let (cert, key) = ferry_bench::servers::self_signed_cert(dir.path())
+            .unwrap_or_else(|e| panic!("certificate: {e:#}"));
+        let mut last = String::new();
+        for _ in 0..5 {
+            let port = free_port();
+            let log = std::fs::File::create(dir.path().join("versitygw.log"))
+                .unwrap_or_else(|e| panic!("log: {e}"));
+            let mut child = Command::new(bin)
+                .args(["--access", ACCESS_KEY, "--secret", SECRET_KEY, "--quiet"])
+                .arg("--port")
+                .arg(format!("127.0.0.1:{port}"))
+                .args(if tls {
+                    vec![
+                        "--cert".into(),
+                        cert.clone().into_os_string(),
+                        "--key".into(),
+                        key.clone().into_os_string(),
+                    ]
+                } else {
+                    Vec::<std::ffi::OsString>::new()
+                })
+                .arg("posix")
+                .arg(&root)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    return Versitygw {
+                        dir,
+                        child: Some(child),
+                        port,
+                        cert,
+                        tls,
+                    };
+                }
+                if let Ok(Some(st)) = child.try_wait() {
+                    last = format!(
+                        "versitygw exited ({st}): {}",
+                        std::fs::read_to_string(dir.path().join("versitygw.log"))
+                            .unwrap_or_default()
+                    );
+                    break;
+                }
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    last = "versitygw did not listen within 20 s".into();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        panic!("versitygw did not start: {last}");
+    }
+
+    /// The POSIX backend's top directory (one subdirectory per bucket).
+    pub fn root(&self) -> PathBuf {
+        self.dir.path().join("root")
+    }
+
+    pub fn endpoint(&self) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    /// The environment a ferry run needs to reach this server: keys,
+    /// endpoint, region, the CA bundle that trusts its certificate.
+    pub fn env(&self) -> Vec<(String, String)> {
+        vec![
+            ("AWS_ACCESS_KEY_ID".into(), ACCESS_KEY.into()),
+            ("AWS_SECRET_ACCESS_KEY".into(), SECRET_KEY.into()),
+            ("AWS_ENDPOINT_URL".into(), self.endpoint()),
+            ("AWS_REGION".into(), "us-east-1".into()),
+            ("AWS_CA_BUNDLE".into(), self.cert.display().to_string()),
+        ]
+    }
+
+    /// Unfinished multipart uploads of `bucket` left on disk.
+    pub fn leftover_uploads(&self, bucket: &str) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        let mp = self.root().join(bucket).join(".sgwtmp/multipart");
+        let mut stack = vec![mp];
+        while let Some(d) = stack.pop() {
+            if let Ok(rd) = std::fs::read_dir(&d) {
+                for e in rd.flatten() {
+                    let p = e.path();
+                    if p.is_dir() {
+                        stack.push(p);
+                    } else {
+                        out.push(p);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("versitygw.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Versitygw {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
