@@ -359,6 +359,9 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
             ));
         }
     }
+    if from == 0 && size <= WHOLE_FILE {
+        return copy_whole(r, f, &target, size).await;
+    }
     let todo = size - from;
     let streams = r
         .opts
@@ -397,6 +400,89 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
     }
     finalize(r, f, &target, size, false).await?;
     Ok(todo)
+}
+
+/// Files up to this size are read whole and written with one
+/// `put_whole`, with retries as a range's.
+const WHOLE_FILE: u64 = 256 * 1024;
+
+/// A small file in one read and one `put_whole`.
+async fn copy_whole(
+    r: &Run,
+    f: &FilePlan,
+    target: &Target,
+    size: u64,
+) -> Result<u64, TransferError> {
+    let src = &r.sources[f.source].backend;
+    let dst = &r.dest.backend;
+    let dc = dst.capabilities();
+    let mtime = f.mtime.filter(|_| r.opts.preserve && dc.set_times);
+    let mode = f
+        .mode
+        .filter(|_| r.opts.preserve && dc.set_mode)
+        .map(|m| m & 0o7777);
+    let part = target.renamed.then_some(target.write.as_slice());
+    let stall = r.opts.timeout;
+    let mut attempt = 0u32;
+    loop {
+        if r.cancel.is_cancelled() {
+            return Err(TransferError::cancelled());
+        }
+        let once = async {
+            let data = tokio::time::timeout(stall, read_all(src.as_ref(), &f.src, 0, size))
+                .await
+                .map_err(|_| stalled(src.as_ref(), &f.src, stall))??;
+            if data.len() as u64 != size {
+                return Err(TransferError::Remote(format!(
+                    "{}: {} bytes arrived where {size} were expected (the file changed during the copy?)",
+                    src.display(&f.src),
+                    data.len()
+                )));
+            }
+            if r.cancel.is_cancelled() {
+                return Err(TransferError::cancelled());
+            }
+            tokio::time::timeout(
+                stall,
+                dst.put_whole(part, &f.dst, bytes::Bytes::from(data), mtime, mode),
+            )
+            .await
+            .map_err(|_| stalled(dst.as_ref(), &f.dst, stall))?
+        };
+        let res = tokio::select! {
+            biased;
+            _ = r.cancel.cancelled() => Err(TransferError::cancelled()),
+            res = once => res,
+        };
+        match res {
+            Ok(()) => {
+                r.stats.bytes_done.fetch_add(size, Ordering::Relaxed);
+                return Ok(size);
+            }
+            Err(e) => {
+                let again = crate::retry::transient(&e) && attempt + 1 < r.opts.retries;
+                if !again || r.cancel.is_cancelled() {
+                    return Err(e);
+                }
+                let wait = crate::retry::backoff(attempt);
+                r.events
+                    .warn(format!("{e}; retrying in {:.1} s", wait.as_secs_f64()));
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = r.cancel.cancelled() => return Err(TransferError::cancelled()),
+                }
+                attempt += 1;
+            }
+        }
+    }
+}
+
+fn stalled(b: &dyn Backend, p: &[u8], stall: Duration) -> TransferError {
+    TransferError::Network(format!(
+        "{}: no progress for {} s: the connection stalled (--timeout)",
+        b.display(p),
+        stall.as_secs()
+    ))
 }
 
 /// Where a part file can continue: its length, if its last bytes are the

@@ -185,6 +185,34 @@ pub trait Backend: Send + Sync {
         )))
     }
 
+    /// Write a whole small file in one go: `data` into `part` (the final
+    /// name itself when `None`), then times and mode, then rename `part`
+    /// over `to`. The engine sends files up to 256 KiB this way; a backend
+    /// whose calls cross threads (SFTP) does the whole sequence in one
+    /// trip. The default makes the ordinary calls.
+    async fn put_whole(
+        &self,
+        part: Option<&[u8]>,
+        to: &[u8],
+        data: Bytes,
+        mtime: Option<i64>,
+        mode: Option<u32>,
+    ) -> Result<(), TransferError> {
+        let w = part.unwrap_or(to);
+        let mut sink = self
+            .write(w, WriteMode::Create, Some(data.len() as u64))
+            .await?;
+        sink.write(data).await?;
+        sink.finish().await?;
+        if mtime.is_some() || mode.is_some() {
+            self.set_attrs(w, mtime, mode).await?;
+        }
+        if let Some(p) = part {
+            self.rename_over(p, to).await?;
+        }
+        Ok(())
+    }
+
     /// Remove an empty directory.
     async fn remove_dir(&self, path: &[u8]) -> Result<(), TransferError> {
         Err(TransferError::Usage(format!(
