@@ -36,6 +36,7 @@ mod ftp;
 mod http;
 mod journal;
 mod location;
+pub mod named;
 mod part;
 mod retry;
 mod sftp;
