@@ -63,6 +63,34 @@ failed=$(awk '/^test result:/ { for (i = 1; i < NF; i++) if ($(i+1) ~ /^failed/)
 echo
 echo "workspace: ${passed:-0} passed, ${failed:-0} failed"
 
+# --- Python bindings (bindings/python) -------------------------------------
+# The `ferry` Python package (maturin + PyO3), built as a wheel in the dev
+# profile (the dependencies are the workspace's, already compiled above,
+# with the same profile settings) and installed into a venv under the
+# target directory, then its pytest suite against sshd, ferry serve and
+# nginx on 127.0.0.1. pytest's exit code 5 (no test ran) fails the run.
+# FERRY_PYTHON=0 skips it.
+if [ "$rc" -eq 0 ] && [ "${FERRY_PYTHON:-1}" != 0 ]; then
+    echo "== bindings/python: maturin build + pytest" >&2
+    export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
+    venv="$CARGO_TARGET_DIR/py-venv"
+    [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --upgrade 'maturin>=1.5,<2' pytest fsspec
+    (cd bindings/python && cargo fmt -- --check && cargo clippy --all-targets -- -D warnings)
+    cargo build -p ferry # ferry serve, for the tests' server
+    rm -rf "$CARGO_TARGET_DIR/wheels-dev"
+    (cd bindings/python && "$venv/bin/maturin" build --profile dev --out "$CARGO_TARGET_DIR/wheels-dev")
+    "$venv/bin/python" -m pip install -q --force-reinstall --no-deps "$CARGO_TARGET_DIR"/wheels-dev/ferry_transfer-*.whl
+    set +e
+    (cd bindings/python && FERRY_BIN="$CARGO_TARGET_DIR/debug/ferry" "$venv/bin/python" -m pytest tests -q -p no:cacheprovider)
+    py_rc=$?
+    set -e
+    if [ "$py_rc" -eq 5 ]; then
+        echo "bindings/python: pytest ran no test" >&2
+    fi
+    [ "$py_rc" -eq 0 ] || rc=1
+fi
+
 # The scorecard's smoke run, with the debug binary the tests just built (a
 # release build would add ~10 minutes to CI): it must finish and verify
 # every transfer; its numbers are printed, never asserted, and are not the
