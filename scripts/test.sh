@@ -63,6 +63,37 @@ failed=$(awk '/^test result:/ { for (i = 1; i < NF; i++) if ($(i+1) ~ /^failed/)
 echo
 echo "workspace: ${passed:-0} passed, ${failed:-0} failed"
 
+# --- C library (crates/ferry-capi) -----------------------------------------
+# include/ferry.h must be what cbindgen makes of src/lib.rs now (cbindgen
+# comes from crates.io when missing); then libferry is installed into a
+# prefix under the target directory and examples/c/seedsets.c is built
+# against it through pkg-config, shared and static. The Python suite below
+# runs both against its sshd (bindings/python/tests/test_capi.py).
+# FERRY_CAPI=0 skips it.
+if [ "$rc" -eq 0 ] && [ "${FERRY_CAPI:-1}" != 0 ]; then
+    echo "== crates/ferry-capi: ferry.h up to date, seedsets.c builds" >&2
+    export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
+    if ! command -v cbindgen >/dev/null 2>&1; then
+        echo "== cargo install cbindgen" >&2
+        cargo install cbindgen --locked
+    fi
+    (cd crates/ferry-capi && cbindgen --config cbindgen.toml --quiet --output "$CARGO_TARGET_DIR/ferry.h.new")
+    if ! diff -u crates/ferry-capi/include/ferry.h "$CARGO_TARGET_DIR/ferry.h.new"; then
+        echo "crates/ferry-capi/include/ferry.h is stale: run (cd crates/ferry-capi && cbindgen --config cbindgen.toml --output include/ferry.h)" >&2
+        rc=1
+    fi
+    prefix="$CARGO_TARGET_DIR/capi-prefix"
+    scripts/install-capi.sh "$prefix" --debug
+    export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+    # shellcheck disable=SC2046 # pkg-config's words are meant to split
+    cc -Wall -Wextra -Werror -O2 examples/c/seedsets.c $(pkg-config --cflags --libs ferry) \
+        -Wl,-rpath,"$prefix/lib" -o "$CARGO_TARGET_DIR/seedsets"
+    # shellcheck disable=SC2046
+    cc -Wall -Wextra -Werror -O2 examples/c/seedsets.c $(pkg-config --cflags ferry) "$prefix/lib/libferry.a" \
+        $(pkg-config --static --libs-only-l ferry | sed 's/-lferry//') -o "$CARGO_TARGET_DIR/seedsets-static"
+    export FERRY_SEEDSETS="$CARGO_TARGET_DIR/seedsets" FERRY_SEEDSETS_STATIC="$CARGO_TARGET_DIR/seedsets-static"
+fi
+
 # --- Python bindings (bindings/python) -------------------------------------
 # The `ferry` Python package (maturin + PyO3), built as a wheel in the dev
 # profile (the dependencies are the workspace's, already compiled above,
