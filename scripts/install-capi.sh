@@ -2,19 +2,28 @@
 # Build libferry (crates/ferry-capi) and install it under PREFIX: the
 # shared and static library, include/ferry.h and lib/pkgconfig/ferry.pc.
 #
-# Usage: scripts/install-capi.sh PREFIX [--debug]
+# Usage: scripts/install-capi.sh PREFIX [--debug] [--no-build]
+# (--no-build: install what target/ holds; scripts/test.sh builds the
+# whole workspace first, so the libraries share its compiled features.)
 # Then: cc app.c $(PKG_CONFIG_PATH=PREFIX/lib/pkgconfig pkg-config --cflags --libs ferry)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 prefix=${1:?usage: scripts/install-capi.sh PREFIX [--debug]}
 profile=release
-[ "${2:-}" = "--debug" ] && profile=debug
+build=1
+for a in "${@:2}"; do
+    case "$a" in
+        --debug) profile=debug ;;
+        --no-build) build=0 ;;
+        *) echo "install-capi.sh: unknown argument $a" >&2; exit 2 ;;
+    esac
+done
 target="${CARGO_TARGET_DIR:-target}"
 
-if [ "$profile" = release ]; then
+if [ "$build" = 1 ] && [ "$profile" = release ]; then
     cargo build --release -p ferry-capi
-else
+elif [ "$build" = 1 ]; then
     cargo build -p ferry-capi
 fi
 mkdir -p "$prefix/lib/pkgconfig" "$prefix/include"
