@@ -312,3 +312,12 @@ def test_asyncio_task_cancel_cancels_the_transfer(sshd, work: Path) -> None:
 
     asyncio.run(main())
     assert not dst.exists()
+
+
+def test_tilde_in_path_options_is_expanded(sshd, work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(sshd.dir))
+    make_file(work / "t.bin", 100)
+    opts = sshd.options()
+    opts["identity"] = "~/id"
+    ferry.copy(work / "t.bin", sshd.url(f"{work}/t.out"), **opts)
+    assert (work / "t.out").exists()

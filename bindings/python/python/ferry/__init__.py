@@ -269,11 +269,18 @@ def option_names() -> List[str]:
     return list(_ferry.option_names())
 
 
-def _text(v: Any) -> str:
+# Options naming local files: `~` is expanded here, as a shell would for
+# `ferry cp -i ~/.ssh/key`.
+_PATH_OPTIONS = {"identity", "identity_file", "ssh_config", "cacert"}
+
+
+def _text(v: Any, name: str = "") -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, os.PathLike):
-        return os.fspath(v)
+        v = os.fspath(v)
+    if name in _PATH_OPTIONS:
+        return os.path.expanduser(str(v))
     return str(v)
 
 
@@ -287,9 +294,9 @@ def _pairs(options: dict) -> List[Tuple[str, str]]:
             continue
         name = k  # ferry-engine's table takes `_` for `-` (http1_1 too)
         if isinstance(v, (list, tuple)):
-            out.extend((name, _text(x)) for x in v)
+            out.extend((name, _text(x, name)) for x in v)
         else:
-            out.append((name, _text(v)))
+            out.append((name, _text(v, name)))
     return out
 
 
