@@ -161,7 +161,9 @@ def fill(path: Path, size: int, seed: int) -> None:
     import random
 
     r = random.Random(seed)
-    path.write_bytes(r.randbytes(size))
+    with open(path, "wb") as f:
+        for off in range(0, size, 1 << 20):  # randbytes wants < 2^31 bits
+            f.write(r.randbytes(min(1 << 20, size - off)))
 
 
 def make_sets(root: Path, percent: int) -> Dict[str, int]:
