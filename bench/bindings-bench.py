@@ -101,8 +101,18 @@ def worker(args: argparse.Namespace) -> None:
     print(json.dumps({
         "seconds": time.monotonic() - t0,
         "cpu": time.process_time() - c0,
-        "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        "maxrss_kib": vm_hwm_kib(),
     }))
+
+
+def vm_hwm_kib() -> int:
+    """Peak RSS of this process image. Not getrusage's ru_maxrss: Linux
+    carries that across fork and exec, so a worker would report the
+    parent's peak (this script holds whole files while it compares)."""
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return 0
 
 
 # --- the servers and the data ------------------------------------------------
