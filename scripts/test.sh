@@ -63,6 +63,74 @@ failed=$(awk '/^test result:/ { for (i = 1; i < NF; i++) if ($(i+1) ~ /^failed/)
 echo
 echo "workspace: ${passed:-0} passed, ${failed:-0} failed"
 
+# --- C library (crates/ferry-capi) -----------------------------------------
+# include/ferry.h must be what cbindgen makes of src/lib.rs now (cbindgen
+# comes from crates.io when missing); then libferry is installed into a
+# prefix under the target directory and examples/c/seedsets.c is built
+# against it through pkg-config, shared and static. The Python suite below
+# runs both against its sshd (bindings/python/tests/test_capi.py).
+# FERRY_CAPI=0 skips it.
+if [ "$rc" -eq 0 ] && [ "${FERRY_CAPI:-1}" != 0 ]; then
+    echo "== crates/ferry-capi: ferry.h up to date, seedsets.c builds" >&2
+    export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
+    if ! command -v cbindgen >/dev/null 2>&1; then
+        echo "== cargo install cbindgen" >&2
+        cargo install cbindgen --locked
+    fi
+    (cd crates/ferry-capi && cbindgen --config cbindgen.toml --quiet --output "$CARGO_TARGET_DIR/ferry.h.new")
+    if ! diff -u crates/ferry-capi/include/ferry.h "$CARGO_TARGET_DIR/ferry.h.new"; then
+        echo "crates/ferry-capi/include/ferry.h is stale: run (cd crates/ferry-capi && cbindgen --config cbindgen.toml --output include/ferry.h)" >&2
+        rc=1
+    fi
+    prefix="$CARGO_TARGET_DIR/capi-prefix"
+    # The whole workspace, as `cargo test --workspace` built it: one
+    # feature set, so nothing is compiled again for libferry.
+    cargo build --workspace
+    scripts/install-capi.sh "$prefix" --debug --no-build
+    export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+    # shellcheck disable=SC2046 # pkg-config's words are meant to split
+    cc -Wall -Wextra -Werror -O2 examples/c/seedsets.c $(pkg-config --cflags --libs ferry) \
+        -Wl,-rpath,"$prefix/lib" -o "$CARGO_TARGET_DIR/seedsets"
+    # shellcheck disable=SC2046
+    cc -Wall -Wextra -Werror -O2 examples/c/seedsets.c $(pkg-config --cflags ferry) "$prefix/lib/libferry.a" \
+        $(pkg-config --static --libs-only-l ferry | sed 's/-lferry//') -o "$CARGO_TARGET_DIR/seedsets-static"
+    export FERRY_SEEDSETS="$CARGO_TARGET_DIR/seedsets" FERRY_SEEDSETS_STATIC="$CARGO_TARGET_DIR/seedsets-static"
+fi
+
+# --- Python bindings (bindings/python) -------------------------------------
+# The `ferry` Python package (maturin + PyO3), built as a wheel in the dev
+# profile and installed into a venv under the target directory, then its
+# pytest suite against sshd, ferry serve and nginx on 127.0.0.1. The crate
+# is a workspace of its own (docs/internals/bindings.md says why), so its
+# dependencies get their own feature set and much of the engine compiles
+# again (~4 min on 2 busy cores; the C and Python sections together took
+# 12 min here, 6.5 of them in `cargo build --workspace`, which in CI
+# mostly reuses what `cargo test --workspace` built).
+# Its clippy run is left to the developer (cargo clippy --all-targets in
+# bindings/python) for the same reason. pytest's exit code 5 (no test
+# ran) fails the run. FERRY_PYTHON=0 skips it.
+if [ "$rc" -eq 0 ] && [ "${FERRY_PYTHON:-1}" != 0 ]; then
+    echo "== bindings/python: maturin build + pytest" >&2
+    export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
+    venv="$CARGO_TARGET_DIR/py-venv"
+    [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --upgrade 'maturin>=1.5,<2' pytest fsspec
+    (cd bindings/python && cargo fmt -- --check)
+    # ferry serve, for the tests' server: built above (cargo build --workspace).
+    [ -x "$CARGO_TARGET_DIR/debug/ferry" ] || cargo build --workspace
+    rm -rf "$CARGO_TARGET_DIR/wheels-dev"
+    (cd bindings/python && "$venv/bin/maturin" build --profile dev --out "$CARGO_TARGET_DIR/wheels-dev")
+    "$venv/bin/python" -m pip install -q --force-reinstall --no-deps "$CARGO_TARGET_DIR"/wheels-dev/ferry_transfer-*.whl
+    set +e
+    (cd bindings/python && FERRY_BIN="$CARGO_TARGET_DIR/debug/ferry" "$venv/bin/python" -m pytest tests -q -p no:cacheprovider)
+    py_rc=$?
+    set -e
+    if [ "$py_rc" -eq 5 ]; then
+        echo "bindings/python: pytest ran no test" >&2
+    fi
+    [ "$py_rc" -eq 0 ] || rc=1
+fi
+
 # The scorecard's smoke run, with the debug binary the tests just built (a
 # release build would add ~10 minutes to CI): it must finish and verify
 # every transfer; its numbers are printed, never asserted, and are not the

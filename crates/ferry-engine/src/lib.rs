@@ -43,6 +43,7 @@ pub mod hash;
 mod http;
 mod journal;
 mod location;
+pub mod named;
 mod part;
 mod retry;
 pub mod s3;
