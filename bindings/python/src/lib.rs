@@ -259,6 +259,18 @@ fn event(py: Python<'_>, ev: &Event) -> PyResult<(String, PyObject)> {
             d.set_item("message", m)?;
             "warning"
         }
+        Event::Compared { path, verdict } => {
+            d.set_item("path", path)?;
+            d.set_item("verdict", format!("{verdict:?}"))?;
+            "compared"
+        }
+        Event::Deleted { path, dry_run } => {
+            d.set_item("path", path)?;
+            d.set_item("dry_run", dry_run)?;
+            "deleted"
+        }
+        // Kinds added to the engine later reach Python by name only.
+        _ => "other",
     };
     Ok((kind.to_string(), d.into_any().unbind()))
 }
