@@ -460,20 +460,32 @@ async fn copy_whole(
                 return Ok(size);
             }
             Err(e) => {
-                let again = crate::retry::transient(&e) && attempt + 1 < r.opts.retries;
-                if !again || r.cancel.is_cancelled() {
-                    return Err(e);
-                }
-                let wait = crate::retry::backoff(attempt);
-                r.events
-                    .warn(format!("{e}; retrying in {:.1} s", wait.as_secs_f64()));
-                tokio::select! {
-                    _ = tokio::time::sleep(wait) => {}
-                    _ = r.cancel.cancelled() => return Err(TransferError::cancelled()),
-                }
+                retry_after(r, e, attempt, true).await?;
                 attempt += 1;
             }
         }
+    }
+}
+
+/// After a failed attempt: `Err` when it is final (not transient, out of
+/// attempts, not `restartable`, cancelled), else a warning and the
+/// backoff's wait (cut short by a cancel).
+async fn retry_after(
+    r: &Run,
+    e: TransferError,
+    attempt: u32,
+    restartable: bool,
+) -> Result<(), TransferError> {
+    let again = crate::retry::transient(&e) && attempt + 1 < r.opts.retries;
+    if !again || !restartable || r.cancel.is_cancelled() {
+        return Err(e);
+    }
+    let wait = crate::retry::backoff(attempt);
+    r.events
+        .warn(format!("{e}; retrying in {:.1} s", wait.as_secs_f64()));
+    tokio::select! {
+        _ = tokio::time::sleep(wait) => Ok(()),
+        _ = r.cancel.cancelled() => Err(TransferError::cancelled()),
     }
 }
 
@@ -552,20 +564,10 @@ async fn pump_with_retry(
             Err(e) => {
                 // Bytes of a failed attempt are sent again: take them back.
                 r.stats.bytes_done.fetch_sub(moved, Ordering::Relaxed);
-                let again = crate::retry::transient(&e) && attempt + 1 < r.opts.retries;
                 // A destination that only takes whole files starts over
                 // from 0, which only a range starting at 0 can do.
                 let restartable = dc.offset_write || at == 0;
-                if !again || !restartable || r.cancel.is_cancelled() {
-                    return Err(e);
-                }
-                let wait = crate::retry::backoff(attempt);
-                r.events
-                    .warn(format!("{e}; retrying in {:.1} s", wait.as_secs_f64()));
-                tokio::select! {
-                    _ = tokio::time::sleep(wait) => {}
-                    _ = r.cancel.cancelled() => return Err(TransferError::cancelled()),
-                }
+                retry_after(r, e, attempt, restartable).await?;
                 attempt += 1;
             }
         }

@@ -231,6 +231,19 @@ fn check_file_algos(info: &ferry_ssh::SftpInfo) -> Vec<HashAlgo> {
     out
 }
 
+/// SETSTAT attributes: permission bits and both times (SFTP v3 times are
+/// 32-bit).
+fn attrs_of(mtime: Option<i64>, mode: Option<u32>) -> FileAttrs {
+    FileAttrs {
+        permissions: mode,
+        atime_mtime: mtime.map(|t| {
+            let t = t.clamp(0, u32::MAX as i64) as u32;
+            (t, t)
+        }),
+        ..FileAttrs::default()
+    }
+}
+
 fn entry_of(name: &[u8], a: &FileAttrs) -> Entry {
     let kind = if a.is_dir() {
         EntryKind::Dir
@@ -460,15 +473,7 @@ impl Backend for Sftp {
                 at += piece.len() as u64;
             }
             if res.is_ok() && (mtime.is_some() || mode.is_some()) {
-                let a = FileAttrs {
-                    permissions: mode,
-                    atime_mtime: mtime.map(|t| {
-                        let t = t.clamp(0, u32::MAX as i64) as u32;
-                        (t, t)
-                    }),
-                    ..FileAttrs::default()
-                };
-                res = c.fsetstat(&h, a).await;
+                res = c.fsetstat(&h, attrs_of(mtime, mode)).await;
             }
             let closed = c.close(&h).await;
             res.and(closed).map_err(|e| (w.clone(), e))?;
@@ -517,16 +522,8 @@ impl Backend for Sftp {
         mtime: Option<i64>,
         mode: Option<u32>,
     ) -> Result<(), TransferError> {
-        let a = FileAttrs {
-            permissions: mode,
-            atime_mtime: mtime.map(|t| {
-                let t = t.clamp(0, u32::MAX as i64) as u32;
-                (t, t)
-            }),
-            ..FileAttrs::default()
-        };
         self.client()
-            .setstat(p, a)
+            .setstat(p, attrs_of(mtime, mode))
             .await
             .map_err(|e| self.err(p, e))
     }
