@@ -24,27 +24,10 @@ Usage: bench/s3-bench.py --ferry target/release/ferry [--dir /var/tmp]
 """
 import argparse, json, os, shutil, socket, statistics, subprocess, sys, tempfile, time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from r2r import free_port, wait_port, cpu_of  # noqa: E402
+
 ACCESS, SECRET = "benchaccess", "benchsecret0123456789"
-
-def free_port():
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
-
-def wait_port(port, t=30):
-    end = time.time() + t
-    while time.time() < end:
-        try:
-            socket.create_connection(("127.0.0.1", port), 1).close(); return
-        except OSError:
-            time.sleep(0.05)
-    sys.exit(f"nothing listens on {port}")
-
-def cpu_of(pid, children=False):
-    try:
-        f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    t = int(f[11]) + int(f[12]) + ((int(f[13]) + int(f[14])) if children else 0)
-    return t / os.sysconf("SC_CLK_TCK")
 
 def run_timed(cmd, env=None):
     t0 = time.time()
@@ -97,7 +80,7 @@ def main():
             "Ciphers aes128-gcm@openssh.com,chacha20-poly1305@openssh.com\n")
         procs.append(subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", d("sshd/config")], stderr=open(d("sshd/log"), "w")))
         sshd_pid = procs[-1].pid
-        wait_port(gp); wait_port(sp)
+        wait_port(gp, 30); wait_port(sp, 30)
         cfg = d("home/ssh_config")
         open(cfg, "w").write(f"Host sshd\n  HostName 127.0.0.1\n  Port {sp}\n  IdentityFile {d('keys/id')}\n  IdentitiesOnly yes\n"
                              f"  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  User {user}\n")

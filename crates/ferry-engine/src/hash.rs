@@ -4,37 +4,22 @@
 //! vsftpd): the file then crosses the link once, and the caller says so.
 use std::io::Read;
 
-use sha2::Digest;
-
 use crate::backend::{Backend, HashAlgo};
 use crate::error::TransferError;
 
-/// One running hash.
-pub enum Hasher {
-    Blake3(Box<blake3::Hasher>),
-    Sha256(sha2::Sha256),
-}
+/// One running hash: ferry-http's, which checks `Repr-Digest` with the
+/// same two algorithms.
+pub struct Hasher(ferry_http::digest::Hasher);
 
 impl Hasher {
     pub fn new(algo: HashAlgo) -> Hasher {
-        match algo {
-            HashAlgo::Blake3 => Hasher::Blake3(Box::default()),
-            HashAlgo::Sha256 => Hasher::Sha256(sha2::Sha256::new()),
-        }
+        Hasher(ferry_http::digest::Hasher::new(algo.into()))
     }
     pub fn update(&mut self, data: &[u8]) {
-        match self {
-            Hasher::Blake3(h) => {
-                h.update(data);
-            }
-            Hasher::Sha256(h) => h.update(data),
-        }
+        self.0.update(data)
     }
     pub fn finish(self) -> Vec<u8> {
-        match self {
-            Hasher::Blake3(h) => h.finalize().as_bytes().to_vec(),
-            Hasher::Sha256(h) => h.finalize().to_vec(),
-        }
+        self.0.finalize().to_vec()
     }
 }
 

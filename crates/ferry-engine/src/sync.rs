@@ -24,7 +24,7 @@ use std::time::Instant;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
-use crate::backend::{path, Entry, EntryKind, HashAlgo};
+use crate::backend::{path, walk_tree, Entry, EntryKind, HashAlgo};
 use crate::engine::{self, FilePlan, Place, Run};
 use crate::error::TransferError;
 use crate::filter::Filter;
@@ -306,15 +306,11 @@ impl Rules {
     }
 }
 
-/// What a finished piece of work says.
-enum Done {
-    Listed {
-        rel: Vec<u8>,
-        dst_existed: bool,
-        src: Result<Vec<Entry>, TransferError>,
-        dst: Result<Vec<Entry>, TransferError>,
-    },
-    File(Result<FileDone, TransferError>),
+/// A directory listed on both sides.
+struct Listed {
+    rel: Vec<u8>,
+    src: Result<Vec<Entry>, TransferError>,
+    dst: Result<Vec<Entry>, TransferError>,
 }
 
 /// One file's work, finished.
@@ -381,14 +377,7 @@ impl Walk {
         }
         let hash = (opts.compare == Compare::Checksum)
             .then(|| crate::hash::choose(&src.backend.hashes(), &dst.backend.hashes()));
-        let run = Arc::new(Run {
-            sources: vec![src.clone()],
-            dest: dst.clone(),
-            opts: opts.copy.clone(),
-            stats: stats.clone(),
-            events: events.clone(),
-            cancel: cancel.clone(),
-        });
+        let run = copy_run(&src, &dst, &opts.copy, &stats, &events, &cancel);
         Walk {
             src,
             dst,
@@ -409,10 +398,10 @@ impl Walk {
     }
 
     fn sp(&self, rel: &[u8]) -> Vec<u8> {
-        join_rel(&self.src.path, rel)
+        path::join_rel(&self.src.path, rel)
     }
     fn dp(&self, rel: &[u8]) -> Vec<u8> {
-        join_rel(&self.dst.path, rel)
+        path::join_rel(&self.dst.path, rel)
     }
 
     fn fail(&mut self, e: TransferError) {
@@ -462,7 +451,6 @@ impl Walk {
                     ));
                     return self.finish_with(e);
                 }
-                self.rebuild_run();
                 return self.single(name).await;
             }
             (EntryKind::Dir, Some(_)) => {
@@ -501,14 +489,14 @@ impl Walk {
     /// The place of the destination moved (a single file): the copy
     /// context must see it.
     fn rebuild_run(&mut self) {
-        self.run = Arc::new(Run {
-            sources: vec![self.src.clone()],
-            dest: self.dst.clone(),
-            opts: self.opts.copy.clone(),
-            stats: self.stats.clone(),
-            events: self.events.clone(),
-            cancel: self.cancel.clone(),
-        });
+        self.run = copy_run(
+            &self.src,
+            &self.dst,
+            &self.opts.copy,
+            &self.stats,
+            &self.events,
+            &self.cancel,
+        );
     }
 
     /// One source file against the destination directory.
@@ -562,24 +550,16 @@ impl Walk {
                 break;
             }
             tokio::select! {
-                Some(done) = listings.next(), if !listings.is_empty() => {
-                    if let Done::Listed { rel, dst_existed, src, dst } = done {
-                        self.merge(rel, dst_existed, src, dst, &mut dirs, &mut queue);
-                    }
+                Some(listed) = listings.next(), if !listings.is_empty() => {
+                    self.merge(listed, &mut dirs, &mut queue);
                 }
-                Some(done) = work.next(), if !work.is_empty() => {
-                    if let Done::File(r) = done {
-                        self.file_done_inner(r);
-                    }
-                }
+                Some(done) = work.next(), if !work.is_empty() => self.file_done(done),
                 _ = self.cancel.cancelled() => break,
             }
         }
         // Cancelled: what is in flight ends at its next piece.
         while let Some(done) = work.next().await {
-            if let Done::File(r) = done {
-                self.file_done_inner(r);
-            }
+            self.file_done(done);
         }
     }
 
@@ -599,7 +579,7 @@ impl Walk {
 
     /// List a directory on both sides (creating it on the destination
     /// first where it is missing).
-    fn list_pair(&self, d: DirJob) -> impl std::future::Future<Output = Done> + Send + 'static {
+    fn list_pair(&self, d: DirJob) -> impl std::future::Future<Output = Listed> + Send + 'static {
         let (sb, db) = (self.src.backend.clone(), self.dst.backend.clone());
         let (sp, dp) = (self.sp(&d.rel), self.dp(&d.rel));
         let make = !d.dst_exists && !self.opts.dry_run && !d.rel.is_empty();
@@ -614,9 +594,8 @@ impl Walk {
                 }
             };
             let (src, dst) = tokio::join!(sb.list(&sp), dst_side);
-            Done::Listed {
+            Listed {
                 rel: d.rel,
-                dst_existed: d.dst_exists,
                 src,
                 dst,
             }
@@ -626,10 +605,7 @@ impl Walk {
     /// Merge two listings of one directory: queue what differs, descend.
     fn merge(
         &mut self,
-        rel: Vec<u8>,
-        _dst_existed: bool,
-        src: Result<Vec<Entry>, TransferError>,
-        dst: Result<Vec<Entry>, TransferError>,
+        Listed { rel, src, dst }: Listed,
         dirs: &mut Vec<DirJob>,
         queue: &mut VecDeque<FileJob>,
     ) {
@@ -671,7 +647,7 @@ impl Walk {
                             }
                         }
                         if b.is_none() {
-                            self.verdict(&r, Verdict::OnlyInSource, true);
+                            self.verdict(&r, Verdict::OnlyInSource);
                         }
                         dirs.push(DirJob {
                             rel: r,
@@ -682,7 +658,7 @@ impl Walk {
                 },
                 (Some(a), b) => self.compare_file(&r, a, b, queue),
                 (None, Some(b)) => {
-                    self.verdict(&r, Verdict::OnlyInDest, b.kind == EntryKind::Dir);
+                    self.verdict(&r, Verdict::OnlyInDest);
                     self.extra.push((r, b.kind));
                 }
                 (None, None) => {}
@@ -728,7 +704,7 @@ impl Walk {
 
     fn type_conflict(&mut self, rel: &[u8]) {
         self.report.differ += 1;
-        self.verdict(rel, Verdict::Differs("type"), false);
+        self.verdict(rel, Verdict::Differs("type"));
         let e = TransferError::Usage(format!(
             "{}: a file on one side and a directory on the other; remove it from the destination \
              and run again",
@@ -737,7 +713,7 @@ impl Walk {
         self.fail(e);
     }
 
-    fn verdict(&self, rel: &[u8], v: Verdict, _is_dir: bool) {
+    fn verdict(&self, rel: &[u8], v: Verdict) {
         self.events.emit(Event::Compared {
             path: String::from_utf8_lossy(rel).into_owned(),
             verdict: v,
@@ -755,7 +731,7 @@ impl Walk {
         self.report.checked += 1;
         let Some(d) = dst else {
             self.report.only_in_source += 1;
-            self.verdict(rel, Verdict::OnlyInSource, false);
+            self.verdict(rel, Verdict::OnlyInSource);
             self.queue_copy(rel, src, queue);
             return;
         };
@@ -772,11 +748,11 @@ impl Walk {
             Decision::Same => self.report.same += 1,
             Decision::NewerInDest => {
                 self.report.same += 1;
-                self.verdict(rel, Verdict::NewerInDest, false);
+                self.verdict(rel, Verdict::NewerInDest);
             }
             Decision::Differs(why) => {
                 self.report.differ += 1;
-                self.verdict(rel, Verdict::Differs(why), false);
+                self.verdict(rel, Verdict::Differs(why));
                 self.queue_copy(rel, src, queue);
             }
             Decision::Hash => self.queue_job(rel, src, Then::Hash, queue),
@@ -815,7 +791,10 @@ impl Walk {
     }
 
     /// Stat, compare hashes, copy: what the job still needs.
-    fn file_work(&self, job: FileJob) -> impl std::future::Future<Output = Done> + Send + 'static {
+    fn file_work(
+        &self,
+        job: FileJob,
+    ) -> impl std::future::Future<Output = Result<FileDone, TransferError>> + Send + 'static {
         let run = self.run.clone();
         let (sp, dp) = (self.sp(&job.rel), self.dp(&job.rel));
         let (sb, db) = (self.src.backend.clone(), self.dst.backend.clone());
@@ -856,17 +835,17 @@ impl Walk {
                             }
                         }
                         (Ok(None), _) => {
-                            return Done::File(Err(TransferError::Remote(format!(
+                            return Err(TransferError::Remote(format!(
                                 "{}: vanished during the sync",
                                 sb.display(&sp)
-                            ))))
+                            )))
                         }
-                        (Err(e), _) | (_, Err(e)) => return Done::File(Err(e)),
+                        (Err(e), _) | (_, Err(e)) => return Err(e),
                     }
                     match rules.decide(&src, &d) {
                         Decision::Same => {
                             done.outcome = FileOutcome::Same;
-                            return Done::File(Ok(done));
+                            return Ok(done);
                         }
                         Decision::NewerInDest => {
                             run.events.emit(Event::Compared {
@@ -874,7 +853,7 @@ impl Walk {
                                 verdict: Verdict::NewerInDest,
                             });
                             done.outcome = FileOutcome::Same;
-                            return Done::File(Ok(done));
+                            return Ok(done);
                         }
                         Decision::Differs(why) => {
                             differs(why, &mut done);
@@ -892,17 +871,17 @@ impl Walk {
                 );
                 let ((ha, ra), (hb, rb)) = match (a, b) {
                     (Ok(a), Ok(b)) => (a, b),
-                    (Err(e), _) | (_, Err(e)) => return Done::File(Err(e)),
+                    (Err(e), _) | (_, Err(e)) => return Err(e),
                 };
                 done.read_to_hash = [ra, rb];
                 if ha == hb {
                     done.outcome = FileOutcome::Same;
-                    return Done::File(Ok(done));
+                    return Ok(done);
                 }
                 differs("hash", &mut done);
             }
             if dry {
-                return Done::File(Ok(done));
+                return Ok(done);
             }
             if done.differs {
                 // Not counted when it was queued: count it now.
@@ -924,17 +903,11 @@ impl Walk {
                 None => FileOutcome::Copied(rep.bytes),
                 Some(e) => FileOutcome::CopyFailed(e),
             };
-            Done::File(Ok(done))
+            Ok(done)
         }
     }
 
-    fn file_done(&mut self, d: Done) {
-        if let Done::File(r) = d {
-            self.file_done_inner(r);
-        }
-    }
-
-    fn file_done_inner(&mut self, r: Result<FileDone, TransferError>) {
+    fn file_done(&mut self, r: Result<FileDone, TransferError>) {
         let d = match r {
             Err(e) => return self.fail(e),
             Ok(d) => d,
@@ -996,7 +969,7 @@ impl Walk {
                 let _ = self
                     .dst
                     .backend
-                    .set_attrs(&join_rel(&self.dst.path, rel), Some(*t), None)
+                    .set_attrs(&path::join_rel(&self.dst.path, rel), Some(*t), None)
                     .await;
             }
         }
@@ -1121,49 +1094,45 @@ impl Walk {
         dirs: &mut Vec<Vec<u8>>,
     ) -> Result<(), TransferError> {
         dirs.push(top.to_vec());
-        let mut pending = vec![top.to_vec()];
-        let mut running = FuturesUnordered::new();
-        loop {
-            while running.len() < LISTINGS {
-                let Some(rel) = pending.pop() else { break };
-                let b = self.dst.backend.clone();
-                let p = self.dp(&rel);
-                running.push(async move { (rel, b.list(&p).await) });
+        let filter = &self.opts.filter;
+        walk_tree(&self.dst.backend, &self.dp(top), |rel, e| {
+            let r = path::join_rel(top, rel);
+            let dir = e.kind == EntryKind::Dir;
+            if !is_part_name(&e.name) && !filter.allows(&r, dir) {
+                return Ok(false);
             }
-            let Some((rel, listed)) = running.next().await else {
-                return Ok(());
-            };
-            for e in listed? {
-                if !path::safe_name(&e.name) {
-                    continue;
-                }
-                let r = path::join(&rel, &e.name);
-                if !is_part_name(&e.name) && !self.opts.filter.allows(&r, e.kind == EntryKind::Dir)
-                {
-                    continue;
-                }
-                if e.kind == EntryKind::Dir {
-                    dirs.push(r.clone());
-                    pending.push(r);
-                } else {
-                    files.push(r);
-                }
+            if dir {
+                dirs.push(r);
+            } else {
+                files.push(r);
             }
-        }
+            Ok(dir)
+        })
+        .await
     }
+}
+
+/// The engine's copy context for one source and destination place.
+fn copy_run(
+    src: &Place,
+    dst: &Place,
+    copy: &CopyOptions,
+    stats: &Arc<Stats>,
+    events: &Emitter,
+    cancel: &Cancel,
+) -> Arc<Run> {
+    Arc::new(Run {
+        sources: vec![src.clone()],
+        dest: dst.clone(),
+        opts: copy.clone(),
+        stats: stats.clone(),
+        events: events.clone(),
+        cancel: cancel.clone(),
+    })
 }
 
 /// `.NAME.ferry-part`: a copy in progress, or one an interrupted run left
 /// for `--resume`.
 fn is_part_name(name: &[u8]) -> bool {
     name.starts_with(b".") && name.ends_with(b".ferry-part")
-}
-
-/// `top` + `/` + `rel` (`rel` empty: `top`).
-fn join_rel(top: &[u8], rel: &[u8]) -> Vec<u8> {
-    if rel.is_empty() {
-        top.to_vec()
-    } else {
-        path::join(top, rel)
-    }
 }

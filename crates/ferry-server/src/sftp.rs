@@ -30,6 +30,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
+use ferry_http::digest::{Algo, Hasher};
 use ferry_sftp::consts::*;
 use ferry_sftp::packet_ext::{Extended, DATA_PREFIX_LEN};
 use ferry_sftp::{FileAttrs, Framer, Limits, NameEntry, OpenFlags, Request, Response, StatusCode};
@@ -1034,7 +1035,7 @@ impl Session {
             } => {
                 // `ferry sync --checksum`: the file is hashed here, so it
                 // is read from this disk, not through the link.
-                let Some(algo) = HashAlgo::choose(&algorithms) else {
+                let Some((algo, algo_name)) = choose_hash(&algorithms) else {
                     return Err((
                         StatusCode::OP_UNSUPPORTED,
                         format!(
@@ -1059,7 +1060,7 @@ impl Session {
                     Err(e) => return Err((StatusCode::FAILURE, format!("internal error: {e}"))),
                 };
                 let data = ferry_sftp::CheckFileReply {
-                    algorithm: algo.name().into(),
+                    algorithm: algo_name.into(),
                     hash: hash.into(),
                 }
                 .encode();
@@ -1295,41 +1296,26 @@ fn data_reply(mut buf: Vec<u8>, skew: usize, head: usize, len: usize, id: u32) -
     Bytes::from(buf).slice(skew..)
 }
 
-/// The hashes `check-file-name` answers with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum HashAlgo {
-    Blake3,
-    Sha256,
-}
-
-impl HashAlgo {
-    /// The first of the client's comma-separated list known here.
-    fn choose(list: &[u8]) -> Option<HashAlgo> {
-        list.split(|&c| c == b',')
-            .find_map(|n| match n.trim_ascii() {
-                b"blake3" => Some(HashAlgo::Blake3),
-                b"sha256" => Some(HashAlgo::Sha256),
-                _ => None,
-            })
-    }
-    fn name(self) -> &'static str {
-        match self {
-            HashAlgo::Blake3 => "blake3",
-            HashAlgo::Sha256 => "sha256",
-        }
-    }
+/// The hashes `check-file-name` answers with: the first of the
+/// client's comma-separated list known here, and its wire name.
+fn choose_hash(list: &[u8]) -> Option<(Algo, &'static str)> {
+    list.split(|&c| c == b',')
+        .find_map(|n| match n.trim_ascii() {
+            b"blake3" => Some((Algo::Blake3, "blake3")),
+            b"sha256" => Some((Algo::Sha256, "sha256")),
+            _ => None,
+        })
 }
 
 /// Hash `length` bytes (0: to the end) of `path` from `start`: one hash,
 /// or one per `block_size` bytes.
 fn check_file(
     path: &std::path::Path,
-    algo: HashAlgo,
+    algo: Algo,
     start: u64,
     length: u64,
     block_size: u32,
 ) -> io::Result<Vec<u8>> {
-    use sha2::Digest;
     let f = File::open(path)?;
     let size = f.metadata()?.len();
     let end = if length == 0 {
@@ -1349,8 +1335,7 @@ fn check_file(
     let mut at = start.min(end);
     loop {
         let stop = at.saturating_add(block).min(end);
-        let mut b3 = blake3::Hasher::new();
-        let mut s2 = sha2::Sha256::new();
+        let mut h = Hasher::new(algo);
         while at < stop {
             let want = (stop - at).min(buf.len() as u64) as usize;
             let n = f.read_at(&mut buf[..want], at)?;
@@ -1360,19 +1345,10 @@ fn check_file(
                     "the file shrank while it was hashed",
                 ));
             }
-            let piece = &buf[..n];
-            match algo {
-                HashAlgo::Blake3 => {
-                    b3.update(piece);
-                }
-                HashAlgo::Sha256 => s2.update(piece),
-            }
+            h.update(&buf[..n]);
             at += n as u64;
         }
-        match algo {
-            HashAlgo::Blake3 => out.extend_from_slice(b3.finalize().as_bytes()),
-            HashAlgo::Sha256 => out.extend_from_slice(&s2.finalize()),
-        }
+        out.extend_from_slice(&h.finalize());
         if at >= end {
             return Ok(out);
         }

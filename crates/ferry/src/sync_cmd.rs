@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use clap::{ArgMatches, Args};
-use ferry_engine::backend::{path, Entry, EntryKind};
+use ferry_engine::backend::{Entry, EntryKind};
 use ferry_engine::filter::{Filter, RuleKind};
 use ferry_engine::sync::{Compare, Sync, SyncOptions, SyncReport};
 use ferry_engine::{ErrorKind, Event, Location, Stats, TransferError, Verdict};
@@ -332,7 +332,7 @@ pub fn run_sync(a: SyncArgs, m: Option<&ArgMatches>, verbose: u8) -> i32 {
             r.checked,
             r.same,
             to_copy,
-            human(r.bytes),
+            indicatif::HumanBytes(r.bytes),
             r.deleted,
             r.errors.len(),
             if r.errors.len() == 1 { "" } else { "s" },
@@ -380,21 +380,6 @@ pub fn run_check(a: CheckArgs, m: Option<&ArgMatches>, _verbose: u8) -> i32 {
     }
 }
 
-fn human(b: u64) -> String {
-    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut i = 0;
-    while v >= 1024.0 && i + 1 < U.len() {
-        v /= 1024.0;
-        i += 1;
-    }
-    if i == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.1} {}", U.get(i).copied().unwrap_or("B"))
-    }
-}
-
 pub fn run_ls(a: LsArgs) -> i32 {
     let loc = match parse(&a.url) {
         Ok(l) => l,
@@ -437,7 +422,6 @@ async fn list(
     json: bool,
     recursive: bool,
 ) -> Result<(), TransferError> {
-    use futures_util::stream::{FuturesUnordered, StreamExt};
     let b = &o.backend;
     let top = b.stat(&o.path).await?.ok_or_else(|| {
         TransferError::Remote(format!("{}: no such file or directory", b.display(&o.path)))
@@ -447,39 +431,11 @@ async fn list(
         out.entry(&top.name, &top)?;
         return out.end();
     }
-    let mut pending: Vec<Vec<u8>> = vec![Vec::new()];
-    let mut running = FuturesUnordered::new();
-    loop {
-        while running.len() < 16 {
-            let Some(rel) = pending.pop() else { break };
-            let p = if rel.is_empty() {
-                o.path.clone()
-            } else {
-                path::join(&o.path, &rel)
-            };
-            let b = b.clone();
-            running.push(async move { (rel, b.list(&p).await) });
-        }
-        let Some((rel, listed)) = running.next().await else {
-            break;
-        };
-        let mut entries = listed?;
-        entries.sort_by(|x, y| x.name.cmp(&y.name));
-        for e in entries {
-            if !path::safe_name(&e.name) {
-                continue;
-            }
-            let r = if rel.is_empty() {
-                e.name.clone()
-            } else {
-                path::join(&rel, &e.name)
-            };
-            out.entry(&r, &e)?;
-            if recursive && e.kind == EntryKind::Dir {
-                pending.push(r);
-            }
-        }
-    }
+    ferry_engine::backend::walk_tree(b, &o.path, |rel, e| {
+        out.entry(rel, e)?;
+        Ok(recursive && e.kind == EntryKind::Dir)
+    })
+    .await?;
     out.end()
 }
 

@@ -179,10 +179,7 @@ impl Backend for Http {
             .send(Method::HEAD, &url, &HeaderMap::new(), None)
             .await?
             .error_for_status()?;
-        let want = match algo {
-            super::HashAlgo::Blake3 => ferry_http::digest::Algo::Blake3,
-            super::HashAlgo::Sha256 => ferry_http::digest::Algo::Sha256,
-        };
+        let want = ferry_http::digest::Algo::from(algo);
         Ok(ferry_http::digest::expected(&resp.headers)
             .filter(|e| e.algo == want)
             .map(|e| e.sum.to_vec()))

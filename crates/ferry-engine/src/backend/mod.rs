@@ -295,6 +295,15 @@ impl HashAlgo {
     }
 }
 
+impl From<HashAlgo> for ferry_http::digest::Algo {
+    fn from(a: HashAlgo) -> Self {
+        match a {
+            HashAlgo::Blake3 => ferry_http::digest::Algo::Blake3,
+            HashAlgo::Sha256 => ferry_http::digest::Algo::Sha256,
+        }
+    }
+}
+
 /// What a backend tells the report.
 #[derive(Debug, Clone, Default)]
 pub struct BackendInfo {
@@ -344,6 +353,16 @@ pub mod path {
         t
     }
 
+    /// `top` + `/` + `rel`, where an empty `rel` is `top` itself (paths
+    /// relative to the top of a walked tree).
+    pub fn join_rel(top: &[u8], rel: &[u8]) -> Vec<u8> {
+        if rel.is_empty() {
+            top.to_vec()
+        } else {
+            join(top, rel)
+        }
+    }
+
     /// The temporary name a file is written under before it is renamed:
     /// `.NAME.ferry-part` beside it (every protocol, every direction).
     pub fn part_name(p: &[u8]) -> Vec<u8> {
@@ -386,6 +405,45 @@ pub mod path {
         }
     }
 }
+
+/// Walk the tree under `top`, [`WALK_LISTINGS`] listings in flight.
+/// `each` gets every entry with a plain name (its path relative to `top`,
+/// a directory's entries sorted by name) and says whether to enter it;
+/// an error from `each` or from a listing ends the walk. The order
+/// between directories follows the listings' arrival.
+pub async fn walk_tree(
+    b: &std::sync::Arc<dyn Backend>,
+    top: &[u8],
+    mut each: impl FnMut(&[u8], &Entry) -> Result<bool, TransferError>,
+) -> Result<(), TransferError> {
+    use futures_util::stream::{FuturesUnordered, StreamExt};
+    let mut pending: Vec<Vec<u8>> = vec![Vec::new()];
+    let mut running = FuturesUnordered::new();
+    loop {
+        while running.len() < WALK_LISTINGS {
+            let Some(rel) = pending.pop() else { break };
+            let (b, p) = (b.clone(), path::join_rel(top, &rel));
+            running.push(async move { (rel, b.list(&p).await) });
+        }
+        let Some((rel, listed)) = running.next().await else {
+            return Ok(());
+        };
+        let mut entries = listed?;
+        entries.sort_by(|x, y| x.name.cmp(&y.name));
+        for e in entries {
+            if !path::safe_name(&e.name) {
+                continue;
+            }
+            let r = path::join_rel(&rel, &e.name);
+            if each(&r, &e)? {
+                pending.push(r);
+            }
+        }
+    }
+}
+
+/// Listings in flight in [`walk_tree`].
+pub const WALK_LISTINGS: usize = 16;
 
 /// One key per server and account: locations with the same key share a
 /// backend (one set of connections; `copy_within` between them).
