@@ -75,6 +75,7 @@ def main():
     ap.add_argument("--dir", default="/var/tmp")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--tools", default="ferry,rsync,lftp,rclone")
+    ap.add_argument("--ferry-base", help="an older ferry build, run as the tool ferry-base in the same run")
     ap.add_argument("--cells", default="initial,nochange,changed,checksum")
     ap.add_argument("--sftp-server", default="internal-sftp")
     ap.add_argument("--one-dst", action="store_true",
@@ -83,6 +84,8 @@ def main():
     a = ap.parse_args()
     ferry = os.path.abspath(a.ferry)
     tools = [t for t in a.tools.split(",") if t == "ferry" or shutil.which(t)]
+    if a.ferry_base:
+        tools.append("ferry-base")
     cells = a.cells.split(",")
     base = tempfile.mkdtemp(prefix="syncb-", dir=a.dir)
     procs = []
@@ -123,8 +126,9 @@ def main():
 
         def cmd(tool, checksum=False):
             t = dst(tool)
-            if tool == "ferry":
-                return [ferry, "sync", "-q", "-F", cfg] + (["-c"] if checksum else []) + [src, f"sftp://sshd{t}"]
+            if tool in ("ferry", "ferry-base"):
+                exe = ferry if tool == "ferry" else os.path.abspath(a.ferry_base)
+                return [exe, "sync", "-q", "-F", cfg] + (["-c"] if checksum else []) + [src, f"sftp://sshd{t}"]
             if tool == "ferry-serve":
                 return [ferry, "sync", "-q", "-F", cfg, "-c", src, "sftp://serve/dst"]
             if tool == "rsync":
