@@ -26,8 +26,9 @@ use std::time::{Duration, Instant};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::Semaphore;
 
-use crate::backend::{path, Backend, Entry, EntryKind, WriteMode};
-use crate::error::TransferError;
+use crate::backend::{path, Backend, Entry, EntryKind, Role, WriteMode};
+use crate::error::{ErrorKind, TransferError};
+use crate::journal;
 use crate::transfer::{Cancel, Emitter, Event, FileReport};
 use crate::{CopyOptions, Stats};
 
@@ -61,8 +62,8 @@ pub(crate) struct Plan {
     pub files: Vec<FilePlan>,
     /// Destination directories to create, parents first.
     pub dirs: Vec<Vec<u8>>,
-    /// (directory, mtime) to set after the copy, with -p.
-    pub dir_times: Vec<(Vec<u8>, i64)>,
+    /// (directory, mtime, mode) to set after the copy, with -p.
+    pub dir_times: Vec<(Vec<u8>, Option<i64>, Option<u32>)>,
 }
 
 /// Decide what goes where.
@@ -96,17 +97,26 @@ pub(crate) async fn plan(
     if into && !dst_is_dir {
         out.dirs.push(dest.path.clone());
     }
+    // A file name that is a link to a file: the copy goes where it points
+    // (cp and sftp's get do that), and the link stays.
+    let dest_file = if matches!(&dst_entry, Some(e) if e.kind == EntryKind::File) && !into {
+        dest.backend.resolve_link(&dest.path).await?
+    } else {
+        dest.path.clone()
+    };
     for (i, s) in sources.iter().enumerate() {
         let e = s.backend.stat(&s.path).await?.ok_or_else(|| {
-            TransferError::Remote(format!(
-                "{}: no such file or directory",
-                s.backend.display(&s.path)
-            ))
+            let msg = format!("{}: no such file or directory", s.backend.display(&s.path));
+            if s.backend.scheme() == "local" {
+                TransferError::Local(msg)
+            } else {
+                TransferError::Remote(msg)
+            }
         })?;
         let target = if into {
             path::join(&dest.path, path::basename(&s.path))
         } else {
-            dest.path.clone()
+            dest_file.clone()
         };
         match e.kind {
             EntryKind::File => out.files.push(FilePlan {
@@ -123,7 +133,7 @@ pub(crate) async fn plan(
                     s.backend.display(&s.path)
                 )))
             }
-            EntryKind::Dir => walk(i, s, target, e.mtime, &mut out, opts, events).await?,
+            EntryKind::Dir => walk(i, s, target, (e.mtime, e.mode), &mut out, opts, events).await?,
             EntryKind::Other => {
                 return Err(TransferError::Usage(format!(
                     "{}: not a regular file or directory",
@@ -140,14 +150,14 @@ async fn walk(
     source: usize,
     s: &Place,
     target: Vec<u8>,
-    mtime: Option<i64>,
+    (mtime, mode): (Option<i64>, Option<u32>),
     out: &mut Plan,
     opts: &CopyOptions,
     events: &Emitter,
 ) -> Result<(), TransferError> {
     out.dirs.push(target.clone());
-    if let (true, Some(t)) = (opts.preserve, mtime) {
-        out.dir_times.push((target.clone(), t));
+    if opts.preserve {
+        out.dir_times.push((target.clone(), mtime, mode));
     }
     let mut pending = vec![(s.path.clone(), target)];
     let mut running = FuturesUnordered::new();
@@ -188,8 +198,8 @@ async fn walk(
                 }),
                 EntryKind::Dir => {
                     out.dirs.push(dp.clone());
-                    if let (true, Some(t)) = (opts.preserve, e.mtime) {
-                        out.dir_times.push((dp.clone(), t));
+                    if opts.preserve {
+                        out.dir_times.push((dp.clone(), e.mtime, e.mode));
                     }
                     pending.push((sp, dp));
                 }
@@ -211,6 +221,24 @@ pub(crate) struct Run {
     pub stats: Arc<Stats>,
     pub events: Emitter,
     pub cancel: Cancel,
+    /// Set once the backends opened connections for the work (`prepare`).
+    pub prepared: tokio::sync::OnceCell<()>,
+}
+
+/// Let the backends open connections for the work ahead (`bytes`, when
+/// known), once per run.
+pub(crate) async fn prepare(r: &Run, bytes: Option<u64>) {
+    r.prepared
+        .get_or_init(|| async {
+            let mut prep = vec![r.dest.backend.prepare(Role::Destination, bytes)];
+            prep.extend(
+                r.sources
+                    .iter()
+                    .map(|s| s.backend.prepare(Role::Source, bytes)),
+            );
+            futures_util::future::join_all(prep).await;
+        })
+        .await;
 }
 
 /// Copy every planned file; a report per file, in plan order.
@@ -231,6 +259,7 @@ pub(crate) async fn run(r: Arc<Run>, plan: Plan) -> Vec<FileReport> {
         files: plan.files.len() as u64,
         bytes: total,
     });
+    prepare(&r, Some(total)).await;
     let caps = (
         max_files(&r),
         r.sources
@@ -268,8 +297,15 @@ pub(crate) async fn run(r: Arc<Run>, plan: Plan) -> Vec<FileReport> {
         reports[j] = Some(rep);
     }
     if r.opts.preserve && !r.cancel.is_cancelled() {
-        for (d, t) in plan.dir_times.iter().rev() {
-            let _ = dst.set_attrs(d, Some(*t), None).await;
+        let dc = dst.capabilities();
+        for (d, t, m) in plan.dir_times.iter().rev() {
+            let t = t.filter(|_| dc.set_times);
+            let m = m.filter(|_| dc.set_mode).map(|m| m & 0o7777);
+            if t.is_some() || m.is_some() {
+                if let Err(e) = dst.set_attrs(d, t, m).await {
+                    r.events.warn(e.to_string());
+                }
+            }
         }
     }
     reports.into_iter().flatten().collect()
@@ -299,11 +335,41 @@ pub(crate) async fn copy_file(r: &Arc<Run>, f: &FilePlan) -> FileReport {
     let result = copy_file_inner(r, f).await;
     let rep = match result {
         Ok(moved) => FileReport::ok(r, f, moved),
-        Err(e) => FileReport::failed(r, f, e),
+        Err(e) => FileReport::failed(r, f, explain(r, f, e)),
     };
     r.stats.files_done.fetch_add(1, Ordering::Relaxed);
     r.events.emit(Event::FileDone(rep.clone()));
     rep
+}
+
+/// A file's failure as the user reads it: naming the file (a lost
+/// connection names only the server), and saying that `--resume`
+/// continues where a part file was kept.
+fn explain(r: &Run, f: &FilePlan, e: TransferError) -> TransferError {
+    let kind = e.kind();
+    if matches!(kind, ErrorKind::Cancelled | ErrorKind::Usage) {
+        return e;
+    }
+    let (src, dst) = (&r.sources[f.source].backend, &r.dest.backend);
+    let (sd, dd) = (src.display(&f.src), dst.display(&f.dst));
+    let mut msg = e.to_string();
+    if !msg.contains(&sd) && !msg.contains(&dd) {
+        msg = format!("{sd}: {msg}");
+    }
+    let (sc, dc) = (src.capabilities(), dst.capabilities());
+    let kept = dc.rename_over && f.size.is_some_and(|s| s > WHOLE_FILE);
+    if kept && matches!(kind, ErrorKind::Network) && !r.opts.resume {
+        if sc.ranged_read && dc.offset_write {
+            msg.push_str("; the part file is kept: run the same command with --resume to continue");
+        } else {
+            msg.push_str("; run the same command again (--resume cannot continue this pair)");
+        }
+    } else if kept && matches!(kind, ErrorKind::Network) {
+        msg.push_str(
+            "; the part file is kept: run the same command again (with --resume) to continue",
+        );
+    }
+    TransferError::from_kind(kind, msg)
 }
 
 async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferError> {
@@ -347,29 +413,36 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
         return Ok(size);
     }
 
-    // Resume: a part file from an earlier run whose last bytes match the
-    // source continues where it stopped.
-    let mut from = 0;
+    // What is left to move: all of it, or with --resume what an earlier
+    // run's part file (and its record, for a split file) lacks.
+    let record = path::side_name(&f.dst, b".ferry-resume");
+    let mut missing = vec![(0, size)];
     if r.opts.resume && target.renamed && dc.offset_write && sc.ranged_read {
-        from = resume_point(r, f, &target.write, size).await?;
-        if from > 0 {
+        missing = resume_missing(r, f, &target.write, &record, size).await?;
+        let have = size - span(&missing);
+        if have > 0 {
             r.events.warn(format!(
-                "{}: resuming at byte {from} of {size}",
+                "{}: resuming: {have} of {size} bytes are already there",
                 dst.display(&f.dst)
             ));
         }
     }
-    if from == 0 && size <= WHOLE_FILE {
+    let fresh = missing == [(0, size)];
+    if fresh && size <= WHOLE_FILE {
         return copy_whole(r, f, &target, size).await;
     }
-    let todo = size - from;
+    let todo = span(&missing);
     let streams = r
         .opts
         .streams
         .unwrap_or(sc.max_ranges.min(dc.max_ranges))
         .clamp(1, 64);
-    let split = sc.ranged_read && dc.offset_write && todo >= r.opts.split_min && streams > 1;
-    if from == 0 {
+    let split = sc.ranged_read
+        && dc.offset_write
+        && target.renamed
+        && todo >= r.opts.split_min
+        && streams > 1;
+    if fresh {
         // Create (or truncate) first, so ranges write into one file.
         let sink = dst
             .write(&target.write, WriteMode::Create, Some(size))
@@ -385,21 +458,147 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
         }
     }
     if todo > 0 {
-        let n = if split { streams as u64 } else { 1 };
-        let per = todo.div_ceil(n);
-        let mut ranges = FuturesUnordered::new();
-        let mut at = from;
-        while at < size {
-            let len = per.min(size - at);
-            ranges.push(pump_with_retry(r, f, &target, at, len, None));
-            at += len;
+        let mut rec = Record {
+            path: record.clone(),
+            journal: journal::Journal {
+                size,
+                mtime: record_mtime(f),
+                done: journal::missing(&missing, size),
+            },
+        };
+        if split {
+            // Before the first byte: a split part file has holes until
+            // every range is in, and only this record says where they are
+            // (a hard kill leaves it erring on the side of sending again).
+            rec.save(dst.as_ref()).await?;
         }
-        while let Some(res) = ranges.next().await {
-            res?;
+        let n = if split { streams } else { 1 };
+        let chunk = todo.div_ceil(n as u64).min(MAX_CHUNK);
+        let mut queue = chunks(&missing, chunk).into_iter();
+        let mut running = FuturesUnordered::new();
+        let mut failed = None;
+        let target = &target;
+        loop {
+            // After a failure no new range starts; those in flight finish
+            // (or stop on a cancel), so the record keeps what they moved.
+            while running.len() < n && failed.is_none() {
+                let Some((at, len)) = queue.next() else { break };
+                running.push(async move {
+                    pump_with_retry(r, f, target, at, len, None)
+                        .await
+                        .map(|()| (at, len))
+                });
+            }
+            let Some(res) = running.next().await else {
+                break;
+            };
+            match res {
+                Ok((at, len)) if split => {
+                    rec.journal.done.push((at, at + len));
+                    rec.journal.done = journal::merge(std::mem::take(&mut rec.journal.done));
+                    // Best effort: a record one range behind only sends
+                    // that range again.
+                    let _ = rec.save(dst.as_ref()).await;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = failed {
+            return Err(e);
         }
     }
     finalize(r, f, &target, size, false).await?;
+    if split || !fresh {
+        let _ = dst.remove(&record).await;
+    }
     Ok(todo)
+}
+
+/// Ranges of a split file are moved in pieces of this size or less, each
+/// noted in the resume record when it is in.
+const MAX_CHUNK: u64 = 64 * 1024 * 1024;
+
+fn span(ranges: &[(u64, u64)]) -> u64 {
+    ranges.iter().map(|(a, b)| b - a).sum()
+}
+
+/// `[start, end)` ranges cut into `(offset, length)` pieces of at most
+/// `chunk` bytes.
+fn chunks(ranges: &[(u64, u64)], chunk: u64) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    for &(mut a, b) in ranges {
+        while a < b {
+            let len = chunk.max(1).min(b - a);
+            out.push((a, len));
+            a += len;
+        }
+    }
+    out
+}
+
+fn record_mtime(f: &FilePlan) -> u32 {
+    f.mtime.unwrap_or(0).clamp(0, u32::MAX as i64) as u32
+}
+
+/// The resume record of a split file, `.NAME.ferry-resume` beside the
+/// final name on the destination: which ranges of the part file are in.
+struct Record {
+    path: Vec<u8>,
+    journal: journal::Journal,
+}
+
+impl Record {
+    async fn save(&self, dst: &dyn Backend) -> Result<(), TransferError> {
+        let text = journal::encode(&self.journal);
+        dst.put_whole(None, &self.path, bytes::Bytes::from(text), None, None)
+            .await
+    }
+}
+
+/// With `--resume`: the ranges still missing from the part file. A
+/// resume record (a split copy) says which ranges are in; without one the
+/// part was written in order, and its length counts if its last bytes are
+/// the source's. A record that cannot be read, or that belongs to another
+/// version of the source, means starting over.
+async fn resume_missing(
+    r: &Run,
+    f: &FilePlan,
+    part: &[u8],
+    record: &[u8],
+    size: u64,
+) -> Result<Vec<(u64, u64)>, TransferError> {
+    let dst = &r.dest.backend;
+    let all = vec![(0, size)];
+    let Some(pe) = dst.stat(part).await? else {
+        return Ok(all);
+    };
+    if let Some(re) = dst.stat(record).await? {
+        let n = re.size.unwrap_or(0).min(64 * 1024);
+        let text = read_all(dst.as_ref(), record, 0, n).await?;
+        let j = journal::decode(&String::from_utf8_lossy(&text));
+        let have = pe.size.unwrap_or(0);
+        match j {
+            // A split part's length reaches the end of every range in it;
+            // a record claiming more is stale (the part was written anew
+            // in order since), and the part's length says what is there.
+            Some(j) if j.done.iter().any(|&(_, end)| end > have) => {}
+            Some(j) if j.size == size && j.mtime == record_mtime(f) => {
+                return Ok(journal::missing(&j.done, size));
+            }
+            _ => {
+                r.events.warn(format!(
+                    "{}: the resume record is unreadable or for another version of the source; starting over",
+                    dst.display(record)
+                ));
+                return Ok(all);
+            }
+        }
+    }
+    let from = resume_point(r, f, part, pe.size.unwrap_or(0), size).await?;
+    Ok(vec![(from, size)])
 }
 
 /// Files up to this size are read whole and written with one
@@ -499,13 +698,15 @@ fn stalled(b: &dyn Backend, p: &[u8], stall: Duration) -> TransferError {
 
 /// Where a part file can continue: its length, if its last bytes are the
 /// source's bytes at the same place; else 0 (start over).
-async fn resume_point(r: &Run, f: &FilePlan, part: &[u8], size: u64) -> Result<u64, TransferError> {
+async fn resume_point(
+    r: &Run,
+    f: &FilePlan,
+    part: &[u8],
+    have: u64,
+    size: u64,
+) -> Result<u64, TransferError> {
     let src = &r.sources[f.source].backend;
     let dst = &r.dest.backend;
-    let Some(e) = dst.stat(part).await? else {
-        return Ok(0);
-    };
-    let have = e.size.unwrap_or(0);
     if have == 0 || have > size {
         return Ok(0);
     }

@@ -32,8 +32,8 @@ use ferry_ftp::{Conn, Endpoint, FtpError, Security};
 use crate::error::TransferError;
 use crate::journal;
 use crate::location::{FtpSpec, Location};
+use crate::loop_util::{check_local_sources, report, walk_local, with_more};
 use crate::part::{self, kept, open_part, paths, write_at, Partial, Paths, NO_RESUME_BELOW};
-use crate::sftp::{check_local_sources, report, walk_local, with_more};
 use crate::{CopyOptions, Stats, Summary, Tuning};
 
 /// Smallest byte range worth its own connection with `--streams`.
@@ -562,7 +562,7 @@ fn download(
         for (d, m) in dirs.iter().rev() {
             if let Some(m) = m {
                 let m = (*m).clamp(0, u32::MAX as i64) as u32;
-                crate::sftp::set_local_times(d, m, m);
+                crate::loop_util::set_local_times(d, m, m);
             }
         }
     }

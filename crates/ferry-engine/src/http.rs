@@ -31,10 +31,10 @@ use tokio::sync::Semaphore;
 use crate::error::TransferError;
 use crate::journal;
 use crate::location::{HttpSpec, Location};
+use crate::loop_util::{check_local_sources, os, report, set_local_times, walk_local, with_more};
 use crate::part::{
     self, kept, open_part, paths, write_at, Partial, Paths, NO_RESUME_BELOW, WRITE_BUF,
 };
-use crate::sftp::{check_local_sources, os, report, set_local_times, walk_local, with_more};
 use crate::{CopyOptions, Stats, Summary};
 
 /// Smallest byte range worth its own request with `--streams`.

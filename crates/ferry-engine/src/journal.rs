@@ -1,17 +1,15 @@
-//! Resume journals: which byte ranges of a temporary file are known good.
+//! Resume records: which byte ranges of a part file are known good.
 //!
-//! Requests complete out of order and big files are split over several
-//! connections, so after an interruption a `.NAME.ferry-part` can have the
-//! right size and holes inside it: its size alone says nothing. When a copy
-//! fails while ferry is still running, it writes down the ranges that
-//! really arrived; a split file gets a journal before its first byte moves,
-//! so even a hard kill leaves a record that errs on the side of re-sending.
-//! `--resume` then sends only what is missing.
-//!
-//! Downloads keep the journal next to the part file (`.NAME.ferry-resume`);
-//! uploads keep it locally under `$XDG_STATE_HOME/ferry/resume/`, keyed by
-//! server and remote path, since the server may be the thing that died.
-use std::path::{Path, PathBuf};
+//! Ranges of a big file are moved at once, so after an interruption a
+//! `.NAME.ferry-part` can have the file's length and holes inside it: its
+//! length alone says nothing. The engine writes `.NAME.ferry-resume` beside
+//! the final name on the destination (any backend) before the first byte
+//! of a split file moves, and again as each range is in, so even a hard
+//! kill leaves a record that errs on the side of sending again; `--resume`
+//! then sends only what is missing (engine.rs, `resume_missing`). The
+//! HTTP(S) and FTP(S) loops keep their own record beside local part files
+//! (part.rs) until they move onto the engine.
+use std::path::Path;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Journal {
@@ -25,8 +23,8 @@ pub(crate) struct Journal {
 
 const MAGIC: &str = "ferry-resume 1";
 
-pub(crate) fn read(path: &Path) -> Option<Journal> {
-    let text = std::fs::read_to_string(path).ok()?;
+/// A journal from its text; `None` for anything else.
+pub(crate) fn decode(text: &str) -> Option<Journal> {
     let mut lines = text.lines();
     if lines.next()? != MAGIC {
         return None;
@@ -55,20 +53,13 @@ pub(crate) fn read(path: &Path) -> Option<Journal> {
     })
 }
 
-/// Write atomically (temporary name, then rename), so a crash while writing
-/// leaves the old journal or none, never half of one.
-pub(crate) fn write(path: &Path, j: &Journal) -> std::io::Result<()> {
+/// The text form `decode` reads.
+pub(crate) fn encode(j: &Journal) -> String {
     let mut text = format!("{MAGIC}\nsize {}\nmtime {}\n", j.size, j.mtime);
     for (a, b) in &j.done {
         text.push_str(&format!("done {a} {b}\n"));
     }
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".new");
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path)
+    text
 }
 
 pub(crate) fn remove(path: &Path) {
@@ -105,27 +96,6 @@ pub(crate) fn missing(done: &[(u64, u64)], size: u64) -> Vec<(u64, u64)> {
     out
 }
 
-/// Where an upload's journal lives: local state, keyed by server and path.
-pub(crate) fn upload_path(server: &str, remote_tmp: &[u8]) -> PathBuf {
-    let base = std::env::var_os("XDG_STATE_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
-        .unwrap_or_else(std::env::temp_dir);
-    // FNV-1a: stable across runs and versions, unlike std's hasher.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in server
-        .as_bytes()
-        .iter()
-        .chain([0u8].iter())
-        .chain(remote_tmp)
-    {
-        h ^= *b as u64;
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    base.join("ferry").join("resume").join(format!("{h:016x}"))
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -142,18 +112,14 @@ mod tests {
 
     #[test]
     fn round_trip_and_rejects_garbage() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("j");
         let j = Journal {
             size: 100,
             mtime: 7,
             done: vec![(0, 10), (50, 60)],
         };
-        write(&p, &j).unwrap();
-        assert_eq!(read(&p), Some(j));
-        std::fs::write(&p, "ferry-resume 1\nsize 10\nmtime 1\ndone 5 20\n").unwrap();
-        assert_eq!(read(&p), None, "a range past the size is not trusted");
-        std::fs::write(&p, "something else").unwrap();
-        assert_eq!(read(&p), None);
+        assert_eq!(decode(&encode(&j)), Some(j));
+        let past = "ferry-resume 1\nsize 10\nmtime 1\ndone 5 20\n";
+        assert_eq!(decode(past), None, "a range past the size is not trusted");
+        assert_eq!(decode("something else"), None);
     }
 }

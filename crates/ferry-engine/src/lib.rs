@@ -43,14 +43,13 @@ pub mod hash;
 mod http;
 mod journal;
 mod location;
+mod loop_util;
 pub mod named;
 mod part;
 mod retry;
 pub mod s3;
-mod sftp;
 pub mod sync;
 mod transfer;
-mod window;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -83,16 +82,15 @@ pub struct CopyOptions {
     /// Bytes per READ/WRITE request wanted; capped by what the server
     /// accepts (limits@openssh.com), 32 KiB when it does not say.
     pub chunk: Option<u32>,
-    /// Most requests in flight for one file; the window adapts below it.
+    /// SFTP: most requests in flight per read or write stream.
     pub max_depth: usize,
     /// Files smaller than this are never split into ranges.
     pub split_min: u64,
-    /// Bytes requested and not yet answered, over all files and
-    /// connections. Enough for the bandwidth-delay product, and a cap on
-    /// what a server must buffer: OpenSSH's sshd spends several times more
-    /// CPU per byte when many megabytes of replies queue up in it
-    /// (docs/internals/sftp.md).
-    /// `None`: the measured default for the direction (see [`Tuning`]).
+    /// SFTP: bytes requested and not yet answered per read or write
+    /// stream. Enough for the bandwidth-delay product, and a cap on what a
+    /// server must buffer: OpenSSH's sshd spends several times more CPU
+    /// per byte when many megabytes of replies queue up in it
+    /// (docs/internals/sftp.md). `None`: 8 MiB.
     pub max_inflight: Option<u64>,
     pub connect: ConnectOptions,
     /// HTTP(S): TLS trust, credentials, versions, redirects.
@@ -160,13 +158,11 @@ impl Tuning {
     /// machine's CPU the same; docs/internals/sftp.md). Only one per 64 MiB
     /// of work is opened, and a server with a large window (ferry serve)
     /// gets one. More than 16 MiB requested at once only made sshd burn CPU
-    /// on queued replies.
+    /// on queued replies: each stream asks for 8 MiB at most.
     pub const DOWNLOAD_STREAMS: usize = 2;
-    pub const DOWNLOAD_INFLIGHT: u64 = 16 * 1024 * 1024;
     /// Uploads: sshd's own 2 MiB window caps each connection at
     /// 2 MiB / RTT, so uploads spread over four.
     pub const UPLOAD_STREAMS: usize = 4;
-    pub const UPLOAD_INFLIGHT: u64 = 32 * 1024 * 1024;
     /// FTP: files at once (one control connection each) when -P is not
     /// given, and ranges per file (docs/internals/ftp.md).
     pub const FTP_PARALLEL: usize = 8;
@@ -281,55 +277,9 @@ pub(crate) fn copy_on_loop(
     if matches!(dest, Location::Http(_)) || sources.iter().any(|s| matches!(s, Location::Http(_))) {
         return http::copy(sources, dest, opts, stats);
     }
-    let remote_srcs: Vec<&RemoteSpec> = sources
-        .iter()
-        .filter_map(|s| match s {
-            Location::Sftp(r) => Some(r),
-            Location::Local(_) | Location::Http(_) | Location::Ftp(_) | Location::S3(_) => None,
-        })
-        .collect();
-    match dest {
-        Location::Local(d) => {
-            if remote_srcs.len() != sources.len() {
-                return Err(TransferError::Usage(
-                    "both source and destination are local; ferry cp copies between a local path and a remote URL (sftp://host/path or host:path)".into(),
-                ));
-            }
-            let first = remote_srcs
-                .first()
-                .ok_or_else(|| TransferError::Usage("no source".into()))?;
-            if let Some(other) = remote_srcs.iter().find(|r| !r.same_endpoint(first)) {
-                return Err(TransferError::Usage(format!(
-                    "{} and {} are on different servers; copy from one server at a time",
-                    first.original, other.original
-                )));
-            }
-            let paths: Vec<RemotePath> = remote_srcs.iter().map(|r| r.path.clone()).collect();
-            sftp::download(first, &paths, d, opts, stats)
-        }
-        Location::Sftp(d) => {
-            if !remote_srcs.is_empty() {
-                return Err(TransferError::Usage(format!(
-                    "internal: {}: a copy between two remotes reached the SFTP loop; the engine (transfer::on_engine) runs those",
-                    remote_srcs
-                        .first()
-                        .map(|r| r.original.as_str())
-                        .unwrap_or_default()
-                )));
-            }
-            let locals: Vec<std::path::PathBuf> = sources
-                .iter()
-                .filter_map(|s| match s {
-                    Location::Local(p) => Some(p.clone()),
-                    Location::Sftp(_) | Location::Http(_) | Location::Ftp(_) | Location::S3(_) => {
-                        None
-                    }
-                })
-                .collect();
-            sftp::upload(&locals, d, opts, stats)
-        }
-        Location::Http(_) | Location::Ftp(_) | Location::S3(_) => Err(TransferError::Usage(
-            "internal: HTTP, FTP or S3 destination".into(),
-        )),
-    }
+    Err(TransferError::Usage(format!(
+        "internal: {} -> {}: no copy loop for this pair; the engine (transfer::on_engine) runs it",
+        sources.first().map(Location::describe).unwrap_or_default(),
+        dest.describe()
+    )))
 }

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 
 use crate::error::TransferError;
 use crate::journal;
-use crate::sftp::{os, set_local_times, side_name, tmp_name};
+use crate::loop_util::{os, set_local_times, side_name, tmp_name};
 use crate::Stats;
 
 /// Files smaller than this get no resume record (they start over).

@@ -898,6 +898,9 @@ impl Walk {
                 mtime: src.mtime,
                 mode: src.mode,
             };
+            // The first copy opens the connections a copy wants (a sync
+            // with nothing to copy needs only the one it lists on).
+            engine::prepare(&run, None).await;
             let rep = engine::copy_file(&run, &plan).await;
             done.outcome = match rep.error {
                 None => FileOutcome::Copied(rep.bytes),
@@ -1128,11 +1131,12 @@ fn copy_run(
         stats: stats.clone(),
         events: events.clone(),
         cancel: cancel.clone(),
+        prepared: Default::default(),
     })
 }
 
-/// `.NAME.ferry-part`: a copy in progress, or one an interrupted run left
-/// for `--resume`.
+/// `.NAME.ferry-part` (a copy in progress, or one an interrupted run left
+/// for `--resume`) and its `.NAME.ferry-resume` record.
 fn is_part_name(name: &[u8]) -> bool {
-    name.starts_with(b".") && name.ends_with(b".ferry-part")
+    name.starts_with(b".") && (name.ends_with(b".ferry-part") || name.ends_with(b".ferry-resume"))
 }

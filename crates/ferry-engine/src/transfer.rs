@@ -125,9 +125,9 @@ impl FileReport {
 #[derive(Debug)]
 pub struct Report {
     /// One entry per file, in plan order. Copies between a local path and
-    /// one server still run on the protocol's own copy loop (see
-    /// docs/internals/engine.md, "Migration"), which reports totals only:
-    /// there this is empty and `error` says what failed.
+    /// one HTTP(S) or FTP(S) server still run on that protocol's own copy
+    /// loop (docs/internals/engine.md, "Migration"), which reports totals
+    /// only: there this is empty and `error` says what failed.
     pub files: Vec<FileReport>,
     /// Files complete under their final names.
     pub files_copied: u64,
@@ -398,9 +398,8 @@ pub fn block_on<R: EndReport>(
 }
 
 /// Does this pair run on the engine, or on a protocol's own copy loop?
-/// Local <-> one server keeps the loop that measurement tuned (threads
-/// per SSH connection, HTTP shards, blocking FTP) until the engine
-/// matches its speed: docs/internals/engine.md, "Migration".
+/// Local <-> one HTTP(S) or FTP(S) server keeps its loop until the engine
+/// has what it still lacks for them: docs/internals/engine.md, "Migration".
 pub(crate) fn on_engine(sources: &[Location], dest: &Location) -> bool {
     // S3 has no copy loop of its own: always the engine.
     let s3 = |l: &Location| matches!(l, Location::S3(_));
@@ -415,11 +414,17 @@ pub(crate) fn on_engine(sources: &[Location], dest: &Location) -> bool {
         if all_local_src || any_local_src {
             return true;
         }
-        // remote -> local from several servers or protocols: the engine.
-        return !same_server(sources);
+        // remote -> local from several servers or protocols: the engine;
+        // from one SFTP server too.
+        return !same_server(sources) || matches!(sources.first(), Some(Location::Sftp(_)));
     }
     // -> remote: from remote sources (any), or mixed: the engine.
-    !all_local_src
+    if !all_local_src {
+        return true;
+    }
+    // Local -> one server: SFTP on the engine; HTTP(S) and FTP(S) on
+    // their loops until the engine has what they still lack.
+    matches!(dest, Location::Sftp(_))
 }
 
 fn same_server(sources: &[Location]) -> bool {
@@ -477,6 +482,7 @@ async fn drive(mut t: Transfer, stats: Arc<Stats>, events: Emitter, cancel: Canc
         stats: stats.clone(),
         events: events.clone(),
         cancel: cancel.clone(),
+        prepared: Default::default(),
     });
     let ticker = tokio::spawn(tick(stats.clone(), events.clone()));
     let planned = tokio::select! {

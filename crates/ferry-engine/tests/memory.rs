@@ -369,6 +369,98 @@ async fn resume_sends_only_the_rest_after_checking_the_tail() {
 }
 
 #[tokio::test]
+async fn a_split_file_resumes_from_its_record_not_its_length() {
+    // Ranges of a split file land out of order: after a failure the part
+    // has the file's full length and a hole. Its length says nothing;
+    // the `.NAME.ferry-resume` record says which ranges are in.
+    let (a, b) = (Memory::new("a"), Memory::new("b"));
+    let body = data(8_000_000, 3);
+    a.put("/f", &body, 0);
+    a.set_faults(Faults {
+        refuse_offset: Some(4_000_000),
+        ..Faults::default()
+    });
+    let o = CopyOptions {
+        split_min: 1_000_000,
+        streams: Some(4),
+        retries: 1,
+        ..opts()
+    };
+    let (r, _) = run(Transfer::between(
+        vec![at(&a, "/f")],
+        at(&b, "/g"),
+        o.clone(),
+    ))
+    .await;
+    assert!(r.error.is_some());
+    assert_eq!(b.get("/g"), None);
+    assert_eq!(b.get("/.g.ferry-part").map(|p| p.len()), Some(8_000_000));
+    let record = String::from_utf8(b.get("/.g.ferry-resume").expect("a record")).unwrap();
+    assert!(
+        record.contains("done 0 4000000") && record.contains("done 6000000 8000000"),
+        "{record}"
+    );
+
+    // Without --resume, a new copy in one stream writes the part anew
+    // (the stale record is left); --resume then trusts the part's length,
+    // not the record's ranges past it.
+    a.set_faults(Faults {
+        fail_read_after: Some(3_000_000),
+        ..Faults::default()
+    });
+    let one = CopyOptions {
+        streams: Some(1),
+        ..o.clone()
+    };
+    let (r, _) = run(Transfer::between(vec![at(&a, "/f")], at(&b, "/g"), one)).await;
+    assert!(r.error.is_some());
+    assert_eq!(b.get("/.g.ferry-part").map(|p| p.len()), Some(3_000_000));
+    a.set_faults(Faults::default());
+    let again = CopyOptions {
+        resume: true,
+        ..o.clone()
+    };
+    let (r, _) = run(Transfer::between(vec![at(&a, "/f")], at(&b, "/g"), again)).await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(b.get("/g").as_deref(), Some(&body[..]));
+    assert_eq!(
+        b.get("/.g.ferry-resume"),
+        None,
+        "the record goes with the part"
+    );
+
+    // A split copy interrupted, then resumed: only the missing range moves.
+    let b = Memory::new("b");
+    a.set_faults(Faults {
+        refuse_offset: Some(2_000_000),
+        ..Faults::default()
+    });
+    let (r, _) = run(Transfer::between(
+        vec![at(&a, "/f")],
+        at(&b, "/g"),
+        o.clone(),
+    ))
+    .await;
+    assert!(r.error.is_some());
+    a.set_faults(Faults::default());
+    let before = a
+        .counters
+        .bytes_read
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let o = CopyOptions { resume: true, ..o };
+    let (r, _) = run(Transfer::between(vec![at(&a, "/f")], at(&b, "/g"), o)).await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(b.get("/g").as_deref(), Some(&body[..]));
+    let read = a
+        .counters
+        .bytes_read
+        .load(std::sync::atomic::Ordering::Relaxed)
+        - before;
+    assert_eq!(read, 2_000_000);
+    assert_eq!(r.bytes, 2_000_000);
+}
+
+#[tokio::test]
 async fn resume_starts_over_when_the_part_differs() {
     let (a, b) = (Memory::new("a"), Memory::new("b"));
     let body = data(500_000, 5);

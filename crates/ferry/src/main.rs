@@ -461,7 +461,11 @@ fn run_cp(args: CpArgs, matches: Option<&clap::ArgMatches>) -> i32 {
     let result = outcome.into_result();
     if let (true, Err(e)) = (per_file, &result) {
         if e.kind() != ferry_engine::ErrorKind::Cancelled {
-            eprintln!("ferry: {failed} of {planned} files failed");
+            // One file's failure was said as it failed; a count adds
+            // nothing to it.
+            if planned > 1 {
+                eprintln!("ferry: {failed} of {planned} files failed");
+            }
             return e.exit_code();
         }
     }

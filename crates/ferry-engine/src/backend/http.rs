@@ -226,6 +226,7 @@ impl Backend for Http {
                         resp: None,
                         left: 0,
                         display: self.display(p),
+                        check: None,
                     }))
                 }
                 Some(l) => format!("bytes={offset}-{}", offset + l - 1),
@@ -252,10 +253,22 @@ impl Backend for Http {
             (_, Some(l)) => l,
             (_, None) => total.unwrap_or(u64::MAX),
         };
+        // The whole file in one response: check it against the digest
+        // the server announced (ferry serve's Repr-Digest), if any.
+        let whole = match resp.status {
+            StatusCode::PARTIAL_CONTENT => {
+                offset == 0 && content_range_total(&resp).is_some_and(|t| Some(t) == len)
+            }
+            _ => offset == 0,
+        };
+        let check = ferry_http::digest::expected(&resp.headers)
+            .filter(|_| whole)
+            .map(|e| (e, ferry_http::digest::Hasher::new(e.algo)));
         Ok(Box::new(HttpRead {
             resp: Some(resp),
             left,
             display: self.display(p),
+            check,
         }))
     }
 
@@ -337,16 +350,52 @@ impl Backend for Http {
     }
 }
 
+/// `Content-Range: bytes A-B/TOTAL` -> TOTAL.
+fn content_range_total(resp: &ferry_http::Response) -> Option<u64> {
+    let v = resp.header("content-range")?.trim();
+    v.strip_prefix("bytes ")?
+        .split_once('/')?
+        .1
+        .trim()
+        .parse()
+        .ok()
+}
+
 struct HttpRead {
     resp: Option<ferry_http::Response>,
     left: u64,
     display: String,
+    /// The digest announced for the whole file, and the bytes' hash so far.
+    check: Option<(ferry_http::digest::Expected, ferry_http::digest::Hasher)>,
+}
+
+impl HttpRead {
+    /// At the end of the body: the bytes against the announced digest.
+    fn verify(&mut self) -> Result<(), TransferError> {
+        let Some((want, h)) = self.check.take() else {
+            return Ok(());
+        };
+        let got = h.finalize();
+        if got == want.sum {
+            return Ok(());
+        }
+        // A network error: the range is sent again (a few times), and the
+        // final name is left alone.
+        Err(TransferError::Network(format!(
+            "{}: the data does not match the server's digest ({} announced {}, received {})",
+            self.display,
+            want.algo.name(),
+            ferry_http::digest::to_base64(&want.sum),
+            ferry_http::digest::to_base64(&got)
+        )))
+    }
 }
 
 #[async_trait]
 impl ByteStream for HttpRead {
     async fn next(&mut self) -> Result<Option<Bytes>, TransferError> {
         if self.left == 0 {
+            self.verify()?;
             return Ok(None);
         }
         let Some(resp) = self.resp.as_mut() else {
@@ -360,9 +409,15 @@ impl ByteStream for HttpRead {
                 if self.left != u64::MAX {
                     self.left -= b.len() as u64;
                 }
+                if let Some((_, h)) = self.check.as_mut() {
+                    h.update(&b);
+                }
                 Ok(Some(b))
             }
-            None if self.left == u64::MAX => Ok(None),
+            None if self.left == u64::MAX => {
+                self.verify()?;
+                Ok(None)
+            }
             None => Err(TransferError::Network(format!(
                 "{}: the response ended {} bytes early",
                 self.display, self.left

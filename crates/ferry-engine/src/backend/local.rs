@@ -73,6 +73,17 @@ impl Backend for Local {
         "local".into()
     }
 
+    async fn resolve_link(&self, path: &[u8]) -> Result<Vec<u8>, TransferError> {
+        let p = os(path);
+        let is_link = std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink());
+        if !is_link {
+            return Ok(path.to_vec());
+        }
+        let to = std::fs::canonicalize(&p)
+            .map_err(|e| TransferError::local(&p, "cannot follow the link", e))?;
+        Ok(std::os::unix::ffi::OsStrExt::as_bytes(to.as_os_str()).to_vec())
+    }
+
     async fn stat(&self, path: &[u8]) -> Result<Option<Entry>, TransferError> {
         let p = os(path);
         let name = super::path::basename(path).to_vec();

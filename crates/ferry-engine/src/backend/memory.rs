@@ -29,6 +29,9 @@ pub struct Faults {
     pub transient_reads: usize,
     /// Reads of this path fail at once, every time (a server refusal).
     pub refuse_path: Option<Vec<u8>>,
+    /// Reads starting at this offset fail at once, every time: one range
+    /// of a split file fails while the others go on.
+    pub refuse_offset: Option<u64>,
     /// Reads stop delivering after this many bytes and never end.
     pub stall_after: Option<u64>,
     /// Each read delays its first piece by (1000 - offset / 1 MiB) µs, so
@@ -269,7 +272,7 @@ impl Backend for Memory {
     ) -> Result<Box<dyn ByteStream>, TransferError> {
         self.counters.reads.fetch_add(1, Ordering::Relaxed);
         let faults = lock(&self.faults).clone();
-        if faults.refuse_path.as_deref() == Some(p) {
+        if faults.refuse_path.as_deref() == Some(p) || faults.refuse_offset == Some(offset) {
             return Err(TransferError::Remote(format!(
                 "{}: permission denied",
                 self.display(p)

@@ -265,8 +265,26 @@ pub trait Backend: Send + Sync {
         BackendInfo::default()
     }
 
+    /// Where a link at `path` points (a symbolic link on the local disk);
+    /// `path` itself for anything else.
+    async fn resolve_link(&self, path: &[u8]) -> Result<Vec<u8>, TransferError> {
+        Ok(path.to_vec())
+    }
+
+    /// The work ahead, before it starts: a backend that opens more
+    /// connections for more work (SFTP) opens them now. `bytes`: the
+    /// total, when known. The default does nothing.
+    async fn prepare(&self, _role: Role, _bytes: Option<u64>) {}
+
     /// Close connections politely. Dropping works too.
     async fn close(&self) {}
+}
+
+/// Which end of a copy a backend is, for [`Backend::prepare`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Source,
+    Destination,
 }
 
 /// A content hash that `ferry sync --checksum` and `ferry check`
@@ -366,9 +384,15 @@ pub mod path {
     /// The temporary name a file is written under before it is renamed:
     /// `.NAME.ferry-part` beside it (every protocol, every direction).
     pub fn part_name(p: &[u8]) -> Vec<u8> {
+        side_name(p, b".ferry-part")
+    }
+
+    /// `.NAME` + `suffix` beside NAME: the part file, and the resume
+    /// record of a split file (`.NAME.ferry-resume`).
+    pub fn side_name(p: &[u8], suffix: &[u8]) -> Vec<u8> {
         let mut name = b".".to_vec();
         name.extend_from_slice(basename(p));
-        name.extend_from_slice(b".ferry-part");
+        name.extend_from_slice(suffix);
         join(parent(p), &name)
     }
 

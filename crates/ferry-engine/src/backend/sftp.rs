@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
@@ -17,12 +17,11 @@ use futures_util::FutureExt;
 use tokio::sync::oneshot;
 
 use super::{
-    path, Backend, BackendInfo, ByteStream, Capabilities, Entry, EntryKind, HashAlgo, Sink,
+    path, Backend, BackendInfo, ByteStream, Capabilities, Entry, EntryKind, HashAlgo, Role, Sink,
     WriteMode,
 };
 use crate::error::TransferError;
 use crate::location::{RemotePath, RemoteSpec};
-use crate::sftp::{chunk_sizes, ONE_STREAM_WINDOW};
 use crate::{CopyOptions, Tuning};
 
 /// Bytes requested and not yet answered per read or write stream: a
@@ -30,6 +29,58 @@ use crate::{CopyOptions, Tuning};
 /// CPU per byte with many megabytes of replies queued:
 /// docs/internals/sftp.md), so 8 MiB per stream, several streams at once.
 const STREAM_INFLIGHT: u64 = 8 * 1024 * 1024;
+/// Work that earns one more connection (docs/internals/sftp.md).
+const PER_CONNECTION: u64 = 64 * 1024 * 1024;
+
+/// Fallback request size when the server does not state its limits: the
+/// size every SFTP server must accept (draft-02 suggests 32 KiB).
+const FALLBACK_CHUNK: u32 = 32 * 1024;
+/// The request size we ask for by default (OpenSSH serves up to 255 KiB).
+const DEFAULT_CHUNK: u32 = 1024 * 1024;
+
+/// An SFTP DATA reply's bytes before its data: length, type, id, data
+/// length.
+const DATA_REPLY_HEADER: u32 = 4 + 1 + 4 + 4;
+/// A WRITE request's bytes besides its data, for handles of up to 16 bytes
+/// (OpenSSH's are 4, ferry serve's 8): length, type, id, handle, offset,
+/// data length.
+const WRITE_HEADER: u32 = 4 + 1 + 4 + (4 + 16) + 8 + 4;
+/// Packets at least this large are worth fitting a request into.
+const FIT_PACKET_MIN: u32 = 128 * 1024;
+
+/// Shrink a READ or WRITE of `size` bytes so that the message carrying it
+/// fits one SSH channel packet of `packet` bytes, when packets are large
+/// enough for that to pay. Then each message arrives as a packet of its
+/// own and is parsed where it lies (`Framer::push_bytes`) instead of
+/// being copied together from two pieces. Measured, the gain is within
+/// the noise (docs/internals/sftp.md, "Packet fitting"): it costs nothing,
+/// so it stays. With small packets (OpenSSH's sshd accepts 32 KiB) the
+/// size is left alone: many more requests would cost more than the copy.
+fn fit_packet(size: u32, packet: u32, header: u32) -> u32 {
+    if packet >= FIT_PACKET_MIN {
+        size.min(packet - header)
+    } else {
+        size
+    }
+}
+/// READ and WRITE sizes for a session: what `--chunk` wants (1 MiB by
+/// default), capped by the server's limits@openssh.com, 32 KiB when it
+/// states none, fitted to one channel packet.
+fn chunk_sizes(info: &ferry_ssh::SftpInfo, opts: &CopyOptions) -> (u32, u32) {
+    let want = opts.chunk.unwrap_or(DEFAULT_CHUNK).max(512);
+    let capped = |max: Option<u32>| match max {
+        Some(m) => want.min(m),
+        None if opts.chunk.is_some() => want,
+        None => FALLBACK_CHUNK,
+    };
+    (
+        fit_packet(capped(info.max_read()), info.packet_in, DATA_REPLY_HEADER),
+        fit_packet(capped(info.max_write()), info.packet_out, WRITE_HEADER),
+    )
+}
+
+/// A server window at least this large makes one connection enough.
+const ONE_STREAM_WINDOW: u32 = 16 * 1024 * 1024;
 
 type Call<T> = Pin<Box<dyn Future<Output = Result<T, SftpError>> + Send>>;
 /// A READ in flight: its offset, the length asked, and the reply.
@@ -39,10 +90,19 @@ pub struct Sftp {
     host: String,
     /// `sftp://user@host:port`, for messages.
     prefix: String,
-    clients: Vec<SftpClient>,
-    /// Each connection's runtime (its thread), in the order of `clients`:
-    /// `put_whole` runs a small file's requests there, in one trip.
-    runtimes: Vec<tokio::runtime::Handle>,
+    /// The connections, each with its runtime (its thread): `put_whole`
+    /// runs a small file's requests there, in one trip. One at first;
+    /// `prepare` adds more when the work is worth them.
+    conns: RwLock<Vec<(SftpClient, tokio::runtime::Handle)>>,
+    connector: Arc<Connector>,
+    max_in_flight: usize,
+    /// `--streams` when given.
+    streams: Option<usize>,
+    /// Bytes and requests in flight per stream (`--inflight`, `--depth`).
+    inflight: u64,
+    max_depth: usize,
+    /// The server's window fills a link with one connection (ferry serve).
+    big_window: bool,
     next: AtomicUsize,
     read_chunk: u32,
     write_chunk: u32,
@@ -136,31 +196,7 @@ impl Sftp {
             TransferError::Network(format!("{}: the connection thread died", spec.host))
         })??;
         let info = first.info();
-        let streams = match opts.streams {
-            Some(n) => n.max(1),
-            None if info.window_out >= ONE_STREAM_WINDOW => 1,
-            None => Tuning::DOWNLOAD_STREAMS,
-        };
-        let mut clients = vec![first];
-        let mut runtimes = vec![first_rt];
-        let mut holds = vec![hold];
-        let mut threads = vec![thread];
-        let mut waiting = Vec::new();
-        for _ in 1..streams {
-            let (rx, hold, thread) = spawn_connection(connector.clone(), max_in_flight)?;
-            holds.push(hold);
-            threads.push(thread);
-            waiting.push(rx);
-        }
-        for rx in waiting {
-            // An extra connection that fails is not fatal: fewer streams.
-            if let Ok(Ok((c, rt))) = rx.await {
-                clients.push(c);
-                runtimes.push(rt);
-            }
-        }
         let (read_chunk, write_chunk) = chunk_sizes(&info, opts);
-        let first = &clients[0];
         let resolved = match &spec.path {
             RemotePath::Absolute(a) => a.clone(),
             RemotePath::HomeRelative(rel) => {
@@ -189,22 +225,46 @@ impl Sftp {
                 copy_data: info.has(ferry_sftp::consts::EXT_COPY_DATA),
                 check_file: check_file_algos(&info),
                 cipher: info.cipher.clone(),
-                clients,
-                runtimes,
+                conns: RwLock::new(vec![(first, first_rt)]),
+                connector,
+                max_in_flight,
+                streams: opts.streams,
+                inflight: opts.max_inflight.unwrap_or(STREAM_INFLIGHT),
+                max_depth: opts.max_depth,
+                big_window: info.window_out >= ONE_STREAM_WINDOW,
                 next: AtomicUsize::new(0),
                 read_chunk,
                 write_chunk,
-                holds: Mutex::new(holds),
-                threads: Mutex::new(threads),
+                holds: Mutex::new(vec![hold]),
+                threads: Mutex::new(vec![thread]),
             },
             resolved,
         ))
     }
 
-    /// The next connection, round robin: ranges and files spread over all.
+    /// The next connection and its runtime, round robin: ranges and files
+    /// spread over all.
+    fn conn(&self) -> (SftpClient, tokio::runtime::Handle) {
+        let conns = self.conns.read().unwrap_or_else(|p| p.into_inner());
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % conns.len().max(1);
+        // `open` puts the first one in, and none is ever taken out.
+        #[allow(clippy::indexing_slicing)]
+        conns[i].clone()
+    }
+
     fn client(&self) -> SftpClient {
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.clients.len().max(1);
-        self.clients[i].clone()
+        self.conn().0
+    }
+
+    /// Requests in flight per stream: `--inflight` bytes' worth (8 MiB by
+    /// default), at least 4, at most `--depth`.
+    fn depth(&self, chunk: u32) -> usize {
+        let n = (self.inflight / u64::from(chunk.max(1))) as usize;
+        n.clamp(4, self.max_depth.max(4))
+    }
+
+    fn connections(&self) -> usize {
+        self.conns.read().unwrap_or_else(|p| p.into_inner()).len()
     }
 
     fn err(&self, p: &[u8], e: SftpError) -> TransferError {
@@ -280,7 +340,7 @@ impl Backend for Sftp {
             list: true,
             server_copy: self.copy_data,
             max_files: 64,
-            max_ranges: self.clients.len().max(2),
+            max_ranges: self.connections().max(2),
         }
     }
     fn endpoint_key(&self) -> String {
@@ -288,7 +348,7 @@ impl Backend for Sftp {
     }
     fn info(&self) -> BackendInfo {
         BackendInfo {
-            connections: self.clients.len(),
+            connections: self.connections(),
             cipher: self.cipher.clone(),
             chunk: self.read_chunk,
             protocol: Some("sftp".into()),
@@ -351,7 +411,7 @@ impl Backend for Sftp {
             next: offset,
             end,
             chunk: self.read_chunk,
-            depth: (STREAM_INFLIGHT / u64::from(self.read_chunk.max(1))).max(4) as usize,
+            depth: self.depth(self.read_chunk),
             queue: FuturesOrdered::new(),
         }))
     }
@@ -382,7 +442,7 @@ impl Backend for Sftp {
             path: p.to_vec(),
             at,
             chunk: self.write_chunk as usize,
-            depth: (STREAM_INFLIGHT / (self.write_chunk.max(1) as u64)).max(4) as usize,
+            depth: self.depth(self.write_chunk),
             pending: BytesMut::new(),
             held: None,
             running: FuturesUnordered::new(),
@@ -445,11 +505,7 @@ impl Backend for Sftp {
         // OPEN, WRITEs, FSETSTAT, CLOSE, RENAME from the connection's own
         // thread: one hand-off for the file instead of one per request,
         // which was most of a small-file sync's CPU (perf).
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.clients.len().max(1);
-        let (Some(c), Some(rt)) = (self.clients.get(i).cloned(), self.runtimes.get(i).cloned())
-        else {
-            return Err(TransferError::Local("internal: no SFTP connection".into()));
-        };
+        let (c, rt) = self.conn();
         let w = part.unwrap_or(to).to_vec();
         let to_shown = to.to_vec();
         let (part, to) = (part.map(<[u8]>::to_vec), to.to_vec());
@@ -551,6 +607,57 @@ impl Backend for Sftp {
         res.map_err(|e| self.err(to, e))?;
         closed.map_err(|e| self.err(to, e))?;
         Ok(true)
+    }
+
+    /// More connections when the work is worth them, as measured: a
+    /// download spreads over two sshd processes (two cores), an upload
+    /// over four (sshd's 2 MiB window caps each), one per 64 MiB of work;
+    /// a server whose window fills the link alone (ferry serve) gets one;
+    /// `--streams N` asks for N.
+    async fn prepare(&self, role: Role, bytes: Option<u64>) {
+        let want = match (self.streams, role) {
+            (Some(n), _) => n.max(1),
+            (None, _) if self.big_window => 1,
+            (None, Role::Source) => Tuning::DOWNLOAD_STREAMS,
+            (None, Role::Destination) => Tuning::UPLOAD_STREAMS,
+        };
+        let want = match (self.streams, bytes) {
+            (None, Some(b)) => want.min(1 + (b / PER_CONNECTION) as usize),
+            _ => want,
+        };
+        let have = self.connections();
+        if want <= have {
+            return;
+        }
+        let mut waiting = Vec::new();
+        for _ in have..want {
+            match spawn_connection(self.connector.clone(), self.max_in_flight) {
+                Ok((rx, hold, thread)) => {
+                    self.holds
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(hold);
+                    self.threads
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(thread);
+                    waiting.push(rx);
+                }
+                Err(e) => tracing::debug!("{}: no extra connection: {e}", self.host),
+            }
+        }
+        for rx in waiting {
+            // An extra connection that fails is not fatal: fewer streams.
+            match rx.await {
+                Ok(Ok(c)) => self
+                    .conns
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(c),
+                Ok(Err(e)) => tracing::debug!("{}: no extra connection: {e}", self.host),
+                Err(_) => {}
+            }
+        }
     }
 
     async fn close(&self) {
@@ -719,5 +826,22 @@ impl Sink for SftpWrite {
                 .map_err(|e| TransferError::sftp(&self.host, &self.path, e))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod fit_tests {
+    use super::*;
+
+    #[test]
+    fn requests_fit_large_packets_only() {
+        // ferry serve and ferry cp: 255 KiB packets, replies and writes fit.
+        let p = ferry_ssh::MAX_CHANNEL_PACKET;
+        assert_eq!(fit_packet(1 << 20, p, DATA_REPLY_HEADER) + 13, p);
+        assert!(fit_packet(1 << 20, p, WRITE_HEADER) + 25 + 8 <= p);
+        // OpenSSH's sshd accepts 32 KiB: its 255 KiB writes stay as they are.
+        assert_eq!(fit_packet(261_120, 32 * 1024, WRITE_HEADER), 261_120);
+        // Smaller requests are never made larger.
+        assert_eq!(fit_packet(4096, p, DATA_REPLY_HEADER), 4096);
     }
 }
