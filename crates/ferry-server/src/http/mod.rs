@@ -410,6 +410,16 @@ pub(crate) fn io_refusal(e: &std::io::Error, shown: &str) -> Response<RespBody> 
             StatusCode::FORBIDDEN,
             &format!("{shown}: permission denied\n"),
         ),
+        // A full disk is the operator's to fix, not a server fault a retry
+        // cures: 507 (RFC 4918) says which.
+        K::StorageFull | K::QuotaExceeded => text(
+            StatusCode::INSUFFICIENT_STORAGE,
+            &format!("{shown}: no space left on the server's disk\n"),
+        ),
+        K::ReadOnlyFilesystem => text(
+            StatusCode::FORBIDDEN,
+            &format!("{shown}: read-only file system\n"),
+        ),
         _ => {
             tracing::warn!("HTTP {shown}: {e}");
             text(
