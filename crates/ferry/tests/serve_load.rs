@@ -1,15 +1,17 @@
 //! A load generator for `ferry serve` (issue #24), loopback only and
-//! bounded in count and time: N SFTP clients (`ferry cp`, one SSH
-//! connection each, all started at once) and M HTTPS clients (one `curl`
-//! running M transfers at once over HTTP/1.1, so one connection each, each
+//! bounded in count and time: N SFTP sessions (`ferry cp` processes
+//! started at once, each with `--streams 10` SSH connections fetching one
+//! 32 MiB file in ranges) and M HTTPS clients (one `curl`
+//! running M transfers at once (250 per curl process) over HTTP/1.1, so one connection each, each
 //! rate-limited so they overlap) download files from one ferry serve;
 //! every byte is checked by blake3, and the server's peak RSS (VmHWM),
 //! CPU seconds and the most connections seen open at once are printed.
 //!
 //! - CI: `load_short` (50 SFTP + 100 HTTPS).
-//! - Long: `FERRY_LOAD_SFTP=500 FERRY_LOAD_HTTPS=1000 nice -n 19 cargo
-//!   test -p ferry --release --test serve_load -- --ignored --nocapture
-//!   load_long` (figures in docs/internals/reliability.md).
+//! - Long: `FERRY_LOAD_SFTP=500 FERRY_LOAD_HTTPS=1000 FERRY_LOAD_RATE=64k
+//!   FERRY_LOAD_SFTP_MIB=64 nice -n 19 cargo test -p ferry --test
+//!   serve_load -- --ignored --nocapture load_long` (figures in
+//!   docs/internals/reliability.md).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[macro_use]
@@ -29,6 +31,28 @@ use common::*;
 const FILES: usize = 16;
 /// Bytes per file (each client moves one).
 const FILE_SIZE: u64 = MIB + 17;
+/// Transfers per curl process (its --parallel-max is capped at 300).
+const CURL_MAX: usize = 250;
+/// SSH connections per `ferry cp` process.
+const STREAMS: usize = 10;
+/// The file each SFTP process fetches in ranges over its connections, in
+/// MiB (FERRY_LOAD_SFTP_MIB, default 32).
+fn big_size() -> u64 {
+    env_num("FERRY_LOAD_SFTP_MIB", 32) as u64 * MIB + 5
+}
+
+/// curl's per-transfer rate (FERRY_LOAD_RATE, default 256k): slower keeps
+/// more HTTPS connections open at once.
+fn rate() -> String {
+    std::env::var("FERRY_LOAD_RATE").unwrap_or_else(|_| "256k".into())
+}
+
+fn env_num(k: &str, d: usize) -> usize {
+    std::env::var(k)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(d)
+}
 /// Every client must be done by then (a bound, not a speed claim).
 const LIMIT: Duration = Duration::from_secs(900);
 
@@ -87,6 +111,8 @@ fn run_load(sftp_clients: usize, https_clients: usize) {
     let s = FerryServe::start(&["--max-connections", &cap, "--max-startups", &cap]);
     let dir = s.root().join("load");
     fs::create_dir_all(&dir).unwrap();
+    let big_len = big_size();
+    let big = make_file(&dir.join("big.bin"), big_len, 499);
     let hashes: Vec<blake3::Hash> = (0..FILES)
         .map(|i| make_file(&dir.join(format!("f{i:02}.bin")), FILE_SIZE, 500 + i as u64))
         .collect();
@@ -113,23 +139,26 @@ fn run_load(sftp_clients: usize, https_clients: usize) {
     };
 
     let started = Instant::now();
-    // HTTPS: one curl, all transfers at once, one connection each.
-    let curl = if https_clients > 0 {
-        let cfg = out.path().join("curl.cfg");
-        let mut text = String::new();
-        for i in 0..https_clients {
-            text.push_str(&format!(
-                "url = \"{}\"\noutput = \"{}\"\n",
-                s.https_url(&format!("/load/f{:02}.bin", i % FILES)),
-                out.path().join(format!("h{i}")).display()
-            ));
-        }
-        fs::write(&cfg, text).unwrap();
-        Some(
+    // HTTPS: curl processes of at most CURL_MAX transfers each (curl caps
+    // --parallel-max at 300), all at once, one connection per transfer.
+    let curls: Vec<std::process::Child> = (0..https_clients.div_ceil(CURL_MAX))
+        .map(|c| {
+            let cfg = out.path().join(format!("curl{c}.cfg"));
+            let mut text = String::new();
+            let first = c * CURL_MAX;
+            let last = (first + CURL_MAX).min(https_clients);
+            for i in first..last {
+                text.push_str(&format!(
+                    "url = \"{}\"\noutput = \"{}\"\n",
+                    s.https_url(&format!("/load/f{:02}.bin", i % FILES)),
+                    out.path().join(format!("h{i}")).display()
+                ));
+            }
+            fs::write(&cfg, text).unwrap();
             Command::new("curl")
                 .args(["-s", "-S", "--fail", "-Z", "--parallel-immediate"])
-                .args(["--parallel-max", &https_clients.max(1).to_string()])
-                .args(["--http1.1", "--limit-rate", "256k", "--cacert"])
+                .args(["--parallel-max", &(last - first).to_string()])
+                .args(["--http1.1", "--limit-rate", &rate(), "--cacert"])
                 .arg(s.cert_pem())
                 .args(["-H", &format!("Authorization: Bearer {}", s.token)])
                 .arg("-K")
@@ -138,18 +167,20 @@ fn run_load(sftp_clients: usize, https_clients: usize) {
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
                 .spawn()
-                .unwrap(),
-        )
-    } else {
-        None
-    };
-    // SFTP: one ferry cp per client, one SSH connection each.
-    let mut kids: Vec<FerryChild> = (0..sftp_clients)
+                .unwrap()
+        })
+        .collect();
+    // SFTP: ferry cp processes with STREAMS SSH connections each, every
+    // one fetching a big file in ranges over all of them (500 processes
+    // would take more memory than the server under test).
+    let procs = sftp_clients.div_ceil(STREAMS);
+    let mut kids: Vec<FerryChild> = (0..procs)
         .map(|i| {
-            let mut a = args!["cp", "--streams", "1"];
+            let streams = STREAMS.min(sftp_clients - i * STREAMS).to_string();
+            let mut a = args!["cp", "--streams", streams];
             a.extend(s.ferry_opts_with(&s.key()));
             let dst = out.path().join(format!("s{i}"));
-            a.extend(args![s.url(&format!("/load/f{:02}.bin", i % FILES)), &dst]);
+            a.extend(args![s.url("/load/big.bin"), &dst]);
             FerryChild::spawn(&s.home(), &a, &[])
         })
         .collect();
@@ -160,7 +191,7 @@ fn run_load(sftp_clients: usize, https_clients: usize) {
             failed.push(format!("sftp client {i}: {}", describe(&o)));
         }
     }
-    if let Some(c) = curl {
+    for c in curls {
         let o = c.wait_with_output().unwrap();
         if !o.status.success() {
             failed.push(format!("curl: {}", describe(&o)));
@@ -181,8 +212,8 @@ fn run_load(sftp_clients: usize, https_clients: usize) {
         let p = out.path().join(&name);
         assert_file_hash(&p, &hashes[i % FILES], &name);
     };
-    for i in 0..sftp_clients {
-        check(format!("s{i}"), i);
+    for i in 0..sftp_clients.div_ceil(STREAMS) {
+        assert_file_hash(&out.path().join(format!("s{i}")), &big, "sftp");
     }
     for i in 0..https_clients {
         check(format!("h{i}"), i);
@@ -192,8 +223,9 @@ fn run_load(sftp_clients: usize, https_clients: usize) {
     let peak_total = (peak_sftp + peak_https).max(1);
     eprintln!(
         "LOAD sftp={sftp_clients} https={https_clients} bytes_each={FILE_SIZE} all_verified=yes \
-         wall={:.1}s serve_cpu={cpu:.1}s serve_VmHWM={hwm}kB peak_open sftp={peak_sftp} https={peak_https} \
+         sftp_bytes_each_process={big_len} rate={} wall={:.1}s serve_cpu={cpu:.1}s serve_VmHWM={hwm}kB peak_open sftp={peak_sftp} https={peak_https} \
          hwm_per_open_conn={}kB",
+        rate(),
         took.as_secs_f64(),
         hwm / peak_total as u64
     );
@@ -216,11 +248,8 @@ fn load_short() {
 #[test]
 #[ignore = "long: 500 SFTP + 1000 HTTPS clients; run by hand, see the file's doc"]
 fn load_long() {
-    let n = |k: &str, d: usize| {
-        std::env::var(k)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(d)
-    };
-    run_load(n("FERRY_LOAD_SFTP", 500), n("FERRY_LOAD_HTTPS", 1000));
+    run_load(
+        env_num("FERRY_LOAD_SFTP", 500),
+        env_num("FERRY_LOAD_HTTPS", 1000),
+    );
 }
