@@ -12,11 +12,12 @@
 //! "Exit codes"); `--resume` afterwards ends byte-identical; a stall ends
 //! within `--timeout` (3 s here) by a retry or an error, never a hang.
 //!
-//! The matrix is the `matrix!` table at the bottom: one test per protocol
-//! and fault, each running the directions the server allows over both
-//! shapes. docs/internals/reliability.md ("Fault matrix") has it as a table
-//! with what each cell verifies, and how to rerun one:
-//! `cargo test -p ferry --test faults -- sftp_serve_kill_client`.
+//! The matrix is the `matrix!` table at the bottom: one test per protocol,
+//! direction and fault, each over the big file and then the tree (every
+//! server here takes writes). docs/internals/reliability.md ("Fault
+//! matrix") has it as a table with what each cell verifies; rerun one
+//! with `cargo test -p ferry --test faults -- sftp_serve_up_kill_client`,
+//! the ignored ones (known bugs) with `-- --ignored`.
 //!
 //! FTP data connections do not go through the proxy (the control
 //! connection tells the client where to connect; with TLS the proxy cannot
