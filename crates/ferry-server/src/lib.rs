@@ -28,6 +28,7 @@ pub mod fskind;
 pub mod ftp;
 pub mod http;
 pub mod identity;
+pub mod login;
 mod readnow;
 pub mod sftp;
 pub mod ssh;
@@ -76,6 +77,18 @@ pub struct ServeOptions {
     pub metadata_in_pool: bool,
     /// Threads serving connections; 0: one per core.
     pub threads: usize,
+    /// Connections that have not logged in yet (SSH, FTP), at most; more
+    /// are closed as they arrive (sshd's MaxStartups).
+    pub max_startups: usize,
+    /// SSH connections must authenticate, FTP control connections log in,
+    /// within this (sshd's LoginGraceTime).
+    pub login_grace: Duration,
+    /// HTTP: the TLS handshake, the first byte and each request's header
+    /// must arrive within this (against slowloris clients).
+    pub header_timeout: Duration,
+    /// Pause before answering a refused SSH key or FTP password; `None`:
+    /// 300 ms for SSH, 1 s for FTP.
+    pub auth_fail_delay: Option<Duration>,
 }
 
 impl ServeOptions {
@@ -99,6 +112,10 @@ impl ServeOptions {
             sftp_limits: SftpLimits::default(),
             metadata_in_pool: false,
             threads: 0,
+            max_startups: 100,
+            login_grace: Duration::from_secs(60),
+            header_timeout: http::HEADER_READ_TIMEOUT,
+            auth_fail_delay: None,
         }
     }
 }
@@ -117,6 +134,8 @@ pub struct Shared {
     /// Metadata calls on the connection's thread (a local filesystem:
     /// `fskind`), not the blocking pool.
     pub inline_metadata: bool,
+    /// [`ServeOptions::header_timeout`].
+    pub header_timeout: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -229,6 +248,7 @@ impl Server {
             stopping,
             digests: Arc::new(http::digest::Digests::new()),
             inline_metadata,
+            header_timeout: opts.header_timeout,
         });
         let ftp = if ftp_l.is_some() {
             Some(Arc::new(
@@ -239,6 +259,9 @@ impl Server {
                         user: opts.user.clone(),
                         writable: opts.writable,
                         public: opts.public,
+                        fail_delay: opts
+                            .auth_fail_delay
+                            .unwrap_or(ftp::auth::FAILED_LOGIN_PAUSE),
                     },
                     cert_path.clone(),
                     key_path,
@@ -255,7 +278,12 @@ impl Server {
             limits: opts.sftp_limits.clone(),
             inline_metadata,
         });
-        let ssh_cfg = Arc::new(ssh::config(identity.host_key.clone()));
+        let ssh_cfg = Arc::new(ssh::config(
+            identity.host_key.clone(),
+            opts.auth_fail_delay.unwrap_or(ssh::AUTH_FAIL_DELAY),
+        ));
+        let startups = login::Startups::new(opts.max_startups);
+        let login_grace = opts.login_grace;
         let policy = Arc::new(ssh::AuthPolicy {
             authorized_keys: opts.authorized_keys.clone(),
             user: opts.user.clone(),
@@ -297,6 +325,7 @@ impl Server {
             let plain = plain.clone();
             let ftp = ftp.clone();
             let worker_live = live.clone();
+            let startups = startups.clone();
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -308,11 +337,16 @@ impl Server {
                         while let Some((job, live)) = rx.recv().await {
                             match job {
                                 Job::Ssh(s, peer) => {
+                                    let Some(login) = startups.try_begin() else {
+                                        tracing::warn!(%peer, "refused: {} connections not logged in yet (--max-startups)", startups.max());
+                                        continue;
+                                    };
                                     let handler = ssh::Conn {
                                         policy: policy.clone(),
                                         sftp: sftp_cfg.clone(),
                                         peer: peer.to_string(),
                                         channels: Default::default(),
+                                        login: Some(login.clone()),
                                     };
                                     let cfg = ssh_cfg.clone();
                                     tokio::spawn(async move {
@@ -321,6 +355,8 @@ impl Server {
                                             return;
                                         };
                                         let _ = s.set_nodelay(true);
+                                        login::enforce_grace(&s, &login, login_grace, peer, "ssh");
+                                        drop(login);
                                         match russh::server::run_stream(cfg, s, handler).await {
                                             Ok(session) => {
                                                 if let Err(e) = session.await {
@@ -348,13 +384,18 @@ impl Server {
                                 }
                                 Job::Ftp(s, peer) => {
                                     let Some(svc) = ftp.clone() else { continue };
+                                    let Some(login) = startups.try_begin() else {
+                                        tracing::warn!(%peer, "refused: {} connections not logged in yet (--max-startups)", startups.max());
+                                        continue;
+                                    };
                                     tokio::spawn(async move {
                                         let _live = live;
                                         let Ok(s) = tokio::net::TcpStream::from_std(s) else {
                                             return;
                                         };
                                         let _ = s.set_nodelay(true);
-                                        svc.serve(s, peer).await;
+                                        login::enforce_grace(&s, &login, login_grace, peer, "ftp");
+                                        svc.serve(s, peer, login).await;
                                     });
                                 }
                             }

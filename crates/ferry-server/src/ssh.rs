@@ -29,7 +29,14 @@ pub struct AuthPolicy {
 }
 
 /// The russh configuration `ferry serve` uses.
-pub fn config(host_key: russh::keys::PrivateKey) -> russh::server::Config {
+/// The pause before a refused key is answered, by default.
+pub const AUTH_FAIL_DELAY: Duration = Duration::from_millis(300);
+
+/// `auth_fail_delay`: the pause before a refused key is answered.
+pub fn config(
+    host_key: russh::keys::PrivateKey,
+    auth_fail_delay: Duration,
+) -> russh::server::Config {
     let preferred = Preferred {
         // The client's order decides; ferry cp puts AEGIS-128L first.
         cipher: std::borrow::Cow::Borrowed(ferry_ssh::CIPHERS),
@@ -41,7 +48,7 @@ pub fn config(host_key: russh::keys::PrivateKey) -> russh::server::Config {
     };
     russh::server::Config {
         methods: MethodSet::from(&[MethodKind::PublicKey][..]),
-        auth_rejection_time: Duration::from_millis(300),
+        auth_rejection_time: auth_fail_delay,
         auth_rejection_time_initial: Some(Duration::from_millis(0)),
         keys: vec![host_key],
         window_size: 32 * 1024 * 1024,
@@ -103,6 +110,9 @@ pub struct Conn {
     pub(crate) sftp: Arc<SessionConfig>,
     pub(crate) peer: String,
     pub(crate) channels: HashMap<ChannelId, Channel<Msg>>,
+    /// This connection's slot among those not logged in yet; released on
+    /// success (`crate::login`).
+    pub(crate) login: Option<Arc<crate::login::Login>>,
 }
 
 impl Conn {
@@ -140,6 +150,9 @@ impl russh::server::Handler for Conn {
     ) -> Result<Auth, Self::Error> {
         if self.allowed(user, key.public_key) {
             tracing::info!(peer = %self.peer, user, "authenticated ({})", key.public_key.fingerprint(Default::default()));
+            if let Some(l) = self.login.take() {
+                l.succeeded();
+            }
             Ok(Auth::Accept)
         } else {
             tracing::warn!(peer = %self.peer, user, "refused key {}", key.public_key.fingerprint(Default::default()));

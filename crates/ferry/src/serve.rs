@@ -89,6 +89,23 @@ pub struct ServeArgs {
     /// filesystems always use it).
     #[arg(long, hide = true)]
     metadata_in_pool: bool,
+    /// Most connections at once that have not logged in yet (SSH, FTP);
+    /// more are closed as they arrive, like sshd's MaxStartups.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    max_startups: usize,
+    /// Seconds an SSH connection has to authenticate, and an FTP control
+    /// connection to log in, before it is closed (sshd's LoginGraceTime).
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    login_grace_time: u64,
+    /// Seconds an HTTP client has to send a request's header (and the
+    /// first byte, and to finish TLS, at most 10 s): slowloris clients are
+    /// closed after it.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    header_timeout: u64,
+    /// Milliseconds before a refused SSH key or FTP password is answered
+    /// [default: 300 for SSH, 1000 for FTP].
+    #[arg(long, value_name = "MS")]
+    auth_fail_delay: Option<u64>,
     /// Seconds running transfers get to finish after Ctrl-C or SIGTERM.
     #[arg(long, value_name = "SECONDS", default_value_t = 10)]
     grace: u64,
@@ -121,6 +138,10 @@ pub fn run(args: ServeArgs) -> i32 {
     opts.max_connections = args.max_connections.max(1);
     opts.sftp_limits.max_handles = args.max_handles.max(1);
     opts.metadata_in_pool = args.metadata_in_pool;
+    opts.max_startups = args.max_startups.max(1);
+    opts.login_grace = Duration::from_secs(args.login_grace_time.max(1));
+    opts.header_timeout = Duration::from_secs(args.header_timeout.max(1));
+    opts.auth_fail_delay = args.auth_fail_delay.map(Duration::from_millis);
     if opts.sftp.is_none() && opts.https.is_none() && opts.http.is_none() && opts.ftp.is_none() {
         eprintln!(
             "ferry serve: nothing to serve (--no-sftp and --no-https without --http or --ftp)"

@@ -15,7 +15,8 @@ use unftp_core::auth::{
     UserDetailProvider,
 };
 
-/// How long a refused login waits before its `530`.
+/// How long a refused login waits before its `530` by default
+/// (`ferry serve --auth-fail-delay`).
 pub const FAILED_LOGIN_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A logged-in session's user.
@@ -46,6 +47,9 @@ pub struct TokenAuth {
     pub user: Option<String>,
     pub writable: bool,
     pub public: bool,
+    /// Pause before a refused login's `530` ([`FAILED_LOGIN_PAUSE`] by
+    /// default).
+    pub fail_delay: std::time::Duration,
 }
 
 impl fmt::Debug for TokenAuth {
@@ -105,10 +109,38 @@ impl Authenticator for TokenAuth {
                 // One guess per second per connection (and --max-connections
                 // connections): slow enough for a 192-bit token to be safe,
                 // and a human who mistyped barely notices.
-                tokio::time::sleep(FAILED_LOGIN_PAUSE).await;
+                tokio::time::sleep(self.fail_delay).await;
                 Err(AuthenticationError::BadPassword)
             }
         }
+    }
+
+    fn name(&self) -> &str {
+        "ferry-token"
+    }
+}
+
+/// One control connection's authenticator: [`TokenAuth`], and on success
+/// the connection's slot among those not logged in is released and its
+/// login grace timer stopped (`crate::login`).
+#[derive(Debug)]
+pub struct SessionAuth {
+    pub inner: std::sync::Arc<TokenAuth>,
+    pub login: std::sync::Arc<crate::login::Login>,
+}
+
+#[async_trait]
+impl Authenticator for SessionAuth {
+    async fn authenticate(
+        &self,
+        username: &str,
+        creds: &Credentials,
+    ) -> Result<Principal, AuthenticationError> {
+        let r = self.inner.authenticate(username, creds).await;
+        if r.is_ok() {
+            self.login.succeeded();
+        }
+        r
     }
 
     fn name(&self) -> &str {
@@ -141,6 +173,7 @@ mod tests {
             user: user.map(str::to_string),
             writable: true,
             public,
+            fail_delay: FAILED_LOGIN_PAUSE,
         }
     }
 

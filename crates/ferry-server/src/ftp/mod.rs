@@ -96,12 +96,23 @@ impl FtpService {
             key,
             opts,
         };
-        svc.build()?;
+        svc.build(None)?;
         Ok(svc)
     }
 
-    fn build(&self) -> Result<libunftp::Server<storage::ConfinedFs, auth::FtpUser>, String> {
+    /// `login`: the connection's login slot, released when it logs in.
+    fn build(
+        &self,
+        login: Option<Arc<crate::login::Login>>,
+    ) -> Result<libunftp::Server<storage::ConfinedFs, auth::FtpUser>, String> {
         let root = self.root.clone();
+        let authenticator: Arc<dyn unftp_core::auth::Authenticator + Send + Sync> = match login {
+            Some(login) => Arc::new(auth::SessionAuth {
+                inner: self.auth.clone(),
+                login,
+            }),
+            None => self.auth.clone(),
+        };
         let required = if self.opts.allow_plain {
             FtpsRequired::None
         } else {
@@ -111,7 +122,7 @@ impl FtpService {
             Box::new(move || storage::ConfinedFs::new(root.clone())),
             self.auth.clone(),
         )
-        .authenticator(self.auth.clone())
+        .authenticator(authenticator)
         .greeting("ferry serve")
         .ftps(self.cert.clone(), self.key.clone())
         .ftps_required(required, required)
@@ -129,8 +140,13 @@ impl FtpService {
     }
 
     /// Run one control connection to its end.
-    pub async fn serve(&self, s: tokio::net::TcpStream, peer: std::net::SocketAddr) {
-        let server = match self.build() {
+    pub async fn serve(
+        &self,
+        s: tokio::net::TcpStream,
+        peer: std::net::SocketAddr,
+        login: Arc<crate::login::Login>,
+    ) {
+        let server = match self.build(Some(login)) {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(%peer, "{e}");

@@ -94,7 +94,7 @@ impl HttpService {
         builder
             .http1()
             .timer(TokioTimer::new())
-            .header_read_timeout(HEADER_READ_TIMEOUT)
+            .header_read_timeout(shared.header_timeout)
             .max_buf_size(H1_MAX_BUF)
             .max_headers(H1_MAX_HEADERS)
             .keep_alive(true);
@@ -121,6 +121,11 @@ impl HttpService {
         })
     }
 
+    /// [`HANDSHAKE_TIMEOUT`], or the header timeout when that is shorter.
+    fn handshake_timeout(&self) -> Duration {
+        HANDSHAKE_TIMEOUT.min(self.shared.header_timeout)
+    }
+
     /// Serve one accepted connection until it closes.
     pub async fn serve(self: Arc<Self>, stream: tokio::net::TcpStream, peer: SocketAddr) {
         let socket = idle::keep_socket(&stream);
@@ -134,7 +139,9 @@ impl HttpService {
         match &self.tls {
             Some(acceptor) => {
                 let tls =
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                    match tokio::time::timeout(self.handshake_timeout(), acceptor.accept(stream))
+                        .await
+                    {
                         Ok(Ok(s)) => s,
                         Ok(Err(e)) => {
                             tracing::debug!(%peer, "TLS handshake failed: {e}");
@@ -166,7 +173,8 @@ impl HttpService {
         // from h2) without a timeout, and h1's header timeout only starts
         // after that: a client that connects and says nothing would hold a
         // connection slot forever.
-        let first = tokio::time::sleep(HEADER_READ_TIMEOUT);
+        let header_timeout = self.shared.header_timeout;
+        let first = tokio::time::sleep(header_timeout);
         tokio::pin!(conn, first);
         let mut waiting = true;
         let mut stopping = self.shared.stopping.clone();
@@ -190,7 +198,7 @@ impl HttpService {
                 }
                 _ = &mut first, if waiting => {
                     if !seen.load(std::sync::atomic::Ordering::Acquire) {
-                        tracing::debug!(%peer, "HTTP: nothing sent within {HEADER_READ_TIMEOUT:?}; closing");
+                        tracing::debug!(%peer, "HTTP: nothing sent within {header_timeout:?}; closing");
                         return;
                     }
                     waiting = false;
@@ -401,6 +409,16 @@ pub(crate) fn io_refusal(e: &std::io::Error, shown: &str) -> Response<RespBody> 
         K::PermissionDenied => text(
             StatusCode::FORBIDDEN,
             &format!("{shown}: permission denied\n"),
+        ),
+        // A full disk is the operator's to fix, not a server fault a retry
+        // cures: 507 (RFC 4918) says which.
+        K::StorageFull | K::QuotaExceeded => text(
+            StatusCode::INSUFFICIENT_STORAGE,
+            &format!("{shown}: no space left on the server's disk\n"),
+        ),
+        K::ReadOnlyFilesystem => text(
+            StatusCode::FORBIDDEN,
+            &format!("{shown}: read-only file system\n"),
         ),
         _ => {
             tracing::warn!("HTTP {shown}: {e}");
