@@ -21,21 +21,28 @@ cargo fmt --all -- --check
 echo "== cargo clippy --workspace --all-targets -- -D warnings" >&2
 cargo clippy --workspace --all-targets -- -D warnings
 
-# A short run of the SFTP decoder fuzz target (fuzz/, cargo-fuzz), where a
-# nightly toolchain is installed; cargo-fuzz itself comes from crates.io.
-# FERRY_FUZZ_SECONDS=0 skips it.
-fuzz_seconds=${FERRY_FUZZ_SECONDS:-20}
+# A short run of every fuzz target (fuzz/, cargo-fuzz; the list and what
+# each asserts: docs/internals/reliability.md), where a nightly toolchain
+# is installed; cargo-fuzz itself comes from crates.io. Each target starts
+# from its committed seeds (fuzz/seeds/TARGET) plus the corpus earlier runs
+# left in fuzz/corpus/TARGET. FERRY_FUZZ_SECONDS per target (default 10:
+# 14 targets, about 2.5 minutes); 0 skips them. FERRY_FUZZ_TARGETS="a b"
+# runs only those.
+fuzz_seconds=${FERRY_FUZZ_SECONDS:-10}
 if [ "$fuzz_seconds" -gt 0 ] && rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
     if ! cargo fuzz --version >/dev/null 2>&1; then
         echo "== cargo install cargo-fuzz" >&2
         cargo install cargo-fuzz --locked
     fi
-    echo "== cargo +nightly fuzz run sftp_decode (${fuzz_seconds} s)" >&2
-    (cd fuzz && mkdir -p corpus/sftp_decode && cargo +nightly fuzz run sftp_decode corpus/sftp_decode seeds/sftp_decode -- -max_total_time="$fuzz_seconds")
-    # The zstd@ferry.invalid receiver (vendor/russh): malformed frames,
-    # bombs, truncated packets, and round trips through ferry's sender.
-    echo "== cargo +nightly fuzz run ssh_zstd (${fuzz_seconds} s)" >&2
-    (cd fuzz && mkdir -p corpus/ssh_zstd && cargo +nightly fuzz run ssh_zstd corpus/ssh_zstd seeds/ssh_zstd -- -max_total_time="$fuzz_seconds")
+    echo "== cargo +nightly fuzz build" >&2
+    (cd fuzz && cargo +nightly fuzz build)
+    targets=${FERRY_FUZZ_TARGETS:-$(cd fuzz && cargo +nightly fuzz list)}
+    for target in $targets; do
+        echo "== cargo +nightly fuzz run $target (${fuzz_seconds} s)" >&2
+        (cd fuzz && mkdir -p "corpus/$target" "seeds/$target" &&
+            cargo +nightly fuzz run "$target" "corpus/$target" "seeds/$target" -- \
+                -max_total_time="$fuzz_seconds" -print_final_stats=1)
+    done
 else
     echo "== fuzz: skipped (no nightly toolchain, or FERRY_FUZZ_SECONDS=0)" >&2
 fi

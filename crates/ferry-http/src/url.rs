@@ -105,6 +105,17 @@ impl Url {
         if host.is_empty() {
             return Err(format!("{s}: no host in URL"));
         }
+        // A host goes into DNS lookups, the Host header and messages: no
+        // spaces, control characters or brackets, and an IPv6 address
+        // only in brackets (`a:b:80` would print back as `[a:b]:80`).
+        let bracketed = hp.starts_with('[');
+        if host
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || matches!(c, '[' | ']'))
+            || (!bracketed && host.contains(':'))
+        {
+            return Err(format!("{s}: {host:?} is not a host name or address"));
+        }
         if path.bytes().any(|b| b <= b' ' || b == 0x7f) {
             return Err(format!(
                 "{s}: spaces or control characters in the URL; percent-encode them (%20)"
@@ -334,6 +345,31 @@ mod tests {
         assert!(Url::parse("http:///x").is_err());
         assert!(Url::parse("http://h:0/x").is_err());
         assert!(Url::parse("http://h/a b").is_err());
+    }
+
+    /// Found by the location_url fuzz target: a host with NUL, control
+    /// characters and a stray `]` parsed, and printed back as a URL that
+    /// no longer parsed.
+    #[test]
+    fn refuses_hosts_that_do_not_print_back() {
+        for bad in [
+            "http://126.12\0]:'\u{1a}host0.0.1]:8080/p",
+            "http://a b/",
+            "http://h\tx/",
+            "http://a:b:80/",
+            "http://[a]b]/",
+            "http://x]/",
+        ] {
+            assert!(Url::parse(bad).is_err(), "{bad:?}");
+        }
+        for good in [
+            "http://[::1]:8080/",
+            "https://[fe80::1%25eth0]/",
+            "http://h/",
+        ] {
+            let u = Url::parse(good).unwrap();
+            assert_eq!(Url::parse(&u.to_string()).unwrap(), u);
+        }
     }
 
     #[test]

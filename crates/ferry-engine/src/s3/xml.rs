@@ -279,7 +279,15 @@ pub fn parse_iso8601(s: &str) -> Option<i64> {
     let time = time.split('.').next()?;
     let mut t = time.split(':').map(|x| x.parse::<i64>().ok());
     let (hh, mm, ss) = (t.next()??, t.next()??, t.next()??);
-    if !(1..=12).contains(&m) || !(1..=31).contains(&day) {
+    // The fields come from the server: out of range is no date, and a
+    // huge year or hour must not overflow the arithmetic below.
+    if !(0..=9999).contains(&y)
+        || !(1..=12).contains(&m)
+        || !(1..=31).contains(&day)
+        || !(0..=23).contains(&hh)
+        || !(0..=59).contains(&mm)
+        || !(0..=60).contains(&ss)
+    {
         return None;
     }
     Some(days_from_civil(y, m, day) * 86_400 + hh * 3600 + mm * 60 + ss)
@@ -337,5 +345,27 @@ mod tests {
     fn complete_document() {
         let b = complete_body(&[(1, "\"e1\"".into(), Some(("ChecksumCRC32", "AAAA".into())))]);
         assert!(b.contains("<Part><PartNumber>1</PartNumber><ETag>&quot;e1&quot;</ETag><ChecksumCRC32>AAAA</ChecksumCRC32></Part>"), "{b}");
+    }
+
+    /// Found while writing the s3_xml fuzz target (then confirmed with its
+    /// binary): a LastModified with a 19-digit year overflowed (a panic
+    /// with debug assertions, a wrong date without).
+    #[test]
+    fn dates_out_of_range_are_no_date() {
+        assert_eq!(parse_iso8601("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(
+            parse_iso8601("2009-10-12T17:50:30.000Z"),
+            Some(1_255_369_830)
+        );
+        for bad in [
+            "9223372036854775807-01-01T00:00:00Z",
+            "-9223372036854775807-01-01T00:00:00Z",
+            "2009-10-12T9223372036854775807:00:00Z",
+            "2009-10-12T24:00:00Z",
+            "2009-10-12T17:60:00Z",
+            "2009-10-12T17:50:61Z",
+        ] {
+            assert_eq!(parse_iso8601(bad), None, "{bad}");
+        }
     }
 }
