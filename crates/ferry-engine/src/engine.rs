@@ -357,7 +357,8 @@ fn explain(r: &Run, f: &FilePlan, e: TransferError) -> TransferError {
         msg = format!("{sd}: {msg}");
     }
     let (sc, dc) = (src.capabilities(), dst.capabilities());
-    let kept = dc.rename_over && f.size.is_some_and(|s| s > WHOLE_FILE);
+    let kept =
+        dc.rename_over && f.size.is_some_and(|s| s > WHOLE_FILE) && !msg.contains("--resume");
     if kept && matches!(kind, ErrorKind::Network) && !r.opts.resume {
         if sc.ranged_read && dc.offset_write {
             msg.push_str("; the part file is kept: run the same command with --resume to continue");
@@ -628,7 +629,7 @@ async fn copy_whole(
             return Err(TransferError::cancelled());
         }
         let once = async {
-            let data = tokio::time::timeout(stall, read_all(src.as_ref(), &f.src, 0, size))
+            let data = tokio::time::timeout(stall, src.get_whole(&f.src, size))
                 .await
                 .map_err(|_| stalled(src.as_ref(), &f.src, stall))??;
             if data.len() as u64 != size {
@@ -641,12 +642,9 @@ async fn copy_whole(
             if r.cancel.is_cancelled() {
                 return Err(TransferError::cancelled());
             }
-            tokio::time::timeout(
-                stall,
-                dst.put_whole(part, &f.dst, bytes::Bytes::from(data), mtime, mode),
-            )
-            .await
-            .map_err(|_| stalled(dst.as_ref(), &f.dst, stall))?
+            tokio::time::timeout(stall, dst.put_whole(part, &f.dst, data, mtime, mode))
+                .await
+                .map_err(|_| stalled(dst.as_ref(), &f.dst, stall))?
         };
         let res = tokio::select! {
             biased;
@@ -790,6 +788,34 @@ async fn pump(
         .read(&f.src, at, Some(len))
         .await?;
     let stall = r.opts.timeout;
+    // From a local file into an SFTP WRITE: read into the sink's own
+    // buffers (no copy in between: a sixth of an upload's CPU).
+    while stream.reads_into() {
+        let Some(buf) = sink.prepared_buffer() else {
+            break;
+        };
+        let before = buf.len();
+        let next = tokio::select! {
+            biased;
+            _ = r.cancel.cancelled() => return Err(TransferError::cancelled()),
+            n = tokio::time::timeout(stall, stream.next_into(buf)) => n,
+        };
+        let buf = match next {
+            Err(_) => return Err(stalled(src.as_ref(), &f.src, stall)),
+            Ok(b) => b?,
+        };
+        let n = (buf.len() - before) as u64;
+        if n == 0 {
+            break;
+        }
+        tokio::select! {
+            biased;
+            _ = r.cancel.cancelled() => return Err(TransferError::cancelled()),
+            w = sink.write_prepared(buf) => w?,
+        }
+        *moved += n;
+        r.stats.bytes_done.fetch_add(n, Ordering::Relaxed);
+    }
     loop {
         let next = tokio::select! {
             biased;

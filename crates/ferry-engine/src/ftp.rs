@@ -180,9 +180,11 @@ pub(crate) fn endpoint(spec: &FtpSpec, opts: &CopyOptions) -> Result<Arc<Endpoin
         Some(ferry_http::tls::client_config(&opts.http.tls, &[])?)
     };
     let (user, pass) = credentials(spec, opts);
-    Ok(Arc::new(Endpoint::new(
-        &spec.host, port, &user, &pass, security, tls,
-    )))
+    let mut ep = Endpoint::new(&spec.host, port, &user, &pass, security, tls);
+    // A connection that moves no byte for this long has stalled: its
+    // sockets' read and write timeouts end the wait (`--timeout`).
+    ep.timeout = opts.timeout;
+    Ok(Arc::new(ep))
 }
 
 fn protocol(ep: &Endpoint) -> &'static str {

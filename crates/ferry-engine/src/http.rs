@@ -141,6 +141,8 @@ struct Ctx {
     preserve: bool,
     compressed: bool,
     streams: usize,
+    /// A body that delivers no byte for this long has stalled (`--timeout`).
+    stall: Duration,
 }
 
 /// One URL to one local file.
@@ -175,6 +177,7 @@ fn download(
             preserve: opts.preserve,
             compressed: opts.compressed,
             streams: opts.streams.unwrap_or(1).max(1),
+            stall: opts.timeout,
         })
     };
     let dest = &crate::part::local_dest(dest)?;
@@ -243,9 +246,12 @@ fn download(
     let (mine, dirs) = rt.block_on(async {
         let plan = {
             let (client, sources, dest) = (client.clone(), sources.to_vec(), dest.to_path_buf());
-            let (stats, recursive) = (stats.clone(), opts.recursive);
+            let (stats, recursive, stall) = (stats.clone(), opts.recursive, opts.timeout);
             tokio::spawn(async move {
-                plan(&client, &sources, &dest, into, recursive, &stats, &tx).await
+                plan(
+                    &client, stall, &sources, &dest, into, recursive, &stats, &tx,
+                )
+                .await
             })
         };
         let mine = shard(&ctx0, &rx, per_shard).await;
@@ -423,8 +429,10 @@ type Dirs = Vec<(PathBuf, Option<i64>)>;
 /// URL, or with -r each file of a directory URL's tree. Local directories
 /// are made before any file in them is sent. Returns the directories (for
 /// -p's mtimes).
+#[allow(clippy::too_many_arguments)]
 async fn plan(
     client: &Client,
+    stall: Duration,
     sources: &[HttpSpec],
     dest: &Path,
     into: bool,
@@ -436,7 +444,7 @@ async fn plan(
     for src in sources {
         let url = &src.url;
         if recursive {
-            if let Some(found) = walk(client, url, dest, into, stats, tx).await? {
+            if let Some(found) = walk(client, stall, url, dest, into, stats, tx).await? {
                 dirs.extend(found);
                 continue;
             }
@@ -489,13 +497,14 @@ fn mkdir(d: &Path) -> Result<(), TransferError> {
 /// be a file (nothing was sent).
 async fn walk(
     client: &Client,
+    stall: Duration,
     url: &Url,
     dest: &Path,
     into: bool,
     stats: &Stats,
     tx: &async_channel::Sender<FileJob>,
 ) -> Result<Option<Dirs>, TransferError> {
-    let Some((base, entries)) = list(client, url).await? else {
+    let Some((base, entries)) = list(client, url, stall).await? else {
         return Ok(None);
     };
     let name = base.last_segment();
@@ -530,7 +539,7 @@ async fn walk(
                         let u = base.child(&e.name).as_dir();
                         let c = client.clone();
                         running.push(async move {
-                            let r = list(&c, &u).await;
+                            let r = list(&c, &u, stall).await;
                             (u, lpath, r)
                         });
                     }
@@ -562,6 +571,22 @@ async fn walk(
 /// GET a directory listing: ferry serve's JSON when the server has it,
 /// else an HTML index. `None` when the URL is a file.
 pub(crate) async fn list(
+    client: &Client,
+    url: &Url,
+    stall: Duration,
+) -> Result<Option<(Url, Vec<listing::Entry>)>, TransferError> {
+    let stalled = || {
+        TransferError::Network(format!(
+            "{url}: no answer for {} s: the connection stalled (--timeout)",
+            stall.as_secs()
+        ))
+    };
+    tokio::time::timeout(stall, list_once(client, url))
+        .await
+        .map_err(|_| stalled())?
+}
+
+async fn list_once(
     client: &Client,
     url: &Url,
 ) -> Result<Option<(Url, Vec<listing::Entry>)>, TransferError> {
@@ -614,6 +639,38 @@ pub(crate) fn last_modified(headers: &HeaderMap) -> Option<u32> {
             .as_secs()
             .min(u32::MAX as u64) as u32,
     )
+}
+
+/// A GET whose answer (status and headers) must come within `stall`.
+async fn get_within(
+    client: &Client,
+    url: &Url,
+    h: &HeaderMap,
+    stall: Duration,
+) -> Result<Response, TransferError> {
+    match tokio::time::timeout(stall, client.get(url, h)).await {
+        Ok(r) => Ok(r?),
+        Err(_) => Err(TransferError::Network(format!(
+            "{url}: no answer for {} s: the connection stalled (--timeout)",
+            stall.as_secs()
+        ))),
+    }
+}
+
+/// The next piece of a body, or a network error once `stall` passed
+/// without one (`--timeout`).
+async fn next_chunk(
+    resp: &mut Response,
+    stall: Duration,
+    url: &Url,
+) -> Result<Option<bytes::Bytes>, TransferError> {
+    match tokio::time::timeout(stall, resp.chunk()).await {
+        Ok(r) => r.map_err(TransferError::from),
+        Err(_) => Err(TransferError::Network(format!(
+            "{url}: no data for {} s: the connection stalled (--timeout)",
+            stall.as_secs()
+        ))),
+    }
 }
 
 /// `Content-Range: bytes A-B/TOTAL` -> (A, B, TOTAL).
@@ -700,7 +757,7 @@ async fn single(
         h.insert("range", header(&format!("bytes={have}-"))?);
         h.insert("if-range", header(v)?);
     }
-    let mut resp = ctx.client.get(&job.url, &h).await?;
+    let mut resp = get_within(&ctx.client, &job.url, &h, ctx.stall).await?;
     if resp.status == StatusCode::RANGE_NOT_SATISFIABLE && have > 0 {
         // The file shrank (or the part file is already whole): start over.
         tracing::warn!(
@@ -711,7 +768,7 @@ async fn single(
         have = 0;
         h.remove("range");
         h.remove("if-range");
-        resp = ctx.client.get(&job.url, &h).await?;
+        resp = get_within(&ctx.client, &job.url, &h, ctx.stall).await?;
     }
     let mut resp = resp.error_for_status()?;
     if resp.url.is_dir() && !job.url.is_dir() {
@@ -805,12 +862,12 @@ async fn single(
         _ => WRITE_BUF,
     });
     loop {
-        let piece = match resp.chunk().await {
+        let piece = match next_chunk(&mut resp, ctx.stall, &job.url).await {
             Ok(Some(c)) => c,
             Ok(None) => break,
             Err(e) => {
                 write_at(&file, &buf, at, &p.tmp)?;
-                return Err(kept(e.into(), &p.tmp));
+                return Err(kept(e, &p.tmp));
             }
         };
         // A whole (small) body in one frame is written as it came, without
@@ -1064,6 +1121,7 @@ async fn segmented(
             ctx.stats.clone(),
         );
         let tmp = p.tmp.clone();
+        let stall = ctx.stall;
         set.spawn(async move {
             fetch_range(
                 &client,
@@ -1074,6 +1132,7 @@ async fn segmented(
                 (a, b),
                 &arrived,
                 &stats,
+                stall,
             )
             .await
         });
@@ -1139,11 +1198,24 @@ async fn fetch_range(
     (a, b): (u64, u64),
     arrived: &Mutex<Vec<(u64, u64)>>,
     stats: &Stats,
+    stall: Duration,
 ) -> Result<(), RangeErr> {
     let mut at = a;
     let mut attempt = 0;
     loop {
-        match range_once(client, url, val, file, tmp, (&mut at, b), arrived, stats).await {
+        match range_once(
+            client,
+            url,
+            val,
+            file,
+            tmp,
+            (&mut at, b),
+            arrived,
+            stats,
+            stall,
+        )
+        .await
+        {
             Ok(()) => return Ok(()),
             Err(RangeErr::Retry(e)) if attempt + 1 < RANGE_ATTEMPTS => {
                 attempt += 1;
@@ -1165,6 +1237,7 @@ async fn range_once(
     (at, b): (&mut u64, u64),
     arrived: &Mutex<Vec<(u64, u64)>>,
     stats: &Stats,
+    stall: Duration,
 ) -> Result<(), RangeErr> {
     let mut h = HeaderMap::new();
     h.insert(
@@ -1174,7 +1247,16 @@ async fn range_once(
     if let Some(v) = val {
         h.insert("if-range", header(v).map_err(RangeErr::Fatal)?);
     }
-    let mut resp = match client.get(url, &h).await {
+    let answer = match tokio::time::timeout(stall, client.get(url, &h)).await {
+        Ok(a) => a,
+        Err(_) => {
+            return Err(RangeErr::Retry(TransferError::Network(format!(
+                "{url}: no answer for {} s: the connection stalled (--timeout)",
+                stall.as_secs()
+            ))))
+        }
+    };
+    let mut resp = match answer {
         Ok(r) => r,
         Err(e @ HttpError::Network(_)) => return Err(RangeErr::Retry(e.into())),
         Err(e) => return Err(RangeErr::Fatal(e.into())),
@@ -1217,12 +1299,12 @@ async fn range_once(
         Ok(())
     };
     loop {
-        let piece = match resp.chunk().await {
+        let piece = match next_chunk(&mut resp, stall, url).await {
             Ok(Some(c)) => c,
             Ok(None) => break,
             Err(e) => {
                 flush(&mut buf, at)?;
-                return Err(RangeErr::Retry(e.into()));
+                return Err(RangeErr::Retry(e));
             }
         };
         let room = b - *at - buf.len() as u64;

@@ -11,6 +11,7 @@
 //! - one reader task owns the read half, reassembles packets and completes
 //!   the oneshot of the request each reply answers, in O(1).
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use ferry_sftp::consts::{EXT_FSYNC, EXT_LIMITS, EXT_POSIX_RENAME, EXT_STATVFS, SFTP_VERSION};
@@ -76,6 +77,18 @@ struct Inner {
     tx: mpsc::Sender<Bytes>,
     info: SftpInfo,
     limits: std::sync::OnceLock<Limits>,
+    /// A session whose server sends no reply for this long while requests
+    /// wait has stalled (milliseconds; 0: never).
+    stall_ms: std::sync::atomic::AtomicU64,
+    /// When the last reply came, in milliseconds since `epoch`.
+    last_reply_ms: std::sync::atomic::AtomicU64,
+    epoch: std::time::Instant,
+}
+
+impl Inner {
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
 }
 
 /// A cheap-to-clone handle on one SFTP session.
@@ -169,6 +182,9 @@ impl SftpClient {
             }),
             permits: Semaphore::new(max_in_flight),
             tx,
+            stall_ms: std::sync::atomic::AtomicU64::new(0),
+            last_reply_ms: std::sync::atomic::AtomicU64::new(0),
+            epoch: std::time::Instant::now(),
             info: SftpInfo {
                 version,
                 extensions,
@@ -203,9 +219,62 @@ impl SftpClient {
         let req = build(id);
         let mut buf = BytesMut::with_capacity(64 + write_len(&req));
         req.encode(&mut buf);
-        self.send(buf.freeze()).await?;
+        self.guarded(self.send(buf.freeze())).await??;
+        self.guarded(rx)
+            .await?
+            .map_err(|_| SftpError::Closed("session closed".into()))?
+    }
+
+    /// `call` for a request that may take long with nothing else moving
+    /// (copy-data, check-file-name hash the whole file on the server): its
+    /// reply is not bound by the stall timeout.
+    async fn call_long(&self, build: impl FnOnce(u32) -> Request) -> Result<Response, SftpError> {
+        let (_permit, id, rx) = self.register().await?;
+        let req = build(id);
+        let mut buf = BytesMut::with_capacity(64 + write_len(&req));
+        req.encode(&mut buf);
+        self.guarded(self.send(buf.freeze())).await??;
         rx.await
             .map_err(|_| SftpError::Closed("session closed".into()))?
+    }
+
+    /// Treat a session that answers nothing for `stall` while a request
+    /// waits as stalled: the request fails and the session is abandoned
+    /// (`abandon`), so the caller's retry takes another connection. A
+    /// server that stops reading but keeps its socket open would otherwise
+    /// hold every request for good.
+    pub fn set_stall_timeout(&self, stall: Duration) {
+        let ms = stall.as_millis().min(u64::MAX as u128) as u64;
+        self.inner
+            .stall_ms
+            .store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// `fut`, unless the session stalls while it waits.
+    async fn guarded<T>(&self, fut: impl std::future::Future<Output = T>) -> Result<T, SftpError> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let stall = self.inner.stall_ms.load(Relaxed);
+        if stall == 0 {
+            return Ok(fut.await);
+        }
+        tokio::pin!(fut);
+        loop {
+            if let Ok(v) = tokio::time::timeout(Duration::from_millis(stall), &mut fut).await {
+                return Ok(v);
+            }
+            let idle = self
+                .inner
+                .now_ms()
+                .saturating_sub(self.inner.last_reply_ms.load(Relaxed));
+            if idle >= stall {
+                let why = format!(
+                    "no answer from the server for {} s: the connection stalled (--timeout)",
+                    stall / 1000
+                );
+                self.abandon(&why);
+                return Err(SftpError::Closed(why));
+            }
+        }
     }
 
     /// Wait for room in flight, then record a request in the table: its
@@ -252,6 +321,19 @@ impl SftpClient {
             .closed
             .clone()
             .unwrap_or_else(|| "session closed".into())
+    }
+
+    /// The session ended (the connection was lost or closed): every call
+    /// fails from now on.
+    pub fn is_closed(&self) -> bool {
+        self.inner.tx.is_closed() || lock(&self.inner.state).closed.is_some()
+    }
+
+    /// Give up on this session (it stalled: the server stopped answering
+    /// but the connection is still open): every waiting request fails with
+    /// `why`, and so does every new one.
+    pub fn abandon(&self, why: &str) {
+        close_session(&self.inner, why.to_string());
     }
 
     /// Requests in flight right now.
@@ -342,9 +424,10 @@ impl SftpClient {
                 "write buffer has no room for the header".into(),
             ));
         }
-        self.send(buf.freeze()).await?;
-        let reply = rx
-            .await
+        self.guarded(self.send(buf.freeze())).await??;
+        let reply = self
+            .guarded(rx)
+            .await?
             .map_err(|_| SftpError::Closed("session closed".into()))??;
         status(reply, b"")
     }
@@ -505,7 +588,7 @@ impl SftpClient {
     ) -> Result<(), SftpError> {
         let (r, w) = (read.0.clone(), write.0.clone());
         status(
-            self.call(|id| Request::Extended {
+            self.call_long(|id| Request::Extended {
                 id,
                 request: Extended::CopyData {
                     read_handle: r,
@@ -751,16 +834,24 @@ async fn reader(
         }
     };
     if let Some(inner) = inner.upgrade() {
-        let waiting = {
-            let mut st = lock(&inner.state);
-            st.closed = Some(why.clone());
-            st.table.drain()
-        };
-        for tx in waiting {
-            let _ = tx.send(Err(SftpError::Closed(why.clone())));
-        }
-        inner.permits.close();
+        close_session(&inner, why);
     }
+}
+
+/// Mark the session closed: every request waiting gets `why`, new ones
+/// fail at once.
+fn close_session(inner: &Inner, why: String) {
+    let waiting = {
+        let mut st = lock(&inner.state);
+        if st.closed.is_none() {
+            st.closed = Some(why.clone());
+        }
+        st.table.drain()
+    };
+    for tx in waiting {
+        let _ = tx.send(Err(SftpError::Closed(why.clone())));
+    }
+    inner.permits.close();
 }
 
 fn dispatch(framer: &mut Framer, inner: &Inner) -> Result<(), String> {
@@ -770,6 +861,9 @@ fn dispatch(framer: &mut Framer, inner: &Inner) -> Result<(), String> {
             return Err("unexpected VERSION packet".into());
         };
         let tx = lock(&inner.state).table.take(id);
+        inner
+            .last_reply_ms
+            .store(inner.now_ms(), std::sync::atomic::Ordering::Relaxed);
         match tx {
             Some(tx) => {
                 let _ = tx.send(Ok(resp));

@@ -572,7 +572,17 @@ fn interrupted_ferry_put_resumes_against_ferry_serve() {
     }
     s.restart(&["--writable"]);
     let o = child.wait();
-    assert!(!o.status.success(), "{}", describe(&o));
+    if o.status.success() {
+        // The engine reconnected to the restarted server and sent the
+        // ranges that were cut again: the copy completed by itself.
+        assert!(
+            stderr_text(&o).contains("retrying"),
+            "a retry is said: {}",
+            describe(&o)
+        );
+        assert_file_hash(&dst, &h, "upload retried after the restart");
+        return;
+    }
     assert!(
         !dst.exists(),
         "an interrupted upload left {}",

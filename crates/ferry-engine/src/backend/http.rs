@@ -46,6 +46,8 @@ pub struct Http {
     /// path it names.
     root: Url,
     root_path: Vec<u8>,
+    /// No answer for this long: the connection stalled (`--timeout`).
+    stall: std::time::Duration,
 }
 
 impl Http {
@@ -63,6 +65,7 @@ impl Http {
                 client,
                 root: spec.url.clone(),
                 root_path: root_path.clone(),
+                stall: opts.timeout,
             },
             root_path,
             dir,
@@ -187,7 +190,7 @@ impl Backend for Http {
 
     async fn list(&self, dir: &[u8]) -> Result<Vec<Entry>, TransferError> {
         let url = self.url(dir).as_dir();
-        let Some((_, entries)) = crate::http::list(&self.client, &url).await? else {
+        let Some((_, entries)) = crate::http::list(&self.client, &url, self.stall).await? else {
             return Err(TransferError::Remote(format!(
                 "{}: not a directory listing (neither ferry serve's JSON nor an HTML index)",
                 self.display(dir)

@@ -111,6 +111,20 @@ pub trait ByteStream: Send {
     /// The next piece; `None` at the end of the range asked for. A source
     /// that ends early is an error, never a short `None`.
     async fn next(&mut self) -> Result<Option<Bytes>, TransferError>;
+
+    /// Can this stream append its next piece to a buffer the sink made
+    /// (`next_into`)? A local file can: its bytes then go from the disk
+    /// straight into an SFTP WRITE, with no copy in between.
+    fn reads_into(&self) -> bool {
+        false
+    }
+
+    /// Append the next piece to `buf`, filling at most its spare capacity,
+    /// and give the buffer back; unchanged length at the end of the range.
+    /// Called only when `reads_into` says so.
+    async fn next_into(&mut self, buf: Vec<u8>) -> Result<Vec<u8>, TransferError> {
+        Ok(buf)
+    }
 }
 
 /// Where one writer's bytes go, in order from where it was opened.
@@ -118,6 +132,21 @@ pub trait ByteStream: Send {
 pub trait Sink: Send {
     /// Queue `data`; a pipelining sink may return before it is on disk.
     async fn write(&mut self, data: Bytes) -> Result<(), TransferError>;
+
+    /// A buffer to fill for `write_prepared`: room for the sink's own
+    /// header already in it (its length), and capacity for one request's
+    /// data after it. `None`: use `write`.
+    fn prepared_buffer(&mut self) -> Option<Vec<u8>> {
+        None
+    }
+
+    /// Queue a buffer from `prepared_buffer`, filled after its header.
+    async fn write_prepared(&mut self, buf: Vec<u8>) -> Result<(), TransferError> {
+        let _ = buf;
+        Err(TransferError::Local(
+            "internal: write_prepared on a sink without prepared buffers".into(),
+        ))
+    }
     /// Everything written reached the destination (every reply is in, the
     /// file is closed). Dropping a sink without `finish` abandons it.
     async fn finish(self: Box<Self>) -> Result<(), TransferError>;
@@ -211,6 +240,22 @@ pub trait Backend: Send + Sync {
             self.rename_over(p, to).await?;
         }
         Ok(())
+    }
+
+    /// Read a whole small file (`len` bytes from the start) in one go. The
+    /// engine reads files up to 256 KiB this way; a backend whose calls
+    /// cross threads (SFTP) does OPEN, READs and CLOSE in one trip. The
+    /// default reads the stream.
+    async fn get_whole(&self, path: &[u8], len: u64) -> Result<Bytes, TransferError> {
+        let mut s = self.read(path, 0, Some(len)).await?;
+        let mut out = bytes::BytesMut::with_capacity(len as usize);
+        while let Some(piece) = s.next().await? {
+            if out.is_empty() && piece.len() as u64 == len {
+                return Ok(piece);
+            }
+            out.extend_from_slice(&piece);
+        }
+        Ok(out.freeze())
     }
 
     /// Remove an empty directory.

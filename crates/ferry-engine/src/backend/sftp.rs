@@ -100,10 +100,14 @@ pub struct Sftp {
     streams: Option<usize>,
     /// Bytes and requests in flight per stream (`--inflight`, `--depth`).
     inflight: u64,
+    /// No answer for this long: the connection stalled (`--timeout`).
+    stall: std::time::Duration,
     max_depth: usize,
     /// The server's window fills a link with one connection (ferry serve).
     big_window: bool,
     next: AtomicUsize,
+    /// Held while a lost connection is replaced: one reconnect at a time.
+    reconnecting: tokio::sync::Mutex<()>,
     read_chunk: u32,
     write_chunk: u32,
     cipher: Option<String>,
@@ -128,6 +132,7 @@ type Spawned = (
 fn spawn_connection(
     connector: Arc<Connector>,
     max_in_flight: usize,
+    stall: std::time::Duration,
 ) -> Result<Spawned, TransferError> {
     let (ready_tx, ready_rx) = oneshot::channel();
     let (hold_tx, hold_rx) = oneshot::channel::<()>();
@@ -156,6 +161,7 @@ fn spawn_connection(
                 };
                 match conn.sftp(max_in_flight).await {
                     Ok(s) => {
+                        s.set_stall_timeout(stall);
                         let here = tokio::runtime::Handle::current();
                         let _ = ready_tx.send(Ok((s, here)));
                     }
@@ -191,7 +197,7 @@ impl Sftp {
             (opts.files_in_flight().max(1) * opts.max_depth.max(4)).clamp(64, 16384);
         // The first connection alone: a password or host-key question is
         // asked once.
-        let (rx, hold, thread) = spawn_connection(connector.clone(), max_in_flight)?;
+        let (rx, hold, thread) = spawn_connection(connector.clone(), max_in_flight, opts.timeout)?;
         let (first, first_rt) = rx.await.map_err(|_| {
             TransferError::Network(format!("{}: the connection thread died", spec.host))
         })??;
@@ -230,9 +236,11 @@ impl Sftp {
                 max_in_flight,
                 streams: opts.streams,
                 inflight: opts.max_inflight.unwrap_or(STREAM_INFLIGHT),
+                stall: opts.timeout,
                 max_depth: opts.max_depth,
                 big_window: info.window_out >= ONE_STREAM_WINDOW,
                 next: AtomicUsize::new(0),
+                reconnecting: tokio::sync::Mutex::new(()),
                 read_chunk,
                 write_chunk,
                 holds: Mutex::new(vec![hold]),
@@ -242,18 +250,51 @@ impl Sftp {
         ))
     }
 
-    /// The next connection and its runtime, round robin: ranges and files
-    /// spread over all.
-    fn conn(&self) -> (SftpClient, tokio::runtime::Handle) {
-        let conns = self.conns.read().unwrap_or_else(|p| p.into_inner());
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % conns.len().max(1);
-        // `open` puts the first one in, and none is ever taken out.
-        #[allow(clippy::indexing_slicing)]
-        conns[i].clone()
+    /// The next live connection and its runtime, round robin: ranges and
+    /// files spread over all. When every connection was lost (a reset, a
+    /// restarted server), one new connection is made, so the engine's
+    /// retry of a range or file has somewhere to go.
+    async fn conn(&self) -> Result<(SftpClient, tokio::runtime::Handle), TransferError> {
+        if let Some(c) = self.live() {
+            return Ok(c);
+        }
+        let _one = self.reconnecting.lock().await;
+        if let Some(c) = self.live() {
+            return Ok(c);
+        }
+        tracing::info!("{}: every connection was lost; connecting again", self.host);
+        let (rx, hold, thread) =
+            spawn_connection(self.connector.clone(), self.max_in_flight, self.stall)?;
+        self.holds
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(hold);
+        self.threads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(thread);
+        let c = rx.await.map_err(|_| {
+            TransferError::Network(format!("{}: the connection thread died", self.host))
+        })??;
+        let mut conns = self.conns.write().unwrap_or_else(|p| p.into_inner());
+        conns.retain(|(c, _)| !c.is_closed());
+        conns.push(c.clone());
+        Ok(c)
     }
 
-    fn client(&self) -> SftpClient {
-        self.conn().0
+    /// A connection that is still up, round robin.
+    fn live(&self) -> Option<(SftpClient, tokio::runtime::Handle)> {
+        let conns = self.conns.read().unwrap_or_else(|p| p.into_inner());
+        let n = conns.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        (0..n)
+            .filter_map(|k| conns.get((start + k) % n.max(1)))
+            .find(|(c, _)| !c.is_closed())
+            .cloned()
+    }
+
+    async fn client(&self) -> Result<SftpClient, TransferError> {
+        Ok(self.conn().await?.0)
     }
 
     /// Requests in flight per stream: `--inflight` bytes' worth (8 MiB by
@@ -264,7 +305,8 @@ impl Sftp {
     }
 
     fn connections(&self) -> usize {
-        self.conns.read().unwrap_or_else(|p| p.into_inner()).len()
+        let conns = self.conns.read().unwrap_or_else(|p| p.into_inner());
+        conns.iter().filter(|(c, _)| !c.is_closed()).count().max(1)
     }
 
     fn err(&self, p: &[u8], e: SftpError) -> TransferError {
@@ -356,7 +398,7 @@ impl Backend for Sftp {
     }
 
     async fn stat(&self, p: &[u8]) -> Result<Option<Entry>, TransferError> {
-        match self.client().stat(p).await {
+        match self.client().await?.stat(p).await {
             Ok(a) => Ok(Some(entry_of(path::basename(p), &a))),
             Err(e) if e.is_no_such_file() => Ok(None),
             Err(e) => Err(self.err(p, e)),
@@ -364,7 +406,7 @@ impl Backend for Sftp {
     }
 
     async fn list(&self, dir: &[u8]) -> Result<Vec<Entry>, TransferError> {
-        let c = self.client();
+        let c = self.client().await?;
         let names = c.list_dir(dir).await.map_err(|e| self.err(dir, e))?;
         let mut out = Vec::with_capacity(names.len());
         for n in names {
@@ -391,7 +433,7 @@ impl Backend for Sftp {
         offset: u64,
         len: Option<u64>,
     ) -> Result<Box<dyn ByteStream>, TransferError> {
-        let c = self.client();
+        let c = self.client().await?;
         let h = c
             .open(p, OpenFlags::READ, FileAttrs::default())
             .await
@@ -422,7 +464,7 @@ impl Backend for Sftp {
         mode: WriteMode,
         _size: Option<u64>,
     ) -> Result<Box<dyn Sink>, TransferError> {
-        let c = self.client();
+        let c = self.client().await?;
         let flags = match mode {
             WriteMode::Create => OpenFlags::WRITE | OpenFlags::CREATE | OpenFlags::TRUNCATE,
             WriteMode::At(_) => OpenFlags::WRITE | OpenFlags::CREATE,
@@ -450,7 +492,7 @@ impl Backend for Sftp {
     }
 
     async fn mkdir_all(&self, dir: &[u8]) -> Result<(), TransferError> {
-        let c = self.client();
+        let c = self.client().await?;
         let mut missing = Vec::new();
         let mut d = dir.to_vec();
         while !d.is_empty() && d != b"/" {
@@ -481,17 +523,26 @@ impl Backend for Sftp {
 
     async fn rename_over(&self, from: &[u8], to: &[u8]) -> Result<(), TransferError> {
         self.client()
+            .await?
             .rename_over(from, to)
             .await
             .map_err(|e| self.err(to, e))
     }
 
     async fn remove(&self, p: &[u8]) -> Result<(), TransferError> {
-        self.client().remove(p).await.map_err(|e| self.err(p, e))
+        self.client()
+            .await?
+            .remove(p)
+            .await
+            .map_err(|e| self.err(p, e))
     }
 
     async fn remove_dir(&self, p: &[u8]) -> Result<(), TransferError> {
-        self.client().rmdir(p).await.map_err(|e| self.err(p, e))
+        self.client()
+            .await?
+            .rmdir(p)
+            .await
+            .map_err(|e| self.err(p, e))
     }
 
     async fn put_whole(
@@ -505,7 +556,7 @@ impl Backend for Sftp {
         // OPEN, WRITEs, FSETSTAT, CLOSE, RENAME from the connection's own
         // thread: one hand-off for the file instead of one per request,
         // which was most of a small-file sync's CPU (perf).
-        let (c, rt) = self.conn();
+        let (c, rt) = self.conn().await?;
         let w = part.unwrap_or(to).to_vec();
         let to_shown = to.to_vec();
         let (part, to) = (part.map(<[u8]>::to_vec), to.to_vec());
@@ -548,6 +599,68 @@ impl Backend for Sftp {
         }
     }
 
+    async fn get_whole(&self, p: &[u8], len: u64) -> Result<Bytes, TransferError> {
+        // OPEN, READs, CLOSE from the connection's own thread, as
+        // `put_whole` does: one hand-off for a small file.
+        let (c, rt) = self.conn().await?;
+        let path = p.to_vec();
+        let chunk = self.read_chunk.max(1);
+        let job = rt.spawn(async move {
+            let h = c.open(&path, OpenFlags::READ, FileAttrs::default()).await?;
+            let mut out = BytesMut::with_capacity(len as usize);
+            let mut reads = FuturesOrdered::new();
+            let mut at = 0u64;
+            while at < len {
+                let n = (len - at).min(u64::from(chunk)) as u32;
+                let c = c.clone();
+                let h = h.clone();
+                reads.push_back(async move { (n, c.read(&h, at, n).await) });
+                at += u64::from(n);
+            }
+            let mut res = Ok(());
+            while let Some((asked, r)) = reads.next().await {
+                match r {
+                    Ok(Some(d)) => {
+                        let short = d.len() < asked as usize;
+                        out.extend_from_slice(&d);
+                        // A short read: later replies would not follow on;
+                        // the rest is read below, in order.
+                        if short {
+                            break;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        res = Err(e);
+                        break;
+                    }
+                }
+            }
+            drop(reads);
+            // Short reads (servers may answer less than asked) and a file
+            // that grew: read on from where the bytes stop.
+            while res.is_ok() && (out.len() as u64) < len {
+                let at = out.len() as u64;
+                let n = (len - at).min(u64::from(chunk)) as u32;
+                match c.read(&h, at, n).await {
+                    Ok(Some(d)) if !d.is_empty() => out.extend_from_slice(&d),
+                    Ok(_) => break,
+                    Err(e) => res = Err(e),
+                }
+            }
+            let _ = c.close(&h).await;
+            res.map(|()| out.freeze())
+        });
+        match job.await {
+            Ok(Ok(b)) => Ok(b),
+            Ok(Err(e)) => Err(self.err(p, e)),
+            Err(e) => Err(TransferError::Network(format!(
+                "{}: the connection ended: {e}",
+                self.display(p)
+            ))),
+        }
+    }
+
     fn hashes(&self) -> Vec<HashAlgo> {
         self.check_file.clone()
     }
@@ -558,6 +671,7 @@ impl Backend for Sftp {
         }
         let r = self
             .client()
+            .await?
             .check_file_name(p, algo.name())
             .await
             .map_err(|e| self.err(p, e))?;
@@ -579,6 +693,7 @@ impl Backend for Sftp {
         mode: Option<u32>,
     ) -> Result<(), TransferError> {
         self.client()
+            .await?
             .setstat(p, attrs_of(mtime, mode))
             .await
             .map_err(|e| self.err(p, e))
@@ -588,7 +703,7 @@ impl Backend for Sftp {
         if !self.copy_data {
             return Ok(false);
         }
-        let c = self.client();
+        let c = self.client().await?;
         let r = c
             .open(from, OpenFlags::READ, FileAttrs::default())
             .await
@@ -631,7 +746,7 @@ impl Backend for Sftp {
         }
         let mut waiting = Vec::new();
         for _ in have..want {
-            match spawn_connection(self.connector.clone(), self.max_in_flight) {
+            match spawn_connection(self.connector.clone(), self.max_in_flight, self.stall) {
                 Ok((rx, hold, thread)) => {
                     self.holds
                         .lock()
@@ -783,19 +898,23 @@ impl SftpWrite {
 
 #[async_trait]
 impl Sink for SftpWrite {
-    async fn write(&mut self, data: Bytes) -> Result<(), TransferError> {
-        // A piece of about a request goes as it is, without a copy (an
-        // SFTP source's pieces are its request size, e.g. sshd's 255 KiB);
-        // small pieces (HTTP/2 frames of 8-16 KiB) are gathered into full
-        // requests, or a 1 MB file would take a hundred WRITEs.
+    async fn write(&mut self, mut data: Bytes) -> Result<(), TransferError> {
+        // Pieces of at least half a request go out as they are, cut into
+        // requests without a copy (an SFTP source's pieces are its request
+        // size, a local file's 1 MiB: copying those together first was a
+        // third of an upload's memmove). Small pieces (HTTP/2 frames of
+        // 8-16 KiB) are gathered into full requests, or a 1 MB file would
+        // take a hundred WRITEs.
         if self.pending.is_empty() && self.held.is_none() {
-            if data.len() <= self.chunk && data.len() >= self.chunk / 2 {
+            if data.len() >= self.chunk / 2 {
+                while data.len() > self.chunk {
+                    let piece = data.split_to(self.chunk);
+                    self.send(piece).await?;
+                }
                 return self.send(data).await;
             }
-            if data.len() < self.chunk {
-                self.held = Some(data);
-                return Ok(());
-            }
+            self.held = Some(data);
+            return Ok(());
         }
         if let Some(h) = self.held.take() {
             self.pending.extend_from_slice(&h);
@@ -804,6 +923,44 @@ impl Sink for SftpWrite {
         while self.pending.len() >= self.chunk {
             let piece = self.pending.split_to(self.chunk).freeze();
             self.send(piece).await?;
+        }
+        Ok(())
+    }
+
+    fn prepared_buffer(&mut self) -> Option<Vec<u8>> {
+        // Only between whole requests: gathered small pieces go first.
+        if !self.pending.is_empty() || self.held.is_some() {
+            return None;
+        }
+        let prefix = ferry_sftp::packet_ext::write_prefix_len(self.h.as_ref()?.0.len());
+        let mut buf = Vec::with_capacity(prefix + self.chunk);
+        buf.resize(prefix, 0);
+        Some(buf)
+    }
+
+    async fn write_prepared(&mut self, buf: Vec<u8>) -> Result<(), TransferError> {
+        while self.running.len() >= self.depth {
+            if let Some(r) = self.running.next().await {
+                r.map_err(|e| TransferError::sftp(&self.host, &self.path, e))?;
+            }
+        }
+        let prefix = ferry_sftp::packet_ext::write_prefix_len(
+            self.h.as_ref().map(|h| h.0.len()).unwrap_or(0),
+        );
+        let n = buf.len().saturating_sub(prefix) as u64;
+        let (c, h, at) = (
+            self.c.clone(),
+            self.h.clone().unwrap_or(Handle(Bytes::new())),
+            self.at,
+        );
+        self.at += n;
+        // The file's bytes were read into this buffer after the WRITE
+        // header's room: it goes out without another copy.
+        let buf = BytesMut::from(Bytes::from(buf));
+        self.running
+            .push(Box::pin(async move { c.write_prepared(&h, at, buf).await }));
+        while let Some(Some(r)) = self.running.next().now_or_never() {
+            r.map_err(|e| TransferError::sftp(&self.host, &self.path, e))?;
         }
         Ok(())
     }
