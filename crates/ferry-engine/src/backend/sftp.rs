@@ -121,11 +121,10 @@ pub struct Sftp {
 
 /// A connection thread: the client when it is up, what keeps the thread
 /// alive, and the thread.
-type Spawned = (
-    oneshot::Receiver<Result<(SftpClient, tokio::runtime::Handle), TransferError>>,
-    oneshot::Sender<()>,
-    std::thread::JoinHandle<()>,
-);
+type Spawned = (Ready, oneshot::Sender<()>, std::thread::JoinHandle<()>);
+
+/// Where a new connection's client arrives once it is up.
+type Ready = oneshot::Receiver<Result<(SftpClient, tokio::runtime::Handle), TransferError>>;
 
 /// One connection on its own thread; the client comes back through the
 /// channel, and the thread lives until `hold` is dropped.
@@ -263,6 +262,19 @@ impl Sftp {
             return Ok(c);
         }
         tracing::info!("{}: every connection was lost; connecting again", self.host);
+        let rx = self.spawn_one()?;
+        let c = rx.await.map_err(|_| {
+            TransferError::Network(format!("{}: the connection thread died", self.host))
+        })??;
+        let mut conns = self.conns.write().unwrap_or_else(|p| p.into_inner());
+        conns.retain(|(c, _)| !c.is_closed());
+        conns.push(c.clone());
+        Ok(c)
+    }
+
+    /// One more connection on a thread of its own, kept until `close`;
+    /// the client comes through the receiver once it is up.
+    fn spawn_one(&self) -> Result<Ready, TransferError> {
         let (rx, hold, thread) =
             spawn_connection(self.connector.clone(), self.max_in_flight, self.stall)?;
         self.holds
@@ -273,13 +285,7 @@ impl Sftp {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(thread);
-        let c = rx.await.map_err(|_| {
-            TransferError::Network(format!("{}: the connection thread died", self.host))
-        })??;
-        let mut conns = self.conns.write().unwrap_or_else(|p| p.into_inner());
-        conns.retain(|(c, _)| !c.is_closed());
-        conns.push(c.clone());
-        Ok(c)
+        Ok(rx)
     }
 
     /// A connection that is still up, round robin.
@@ -746,18 +752,8 @@ impl Backend for Sftp {
         }
         let mut waiting = Vec::new();
         for _ in have..want {
-            match spawn_connection(self.connector.clone(), self.max_in_flight, self.stall) {
-                Ok((rx, hold, thread)) => {
-                    self.holds
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push(hold);
-                    self.threads
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push(thread);
-                    waiting.push(rx);
-                }
+            match self.spawn_one() {
+                Ok(rx) => waiting.push(rx),
                 Err(e) => tracing::debug!("{}: no extra connection: {e}", self.host),
             }
         }
