@@ -357,18 +357,20 @@ fn explain(r: &Run, f: &FilePlan, e: TransferError) -> TransferError {
         msg = format!("{sd}: {msg}");
     }
     let (sc, dc) = (src.capabilities(), dst.capabilities());
-    let kept =
-        dc.rename_over && f.size.is_some_and(|s| s > WHOLE_FILE) && !msg.contains("--resume");
-    if kept && matches!(kind, ErrorKind::Network) && !r.opts.resume {
-        if sc.ranged_read && dc.offset_write {
-            msg.push_str("; the part file is kept: run the same command with --resume to continue");
-        } else {
-            msg.push_str("; run the same command again (--resume cannot continue this pair)");
-        }
-    } else if kept && matches!(kind, ErrorKind::Network) {
-        msg.push_str(
-            "; the part file is kept: run the same command again (with --resume) to continue",
-        );
+    let kept = matches!(kind, ErrorKind::Network)
+        && dc.rename_over
+        && f.size.is_some_and(|s| s > WHOLE_FILE)
+        && !msg.contains("--resume");
+    if kept {
+        msg.push_str(match (r.opts.resume, sc.ranged_read && dc.offset_write) {
+            (true, _) => {
+                "; the part file is kept: run the same command again (with --resume) to continue"
+            }
+            (false, true) => {
+                "; the part file is kept: run the same command with --resume to continue"
+            }
+            (false, false) => "; run the same command again (--resume cannot continue this pair)",
+        });
     }
     TransferError::from_kind(kind, msg)
 }

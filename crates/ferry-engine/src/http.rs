@@ -575,15 +575,9 @@ pub(crate) async fn list(
     url: &Url,
     stall: Duration,
 ) -> Result<Option<(Url, Vec<listing::Entry>)>, TransferError> {
-    let stalled = || {
-        TransferError::Network(format!(
-            "{url}: no answer for {} s: the connection stalled (--timeout)",
-            stall.as_secs()
-        ))
-    };
     tokio::time::timeout(stall, list_once(client, url))
         .await
-        .map_err(|_| stalled())?
+        .map_err(|_| stalled(url, "no answer", stall))?
 }
 
 async fn list_once(
@@ -650,11 +644,16 @@ async fn get_within(
 ) -> Result<Response, TransferError> {
     match tokio::time::timeout(stall, client.get(url, h)).await {
         Ok(r) => Ok(r?),
-        Err(_) => Err(TransferError::Network(format!(
-            "{url}: no answer for {} s: the connection stalled (--timeout)",
-            stall.as_secs()
-        ))),
+        Err(_) => Err(stalled(url, "no answer", stall)),
     }
+}
+
+/// `what` (no answer, no data) for `stall`: the connection stalled.
+fn stalled(url: &Url, what: &str, stall: Duration) -> TransferError {
+    TransferError::Network(format!(
+        "{url}: {what} for {} s: the connection stalled (--timeout)",
+        stall.as_secs()
+    ))
 }
 
 /// The next piece of a body, or a network error once `stall` passed
@@ -666,10 +665,7 @@ async fn next_chunk(
 ) -> Result<Option<bytes::Bytes>, TransferError> {
     match tokio::time::timeout(stall, resp.chunk()).await {
         Ok(r) => r.map_err(TransferError::from),
-        Err(_) => Err(TransferError::Network(format!(
-            "{url}: no data for {} s: the connection stalled (--timeout)",
-            stall.as_secs()
-        ))),
+        Err(_) => Err(stalled(url, "no data", stall)),
     }
 }
 
@@ -1249,12 +1245,7 @@ async fn range_once(
     }
     let answer = match tokio::time::timeout(stall, client.get(url, &h)).await {
         Ok(a) => a,
-        Err(_) => {
-            return Err(RangeErr::Retry(TransferError::Network(format!(
-                "{url}: no answer for {} s: the connection stalled (--timeout)",
-                stall.as_secs()
-            ))))
-        }
+        Err(_) => return Err(RangeErr::Retry(stalled(url, "no answer", stall))),
     };
     let mut resp = match answer {
         Ok(r) => r,

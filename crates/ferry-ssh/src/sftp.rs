@@ -215,27 +215,34 @@ impl SftpClient {
 
     /// Send one request and wait for its reply. `build` gets the id.
     pub async fn call(&self, build: impl FnOnce(u32) -> Request) -> Result<Response, SftpError> {
-        let (_permit, id, rx) = self.register().await?;
-        let req = build(id);
-        let mut buf = BytesMut::with_capacity(64 + write_len(&req));
-        req.encode(&mut buf);
-        self.guarded(self.send(buf.freeze())).await??;
-        self.guarded(rx)
-            .await?
-            .map_err(|_| SftpError::Closed("session closed".into()))?
+        self.call_bounded(build, true).await
     }
 
     /// `call` for a request that may take long with nothing else moving
     /// (copy-data, check-file-name hash the whole file on the server): its
     /// reply is not bound by the stall timeout.
     async fn call_long(&self, build: impl FnOnce(u32) -> Request) -> Result<Response, SftpError> {
+        self.call_bounded(build, false).await
+    }
+
+    /// Send one request; wait for its reply within the stall timeout when
+    /// `bounded` (sending always is).
+    async fn call_bounded(
+        &self,
+        build: impl FnOnce(u32) -> Request,
+        bounded: bool,
+    ) -> Result<Response, SftpError> {
         let (_permit, id, rx) = self.register().await?;
         let req = build(id);
         let mut buf = BytesMut::with_capacity(64 + write_len(&req));
         req.encode(&mut buf);
         self.guarded(self.send(buf.freeze())).await??;
-        rx.await
-            .map_err(|_| SftpError::Closed("session closed".into()))?
+        let reply = if bounded {
+            self.guarded(rx).await?
+        } else {
+            rx.await
+        };
+        reply.map_err(|_| SftpError::Closed("session closed".into()))?
     }
 
     /// Treat a session that answers nothing for `stall` while a request

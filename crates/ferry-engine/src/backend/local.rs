@@ -240,9 +240,7 @@ impl Backend for Local {
                     .map_err(|e| TransferError::local(&w, "cannot set permissions", e))?;
             }
             if let Some(t) = mtime {
-                let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(t.max(0) as u64);
-                f.set_times(std::fs::FileTimes::new().set_accessed(t).set_modified(t))
-                    .map_err(|e| TransferError::local(&w, "cannot set times", e))?;
+                set_file_times(&f, &w, t)?;
             }
             drop(f);
             match part {
@@ -304,15 +302,13 @@ impl Backend for Local {
                     .map_err(|e| TransferError::local(&p, "cannot set permissions", e))?;
             }
             if let Some(t) = mtime {
-                let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(t.max(0) as u64);
                 // Read-only works for directories too (setting times
                 // needs ownership, not write access); a write-only file
                 // is opened for writing.
                 let f = std::fs::File::open(&p)
                     .or_else(|_| std::fs::File::options().write(true).open(&p))
                     .map_err(|e| TransferError::local(&p, "cannot set times", e))?;
-                f.set_times(std::fs::FileTimes::new().set_accessed(t).set_modified(t))
-                    .map_err(|e| TransferError::local(&p, "cannot set times", e))?;
+                set_file_times(&f, &p, t)?;
             }
             Ok(())
         })
@@ -345,29 +341,14 @@ impl ByteStream for LocalRead {
         true
     }
 
-    async fn next_into(&mut self, mut buf: Vec<u8>) -> Result<Vec<u8>, TransferError> {
+    async fn next_into(&mut self, buf: Vec<u8>) -> Result<Vec<u8>, TransferError> {
         let room = (buf.capacity() - buf.len()) as u64;
         let n = self.left.min(room);
         if n == 0 {
             return Ok(buf);
         }
         let (file, path, at) = (self.file.clone(), self.path.clone(), self.at);
-        let buf = blocking(move || {
-            use std::io::{Read, Seek, SeekFrom};
-            let mut f = &*file;
-            let start = buf.len();
-            f.seek(SeekFrom::Start(at))
-                .and_then(|_| f.take(n).read_to_end(&mut buf))
-                .map_err(|e| TransferError::local(&path, "cannot read", e))?;
-            if ((buf.len() - start) as u64) < n {
-                return Err(TransferError::Local(format!(
-                    "{}: the file shrank while it was being copied",
-                    path.display()
-                )));
-            }
-            Ok(buf)
-        })
-        .await?;
+        let buf = blocking(move || append_at(&file, &path, at, n, buf)).await?;
         self.at += n;
         self.left -= n;
         Ok(buf)
@@ -387,15 +368,24 @@ fn read_exact_at(
     at: u64,
     n: usize,
 ) -> Result<Vec<u8>, TransferError> {
+    append_at(file, path, at, n as u64, Vec::with_capacity(n))
+}
+
+/// `buf` with `n` bytes of `file` at `at` appended (the same rules).
+fn append_at(
+    file: &std::fs::File,
+    path: &std::path::Path,
+    at: u64,
+    n: u64,
+    mut buf: Vec<u8>,
+) -> Result<Vec<u8>, TransferError> {
     use std::io::{Read, Seek, SeekFrom};
     let mut f = file;
+    let start = buf.len();
     f.seek(SeekFrom::Start(at))
+        .and_then(|_| f.take(n).read_to_end(&mut buf))
         .map_err(|e| TransferError::local(path, "cannot read", e))?;
-    let mut buf = Vec::with_capacity(n);
-    f.take(n as u64)
-        .read_to_end(&mut buf)
-        .map_err(|e| TransferError::local(path, "cannot read", e))?;
-    if buf.len() < n {
+    if ((buf.len() - start) as u64) < n {
         return Err(TransferError::Local(format!(
             "{}: the file shrank while it was being copied",
             path.display()
@@ -514,4 +504,11 @@ fn rename_into_place(f: &std::path::Path, t: &std::path::Path) -> Result<(), Tra
             TransferError::local(t, "cannot rename the finished file into place", e)
         }
     })
+}
+
+/// Access and modification time of an open file (or directory) to `t`.
+fn set_file_times(f: &std::fs::File, p: &std::path::Path, t: i64) -> Result<(), TransferError> {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(t.max(0) as u64);
+    f.set_times(std::fs::FileTimes::new().set_accessed(t).set_modified(t))
+        .map_err(|e| TransferError::local(p, "cannot set times", e))
 }

@@ -870,19 +870,29 @@ struct SftpWrite {
 
 impl SftpWrite {
     async fn send(&mut self, data: Bytes) -> Result<(), TransferError> {
+        let n = data.len() as u64;
+        self.enqueue(n, move |c, h, at| {
+            Box::pin(async move { c.write(&h, at, &data).await })
+        })
+        .await
+    }
+
+    /// Queue one WRITE of `n` bytes at the current offset, once there is
+    /// room for it (`make` builds the request from the client, the handle
+    /// and the offset).
+    async fn enqueue(
+        &mut self,
+        n: u64,
+        make: impl FnOnce(SftpClient, Handle, u64) -> Call<()>,
+    ) -> Result<(), TransferError> {
         while self.running.len() >= self.depth {
             if let Some(r) = self.running.next().await {
                 r.map_err(|e| TransferError::sftp(&self.host, &self.path, e))?;
             }
         }
-        let (c, h, at) = (
-            self.c.clone(),
-            self.h.clone().unwrap_or(Handle(Bytes::new())),
-            self.at,
-        );
-        self.at += data.len() as u64;
-        self.running
-            .push(Box::pin(async move { c.write(&h, at, &data).await }));
+        let h = self.h.clone().unwrap_or(Handle(Bytes::new()));
+        self.running.push(make(self.c.clone(), h, self.at));
+        self.at += n;
         // A request goes out when first polled: poll now, without
         // waiting, and take whatever replies are already in.
         while let Some(Some(r)) = self.running.next().now_or_never() {
@@ -935,30 +945,17 @@ impl Sink for SftpWrite {
     }
 
     async fn write_prepared(&mut self, buf: Vec<u8>) -> Result<(), TransferError> {
-        while self.running.len() >= self.depth {
-            if let Some(r) = self.running.next().await {
-                r.map_err(|e| TransferError::sftp(&self.host, &self.path, e))?;
-            }
-        }
         let prefix = ferry_sftp::packet_ext::write_prefix_len(
             self.h.as_ref().map(|h| h.0.len()).unwrap_or(0),
         );
         let n = buf.len().saturating_sub(prefix) as u64;
-        let (c, h, at) = (
-            self.c.clone(),
-            self.h.clone().unwrap_or(Handle(Bytes::new())),
-            self.at,
-        );
-        self.at += n;
         // The file's bytes were read into this buffer after the WRITE
         // header's room: it goes out without another copy.
         let buf = BytesMut::from(Bytes::from(buf));
-        self.running
-            .push(Box::pin(async move { c.write_prepared(&h, at, buf).await }));
-        while let Some(Some(r)) = self.running.next().now_or_never() {
-            r.map_err(|e| TransferError::sftp(&self.host, &self.path, e))?;
-        }
-        Ok(())
+        self.enqueue(n, move |c, h, at| {
+            Box::pin(async move { c.write_prepared(&h, at, buf).await })
+        })
+        .await
     }
 
     async fn finish(mut self: Box<Self>) -> Result<(), TransferError> {
