@@ -118,8 +118,17 @@ enum Msg {
 struct NativeTransfer {
     rx: Mutex<mpsc::Receiver<Msg>>,
     cancel: Cancel,
-    /// The report once `Done` was read (Python may ask more than once).
-    report: Mutex<Option<Py<PyDict>>>,
+    /// The report once `Done` was read. Set while the reader still holds
+    /// `rx`, so a second reader (copy's drain and an asyncio pump may both
+    /// read) that then finds the channel closed always sees it.
+    ended: Mutex<Option<Report>>,
+}
+
+/// What one read of the channel gave.
+enum Got {
+    Event(Event),
+    Timeout,
+    End,
 }
 
 #[pymethods]
@@ -165,7 +174,7 @@ impl NativeTransfer {
         Ok(NativeTransfer {
             rx: Mutex::new(rx),
             cancel,
-            report: Mutex::new(None),
+            ended: Mutex::new(None),
         })
     }
 
@@ -175,31 +184,35 @@ impl NativeTransfer {
     /// in `report()`). The GIL is released while waiting.
     #[pyo3(signature = (timeout=None))]
     fn next_event(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<(String, PyObject)> {
-        if self.lock_report()?.is_some() {
-            return Ok(("end".into(), py.None()));
-        }
         let got = py.allow_threads(|| {
             let rx = self.rx.lock().map_err(|_| "poisoned")?;
-            match timeout {
-                None => rx.recv().map_err(|_| "closed").map(Some),
+            let mut ended = self.ended.lock().map_err(|_| "poisoned")?;
+            if ended.is_some() {
+                return Ok(Got::End);
+            }
+            // Not holding `ended` while waiting: report() may be called.
+            drop(ended);
+            let msg = match timeout {
+                None => rx.recv().map_err(|_| "closed")?,
                 Some(t) => match rx.recv_timeout(Duration::from_secs_f64(t.max(0.0))) {
-                    Ok(m) => Ok(Some(m)),
-                    Err(mpsc::RecvTimeoutError::Timeout) => Ok(None),
-                    Err(mpsc::RecvTimeoutError::Disconnected) => Err("closed"),
+                    Ok(m) => m,
+                    Err(mpsc::RecvTimeoutError::Timeout) => return Ok(Got::Timeout),
+                    Err(mpsc::RecvTimeoutError::Disconnected) => return Err("closed"),
                 },
+            };
+            match msg {
+                Msg::Event(ev) => Ok(Got::Event(ev)),
+                Msg::Done(r) => {
+                    ended = self.ended.lock().map_err(|_| "poisoned")?;
+                    *ended = Some(r);
+                    Ok(Got::End)
+                }
             }
         });
         match got {
-            Ok(None) => Ok(("timeout".into(), py.None())),
-            Ok(Some(Msg::Event(ev))) => event(py, &ev),
-            Ok(Some(Msg::Done(r))) => {
-                let d = report(py, &r)?;
-                *self.lock_report()? = Some(d.unbind());
-                Ok(("end".into(), py.None()))
-            }
-            // Another thread read the end first (copy's drain and an
-            // asyncio pump may both be reading).
-            Err(_) if self.lock_report()?.is_some() => Ok(("end".into(), py.None())),
+            Ok(Got::Timeout) => Ok(("timeout".into(), py.None())),
+            Ok(Got::Event(ev)) => event(py, &ev),
+            Ok(Got::End) => Ok(("end".into(), py.None())),
             Err(why) => Err(PyRuntimeError::new_err(format!(
                 "ferry: the transfer's event channel is {why} (the runtime stopped?)"
             ))),
@@ -213,15 +226,14 @@ impl NativeTransfer {
 
     /// The report (a dict) once `next_event` returned `"end"`, else `None`.
     fn report(&self, py: Python<'_>) -> PyResult<Option<Py<PyDict>>> {
-        Ok(self.lock_report()?.as_ref().map(|d| d.clone_ref(py)))
-    }
-}
-
-impl NativeTransfer {
-    fn lock_report(&self) -> PyResult<std::sync::MutexGuard<'_, Option<Py<PyDict>>>> {
-        self.report
+        let ended = self
+            .ended
             .lock()
-            .map_err(|_| PyRuntimeError::new_err("ferry: internal lock poisoned"))
+            .map_err(|_| PyRuntimeError::new_err("ferry: internal lock poisoned"))?;
+        match ended.as_ref() {
+            Some(r) => Ok(Some(report(py, r)?.unbind())),
+            None => Ok(None),
+        }
     }
 }
 
