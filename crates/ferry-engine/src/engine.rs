@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::Semaphore;
 
-use crate::backend::{path, Backend, Entry, EntryKind, Role, WriteMode};
+use crate::backend::{path, Backend, Entry, EntryKind, Role, Sink, WriteMode};
 use crate::error::{ErrorKind, TransferError};
 use crate::journal;
 use crate::transfer::{Cancel, Emitter, Event, FileReport};
@@ -105,14 +105,11 @@ pub(crate) async fn plan(
         dest.path.clone()
     };
     for (i, s) in sources.iter().enumerate() {
-        let e = s.backend.stat(&s.path).await?.ok_or_else(|| {
-            let msg = format!("{}: no such file or directory", s.backend.display(&s.path));
-            if s.backend.scheme() == "local" {
-                TransferError::Local(msg)
-            } else {
-                TransferError::Remote(msg)
-            }
-        })?;
+        let e = s
+            .backend
+            .stat(&s.path)
+            .await?
+            .ok_or_else(|| s.backend.missing(&s.path))?;
         let target = if into {
             path::join(&dest.path, path::basename(&s.path))
         } else {
@@ -420,7 +417,11 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
     // run's part file (and its record, for a split file) lacks.
     let record = path::side_name(&f.dst, b".ferry-resume");
     let mut missing = vec![(0, size)];
-    if r.opts.resume && target.renamed && dc.offset_write && sc.ranged_read {
+    // A destination that can only append (FTP's APPE) continues one
+    // stream from the part's length; the record of split copies needs
+    // offset writes.
+    let continues = dc.offset_write || dc.append;
+    if r.opts.resume && target.renamed && continues && sc.ranged_read {
         missing = resume_missing(r, f, &target.write, &record, size).await?;
         let have = size - span(&missing);
         if have > 0 {
@@ -440,10 +441,13 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
         .streams
         .unwrap_or(sc.max_ranges.min(dc.max_ranges))
         .clamp(1, 64);
+    // Split when big enough, or when --streams asked for ranges and each
+    // gets at least MIN_RANGE.
+    let asked = r.opts.streams.is_some() && todo >= 2 * MIN_RANGE;
     let split = sc.ranged_read
         && dc.offset_write
         && target.renamed
-        && todo >= r.opts.split_min
+        && (todo >= r.opts.split_min || asked)
         && streams > 1;
     if fresh {
         // Create (or truncate) first, so ranges write into one file.
@@ -453,7 +457,7 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
         if split || size == 0 {
             sink.finish().await?;
         } else {
-            pump_with_retry(r, f, &target, 0, size, Some(sink)).await?;
+            pump_with_retry(r, f, &target, 0, size, Some(sink), &mut 0).await?;
             // One stream into a truncated file, every byte counted and
             // acknowledged: its size needs no second look.
             finalize(r, f, &target, size, true).await?;
@@ -475,7 +479,11 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
             // (a hard kill leaves it erring on the side of sending again).
             rec.save(dst.as_ref()).await?;
         }
-        let n = if split { streams } else { 1 };
+        let n = if split {
+            streams.min((todo / MIN_RANGE).max(1) as usize)
+        } else {
+            1
+        };
         let chunk = todo.div_ceil(n as u64).min(MAX_CHUNK);
         let mut queue = chunks(&missing, chunk).into_iter();
         let mut running = FuturesUnordered::new();
@@ -487,26 +495,27 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
             while running.len() < n && failed.is_none() {
                 let Some((at, len)) = queue.next() else { break };
                 running.push(async move {
-                    pump_with_retry(r, f, target, at, len, None)
-                        .await
-                        .map(|()| (at, len))
+                    let mut kept = 0;
+                    match pump_with_retry(r, f, target, at, len, None, &mut kept).await {
+                        Ok(()) => (at, len, None),
+                        Err(e) => (at, kept, Some(e)),
+                    }
                 });
             }
             let Some(res) = running.next().await else {
                 break;
             };
-            match res {
-                Ok((at, len)) if split => {
-                    rec.journal.done.push((at, at + len));
-                    rec.journal.done = journal::merge(std::mem::take(&mut rec.journal.done));
-                    // Best effort: a record one range behind only sends
-                    // that range again.
-                    let _ = rec.save(dst.as_ref()).await;
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    failed.get_or_insert(e);
-                }
+            // What is in: the whole range, or what a failed one kept.
+            let (at, len, err) = res;
+            if split && len > 0 {
+                rec.journal.done.push((at, at + len));
+                rec.journal.done = journal::merge(std::mem::take(&mut rec.journal.done));
+                // Best effort: a record one range behind only sends
+                // that range again.
+                let _ = rec.save(dst.as_ref()).await;
+            }
+            if let Some(e) = err {
+                failed.get_or_insert(e);
             }
         }
         if let Some(e) = failed {
@@ -523,6 +532,8 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
 /// Ranges of a split file are moved in pieces of this size or less, each
 /// noted in the resume record when it is in.
 const MAX_CHUNK: u64 = 64 * 1024 * 1024;
+/// The smallest range `--streams` splits a file into below `split_min`.
+const MIN_RANGE: u64 = 1024 * 1024;
 
 fn span(ranges: &[(u64, u64)]) -> u64 {
     ranges.iter().map(|(a, b)| b - a).sum()
@@ -736,38 +747,60 @@ async fn read_all(b: &dyn Backend, p: &[u8], at: u64, n: u64) -> Result<Vec<u8>,
 }
 
 /// Move one range, retrying transient failures with backoff and jitter.
+/// `kept` is how much of the range, from `at`, is in the destination
+/// for sure when this returns an error (a resume record keeps it).
 async fn pump_with_retry(
     r: &Run,
     f: &FilePlan,
     target: &Target,
     at: u64,
     len: u64,
-    mut first_sink: Option<Box<dyn crate::backend::Sink>>,
+    mut first_sink: Option<Box<dyn Sink>>,
+    kept: &mut u64,
 ) -> Result<(), TransferError> {
     let dc = r.dest.backend.capabilities();
+    // Bytes written before a failure of the source's side stay, where
+    // the part file can be continued from them: flushed, they need not
+    // travel again (a retry, or --resume after a killed server). Never
+    // for a write that appears under its final name when finished.
+    let keep = target.renamed && (dc.offset_write || dc.append);
     let mut attempt = 0u32;
     loop {
+        let from = at + *kept;
         let sink = match first_sink.take() {
             Some(s) => s,
             None => {
-                let mode = if at == 0 && !dc.offset_write {
+                let mode = if from == 0 && !dc.offset_write {
                     WriteMode::Create
                 } else {
-                    WriteMode::At(at)
+                    WriteMode::At(from)
                 };
                 r.dest.backend.write(&target.write, mode, f.size).await?
             }
         };
         let mut moved = 0u64;
-        let res = pump(r, f, at, len, sink, &mut moved).await;
+        let res = pump(r, f, from, len - *kept, sink, &mut moved).await;
         match res {
             Ok(()) => return Ok(()),
-            Err(e) => {
-                // Bytes of a failed attempt are sent again: take them back.
-                r.stats.bytes_done.fetch_sub(moved, Ordering::Relaxed);
+            Err((e, sink)) => {
+                let flushed = match sink {
+                    Some(sink) if keep && moved > 0 && crate::retry::transient(&e) => {
+                        let stall = r.opts.timeout;
+                        matches!(tokio::time::timeout(stall, sink.finish()).await, Ok(Ok(())))
+                    }
+                    _ => false,
+                };
+                if flushed {
+                    *kept += moved;
+                } else {
+                    // Bytes of a failed attempt are sent again: take
+                    // them back.
+                    r.stats.bytes_done.fetch_sub(moved, Ordering::Relaxed);
+                }
                 // A destination that only takes whole files starts over
-                // from 0, which only a range starting at 0 can do.
-                let restartable = dc.offset_write || at == 0;
+                // from 0, which only a range starting at 0 can do; one
+                // that appends continues from what was flushed.
+                let restartable = dc.offset_write || flushed || from == 0;
                 retry_after(r, e, attempt, restartable).await?;
                 attempt += 1;
             }
@@ -775,20 +808,25 @@ async fn pump_with_retry(
     }
 }
 
+/// A failed range: the error, and the sink when the failure was the
+/// source's (its bytes so far can still be flushed).
+type Pumped = Result<(), (TransferError, Option<Box<dyn Sink>>)>;
+
 /// Stream `len` bytes of the source at `at` into `sink`.
 async fn pump(
     r: &Run,
     f: &FilePlan,
     at: u64,
     len: u64,
-    mut sink: Box<dyn crate::backend::Sink>,
+    mut sink: Box<dyn Sink>,
     moved: &mut u64,
-) -> Result<(), TransferError> {
+) -> Pumped {
     let src = &r.sources[f.source].backend;
-    let mut stream = r.sources[f.source]
-        .backend
-        .read(&f.src, at, Some(len))
-        .await?;
+    let mut stream = match src.read(&f.src, at, Some(len)).await {
+        Ok(s) => s,
+        Err(e) => return Err((e, None)),
+    };
+    let cancelled = || (TransferError::cancelled(), None);
     let stall = r.opts.timeout;
     // From a local file into an SFTP WRITE: read into the sink's own
     // buffers (no copy in between: a sixth of an upload's CPU).
@@ -799,12 +837,13 @@ async fn pump(
         let before = buf.len();
         let next = tokio::select! {
             biased;
-            _ = r.cancel.cancelled() => return Err(TransferError::cancelled()),
+            _ = r.cancel.cancelled() => return Err(cancelled()),
             n = tokio::time::timeout(stall, stream.next_into(buf)) => n,
         };
         let buf = match next {
-            Err(_) => return Err(stalled(src.as_ref(), &f.src, stall)),
-            Ok(b) => b?,
+            Err(_) => return Err((stalled(src.as_ref(), &f.src, stall), Some(sink))),
+            Ok(Err(e)) => return Err((e, Some(sink))),
+            Ok(Ok(b)) => b,
         };
         let n = (buf.len() - before) as u64;
         if n == 0 {
@@ -812,8 +851,8 @@ async fn pump(
         }
         tokio::select! {
             biased;
-            _ = r.cancel.cancelled() => return Err(TransferError::cancelled()),
-            w = sink.write_prepared(buf) => w?,
+            _ = r.cancel.cancelled() => return Err(cancelled()),
+            w = sink.write_prepared(buf) => w.map_err(|e| (e, None))?,
         }
         *moved += n;
         r.stats.bytes_done.fetch_add(n, Ordering::Relaxed);
@@ -821,43 +860,51 @@ async fn pump(
     loop {
         let next = tokio::select! {
             biased;
-            _ = r.cancel.cancelled() => return Err(TransferError::cancelled()),
+            _ = r.cancel.cancelled() => return Err(cancelled()),
             n = tokio::time::timeout(stall, stream.next()) => n,
         };
         let piece = match next {
             Err(_) => {
-                return Err(TransferError::Network(format!(
+                let e = TransferError::Network(format!(
                     "{}: no data for {} s: the connection stalled (--timeout)",
                     src.display(&f.src),
                     stall.as_secs()
-                )))
+                ));
+                return Err((e, Some(sink)));
             }
-            Ok(p) => p?,
+            Ok(Err(e)) => return Err((e, Some(sink))),
+            Ok(Ok(p)) => p,
         };
         let Some(piece) = piece else { break };
         let n = piece.len() as u64;
         if *moved + n > len {
-            return Err(TransferError::Remote(format!(
-                "{}: the source sent more bytes than its size said (it changed during the copy?)",
-                src.display(&f.src)
-            )));
+            return Err((
+                TransferError::Remote(format!(
+                    "{}: the source sent more bytes than its size said (it changed during the copy?)",
+                    src.display(&f.src)
+                )),
+                None,
+            ));
         }
         tokio::select! {
             biased;
-            _ = r.cancel.cancelled() => return Err(TransferError::cancelled()),
-            w = sink.write(piece) => w?,
+            _ = r.cancel.cancelled() => return Err(cancelled()),
+            w = sink.write(piece) => w.map_err(|e| (e, None))?,
         }
         *moved += n;
         r.stats.bytes_done.fetch_add(n, Ordering::Relaxed);
     }
     if *moved != len {
-        return Err(TransferError::Remote(format!(
-            "{}: {} bytes arrived where {len} were expected (the file changed during the copy?)",
-            src.display(&f.src),
-            *moved
-        )));
+        return Err((
+            TransferError::Remote(format!(
+                "{}: {} bytes arrived where {len} were expected (the file changed during the copy?)",
+                src.display(&f.src),
+                *moved
+            )),
+            None,
+        ));
     }
-    sink.finish().await
+    sink.finish().await.map_err(|e| (e, None))
 }
 
 /// Check the size, set times and modes, rename into place.

@@ -38,7 +38,6 @@ pub mod backend;
 mod engine;
 mod error;
 pub mod filter;
-mod ftp;
 pub mod hash;
 mod http;
 mod journal;
@@ -53,10 +52,10 @@ mod transfer;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+pub use backend::ftp::FtpOptions;
 pub use error::{ErrorKind, TransferError};
 pub use ferry_http::{Options as HttpOptions, Version as HttpVersion};
 pub use ferry_ssh::{ConnectOptions, Prompt, PromptHandle, MAX_CHANNEL_PACKET};
-pub use ftp::FtpOptions;
 pub use location::{FtpSpec, HttpSpec, Location, RemotePath, RemoteSpec, S3Spec};
 pub use s3::S3Options;
 pub use transfer::{
@@ -270,9 +269,6 @@ pub(crate) fn copy_on_loop(
 ) -> Result<Summary, TransferError> {
     if sources.is_empty() {
         return Err(TransferError::Usage("no source given".into()));
-    }
-    if matches!(dest, Location::Ftp(_)) || sources.iter().any(|s| matches!(s, Location::Ftp(_))) {
-        return ftp::copy(sources, dest, opts, stats);
     }
     if matches!(dest, Location::Http(_)) || sources.iter().any(|s| matches!(s, Location::Http(_))) {
         return http::copy(sources, dest, opts, stats);

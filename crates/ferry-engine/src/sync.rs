@@ -424,10 +424,7 @@ impl Walk {
             (Err(e), _) | (_, Err(e)) => return self.finish_with(e),
         };
         let Some(s) = s else {
-            let e = TransferError::Remote(format!(
-                "{}: no such file or directory",
-                self.src.backend.display(&self.src.path)
-            ));
+            let e = self.src.backend.missing(&self.src.path);
             return self.finish_with(e);
         };
         match (s.kind, d.as_ref().map(|d| d.kind)) {

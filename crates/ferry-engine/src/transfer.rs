@@ -398,8 +398,8 @@ pub fn block_on<R: EndReport>(
 }
 
 /// Does this pair run on the engine, or on a protocol's own copy loop?
-/// Local <-> one HTTP(S) or FTP(S) server keeps its loop until the engine
-/// has what it still lacks for them: docs/internals/engine.md, "Migration".
+/// Local <-> one HTTP(S) server keeps its loop until the engine has what
+/// it still lacks for it: docs/internals/engine.md, "Migration".
 pub(crate) fn on_engine(sources: &[Location], dest: &Location) -> bool {
     // S3 has no copy loop of its own: always the engine.
     let s3 = |l: &Location| matches!(l, Location::S3(_));
@@ -415,16 +415,17 @@ pub(crate) fn on_engine(sources: &[Location], dest: &Location) -> bool {
             return true;
         }
         // remote -> local from several servers or protocols: the engine;
-        // from one SFTP server too.
-        return !same_server(sources) || matches!(sources.first(), Some(Location::Sftp(_)));
+        // from one SFTP or FTP(S) server too.
+        return !same_server(sources)
+            || matches!(sources.first(), Some(Location::Sftp(_) | Location::Ftp(_)));
     }
     // -> remote: from remote sources (any), or mixed: the engine.
     if !all_local_src {
         return true;
     }
-    // Local -> one server: SFTP on the engine; HTTP(S) and FTP(S) on
-    // their loops until the engine has what they still lack.
-    matches!(dest, Location::Sftp(_))
+    // Local -> one server: SFTP and FTP(S) on the engine; HTTP(S) on its
+    // loop until the engine has what it still lacks.
+    matches!(dest, Location::Sftp(_) | Location::Ftp(_))
 }
 
 fn same_server(sources: &[Location]) -> bool {

@@ -461,6 +461,69 @@ async fn a_split_file_resumes_from_its_record_not_its_length() {
 }
 
 #[tokio::test]
+async fn a_failed_range_keeps_what_it_wrote() {
+    // A source that fails mid-range (a killed server): what each range
+    // wrote before is flushed and kept. A retry continues from there, and
+    // after a final failure the record says so, for --resume.
+    let (a, b) = (Memory::new("a"), Memory::new("b"));
+    let body = data(8_000_000, 5);
+    a.put("/f", &body, 0);
+    let read = |a: &Memory| {
+        a.counters
+            .bytes_read
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let o = CopyOptions {
+        split_min: 1_000_000,
+        streams: Some(4),
+        ..opts()
+    };
+    // One failure per range, retried: no byte is read twice.
+    a.set_faults(Faults {
+        fail_read_after: Some(500_000),
+        transient_reads: 4,
+        ..Faults::default()
+    });
+    let (r, _) = run(Transfer::between(
+        vec![at(&a, "/f")],
+        at(&b, "/g"),
+        o.clone(),
+    ))
+    .await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(b.get("/g").as_deref(), Some(&body[..]));
+    assert_eq!(read(&a), 8_000_000, "retries continue where they stopped");
+    assert_eq!(r.bytes, 8_000_000);
+
+    // Every attempt fails: the record keeps the first 500,000 bytes of
+    // each range, and --resume moves only the rest.
+    let b = Memory::new("b");
+    a.set_faults(Faults {
+        fail_read_after: Some(500_000),
+        ..Faults::default()
+    });
+    let once = CopyOptions {
+        retries: 1,
+        ..o.clone()
+    };
+    let (r, _) = run(Transfer::between(vec![at(&a, "/f")], at(&b, "/g"), once)).await;
+    assert!(r.error.is_some());
+    assert_eq!(b.get("/g"), None);
+    let record = String::from_utf8(b.get("/.g.ferry-resume").expect("a record")).unwrap();
+    assert!(
+        record.contains("done 0 500000") && record.contains("done 6000000 6500000"),
+        "{record}"
+    );
+    a.set_faults(Faults::default());
+    let before = read(&a);
+    let resume = CopyOptions { resume: true, ..o };
+    let (r, _) = run(Transfer::between(vec![at(&a, "/f")], at(&b, "/g"), resume)).await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(b.get("/g").as_deref(), Some(&body[..]));
+    assert_eq!(read(&a) - before, 6_000_000);
+}
+
+#[tokio::test]
 async fn resume_starts_over_when_the_part_differs() {
     let (a, b) = (Memory::new("a"), Memory::new("b"));
     let body = data(500_000, 5);

@@ -1129,7 +1129,6 @@ matrix! {
     ftp_vsftpd_up_kill_server: FtpVsftpd, Up, KillServer;
     ftp_vsftpd_up_reset: FtpVsftpd, Up, Reset;
     ftp_vsftpd_up_stall: FtpVsftpd, Up, Stall;
-    #[ignore = "engine bug: an FTP upload onto a full disk ends as connection lost (exit 1) instead of the 4xx/5xx STOR reply and exit 4 (reliability.md, Findings 2)"]
     ftp_vsftpd_up_disk_full: FtpVsftpd, Up, DiskFull;
     ftp_vsftpd_up_denied: FtpVsftpd, Up, Denied;
     ftp_vsftpd_up_existing: FtpVsftpd, Up, Existing;
@@ -1147,7 +1146,6 @@ matrix! {
     ftps_serve_up_kill_server: FtpsServe, Up, KillServer;
     ftps_serve_up_reset: FtpsServe, Up, Reset;
     ftps_serve_up_stall: FtpsServe, Up, Stall;
-    #[ignore = "engine bug: an FTP upload onto a full disk ends as connection lost (exit 1) instead of the 4xx/5xx STOR reply and exit 4 (reliability.md, Findings 2)"]
     ftps_serve_up_disk_full: FtpsServe, Up, DiskFull;
     ftps_serve_up_denied: FtpsServe, Up, Denied;
     ftps_serve_up_existing: FtpsServe, Up, Existing;

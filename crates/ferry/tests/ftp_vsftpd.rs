@@ -469,15 +469,26 @@ fn refusals_name_the_url_and_the_reply() {
         &[],
     );
     assert_code(&o, 2, "directory without -r");
-    // Upload into a directory that does not exist: 553 from the server.
+    // Upload to a file name in a directory that does not exist: 553 from
+    // the server (as sftp's put into a missing directory: exit 4).
     let o = ferry_in(
         home.path(),
-        &["cp", "-q", &s(&dst), &ftpd.url("no/such/dir/")],
+        &["cp", "-q", &s(&dst), &ftpd.url("no/such/dir/f.bin")],
         &[],
     );
     assert_code(&o, 4, "upload into a missing directory");
     let err = stderr_text(&o);
     assert!(err.contains("553") && err.contains("no/such/dir"), "{err}");
+    assert!(!ftpd.root().join("no").exists());
+    // A destination ending in `/` is a directory to copy into, created
+    // when missing, on every protocol.
+    let o = ferry_in(
+        home.path(),
+        &["cp", "-q", &s(&dst), &ftpd.url("made/here/")],
+        &[],
+    );
+    assert_ok(&o, "upload into a new directory");
+    assert!(ftpd.root().join("made/here/f.bin").is_file());
 }
 
 #[test]

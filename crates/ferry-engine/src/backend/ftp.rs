@@ -1,8 +1,12 @@
 //! FTP(S) as a backend: a pool of logged-in control connections used on
 //! blocking threads (the measured choice: docs/internals/ftp.md), `REST`
-//! and `RETR` for reads from any offset, `STOR` for writes, `RNFR`/`RNTO`
-//! over the final name, `MLSD` (or `LIST`) for listings.
+//! and `RETR` for reads from any offset, `STOR` for writes and `APPE` to
+//! continue one (resume of uploads), `RNFR`/`RNTO` over the final name,
+//! `MLSD` (or `LIST`) for listings. FTP moves one file per control
+//! connection at a time, so parallelism is connections: `-P` files, and
+//! `--streams N` ranges of one download.
 use std::io::{Read, Write};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -16,17 +20,51 @@ use crate::error::TransferError;
 use crate::location::FtpSpec;
 use crate::{CopyOptions, Tuning};
 
+/// FTP(S) options of `ferry cp`.
+#[derive(Debug, Clone, Default)]
+pub struct FtpOptions {
+    /// `ftp://` with AUTH TLS, refused if the server cannot (curl's
+    /// `--ssl-reqd`).
+    pub ssl_reqd: bool,
+}
+
 /// Bytes per piece read from a data connection.
 const PIECE: usize = 256 * 1024;
 /// Pieces queued between a blocking transfer and the engine.
 const QUEUE: usize = 8;
 
 pub struct Ftp {
-    ep: Arc<Endpoint>,
-    idle: Arc<Mutex<Vec<Conn>>>,
+    pool: Arc<Pool>,
     home: String,
     prefix: String,
     max: usize,
+    /// The server's refusal of the last path `stat` found missing (its
+    /// SIZE reply, `550 ...`), for the "no such file" message.
+    refusal: Mutex<Option<(Vec<u8>, String)>>,
+}
+
+/// Logged-in control connections not in use, and how many were opened
+/// (the report's `streams`).
+struct Pool {
+    ep: Arc<Endpoint>,
+    idle: Mutex<Vec<Conn>>,
+    opened: AtomicUsize,
+}
+
+impl Pool {
+    /// An idle connection, or a new one.
+    fn take(&self) -> Result<Conn, FtpError> {
+        if let Some(c) = lock(&self.idle).pop() {
+            return Ok(c);
+        }
+        let c = Conn::open(&self.ep)?;
+        self.opened.fetch_add(1, Ordering::Relaxed);
+        Ok(c)
+    }
+
+    fn give_back(&self, c: Conn) {
+        lock(&self.idle).push(c);
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -39,14 +77,14 @@ fn s(p: &[u8]) -> String {
 
 impl Ftp {
     pub async fn open(spec: &FtpSpec, opts: &CopyOptions) -> Result<(Ftp, Vec<u8>), TransferError> {
-        let ep = crate::ftp::endpoint(spec, opts)?;
+        let ep = endpoint(spec, opts)?;
         let e2 = ep.clone();
         let conn = tokio::task::spawn_blocking(move || Conn::open(&e2))
             .await
             .map_err(|e| TransferError::Network(format!("internal: {e}")))?
             .map_err(TransferError::from)?;
         let home = conn.home.clone();
-        let resolved = crate::ftp::absolute(&home, &spec.path);
+        let resolved = absolute(&home, &spec.path);
         let scheme = match ep.security {
             Security::Implicit => "ftps",
             _ => "ftp",
@@ -64,11 +102,15 @@ impl Ftp {
         }
         Ok((
             Ftp {
-                ep,
-                idle: Arc::new(Mutex::new(vec![conn])),
+                pool: Arc::new(Pool {
+                    ep,
+                    idle: Mutex::new(vec![conn]),
+                    opened: AtomicUsize::new(1),
+                }),
                 home,
                 prefix: format!("{scheme}://{user}{}{port}", spec.host),
                 max,
+                refusal: Mutex::new(None),
             },
             resolved,
         ))
@@ -81,15 +123,12 @@ impl Ftp {
         &self,
         f: impl FnOnce(&mut Conn) -> Result<T, FtpError> + Send + 'static,
     ) -> Result<T, TransferError> {
-        let (ep, idle) = (self.ep.clone(), self.idle.clone());
+        let pool = self.pool.clone();
         tokio::task::spawn_blocking(move || {
-            let mut c = match lock(&idle).pop() {
-                Some(c) => c,
-                None => Conn::open(&ep)?,
-            };
+            let mut c = pool.take()?;
             let r = f(&mut c);
             if !matches!(&r, Err(e) if e.is_network()) {
-                lock(&idle).push(c);
+                pool.give_back(c);
             }
             r
         })
@@ -102,7 +141,7 @@ impl Ftp {
 #[async_trait]
 impl Backend for Ftp {
     fn scheme(&self) -> &'static str {
-        match self.ep.security {
+        match self.pool.ep.security {
             Security::Plain => "ftp",
             _ => "ftps",
         }
@@ -122,6 +161,7 @@ impl Backend for Ftp {
         Capabilities {
             ranged_read: true,
             offset_write: false,
+            append: true,
             rename_over: true,
             atomic_write: false,
             set_times: false,
@@ -129,7 +169,9 @@ impl Backend for Ftp {
             list: true,
             server_copy: false,
             max_files: self.max,
-            max_ranges: 4,
+            // Measured: one data connection per file unless --streams
+            // asks for more (docs/internals/ftp.md).
+            max_ranges: Tuning::FTP_STREAMS,
         }
     }
     fn endpoint_key(&self) -> String {
@@ -137,7 +179,7 @@ impl Backend for Ftp {
     }
     fn info(&self) -> BackendInfo {
         BackendInfo {
-            connections: lock(&self.idle).len().max(1),
+            connections: self.pool.opened.load(Ordering::Relaxed),
             cipher: None,
             chunk: 0,
             protocol: Some(self.scheme().into()),
@@ -147,41 +189,28 @@ impl Backend for Ftp {
     async fn stat(&self, p: &[u8]) -> Result<Option<Entry>, TransferError> {
         let ps = s(p);
         let name = path::basename(p).to_vec();
-        self.with(move |c| {
-            let trimmed = ps.trim_end_matches('/');
-            if ps.ends_with('/') || trimmed.is_empty() {
-                return Ok(c
-                    .is_dir(if trimmed.is_empty() { "/" } else { trimmed })?
-                    .then_some(Entry {
-                        name,
-                        kind: EntryKind::Dir,
-                        size: None,
-                        mtime: None,
-                        mode: None,
-                    }));
-            }
-            match c.size(trimmed) {
-                Ok(size) => {
-                    let mtime = c.mdtm(trimmed);
-                    Ok(Some(Entry {
-                        name,
-                        kind: EntryKind::File,
-                        size: Some(size),
-                        mtime,
-                        mode: None,
-                    }))
-                }
-                Err(e) if e.is_network() => Err(e),
-                Err(_) => Ok(c.is_dir(trimmed)?.then_some(Entry {
-                    name,
-                    kind: EntryKind::Dir,
-                    size: None,
-                    mtime: None,
-                    mode: None,
-                })),
-            }
-        })
-        .await
+        let (found, refusal) = self
+            .with(move |c| {
+                let mut refusal = None;
+                let found = stat_on(c, &ps, name, &mut refusal)?;
+                Ok((found, refusal))
+            })
+            .await?;
+        if found.is_none() {
+            *lock(&self.refusal) = refusal.map(|r| (p.to_vec(), r));
+        }
+        Ok(found)
+    }
+
+    fn missing(&self, p: &[u8]) -> TransferError {
+        let why = match &*lock(&self.refusal) {
+            Some((at, r)) if at == p => format!(" ({r})"),
+            _ => String::new(),
+        };
+        TransferError::Remote(format!(
+            "{}: no such file or directory on the server{why}",
+            self.display(p)
+        ))
     }
 
     async fn list(&self, dir: &[u8]) -> Result<Vec<Entry>, TransferError> {
@@ -211,17 +240,14 @@ impl Backend for Ftp {
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, TransferError>>(QUEUE);
         let ps = s(p);
         let display = self.display(p);
-        let (ep, idle) = (self.ep.clone(), self.idle.clone());
+        let pool = self.pool.clone();
         tokio::task::spawn_blocking(move || {
-            let mut c = match lock(&idle).pop() {
-                Some(c) => c,
-                None => match Conn::open(&ep) {
-                    Ok(c) => c,
-                    Err(e) => {
-                        let _ = tx.blocking_send(Err(e.into()));
-                        return;
-                    }
-                },
+            let mut c = match pool.take() {
+                Ok(c) => c,
+                Err(e) => {
+                    let _ = tx.blocking_send(Err(e.into()));
+                    return;
+                }
             };
             let mut t = match c.retr(&ps, offset) {
                 Ok(t) => t,
@@ -229,7 +255,7 @@ impl Backend for Ftp {
                     let net = e.is_network();
                     let _ = tx.blocking_send(Err(e.into()));
                     if !net {
-                        lock(&idle).push(c);
+                        pool.give_back(c);
                     }
                     return;
                 }
@@ -265,7 +291,7 @@ impl Backend for Ftp {
                 c.finish(t, &ps)
             };
             match end {
-                Ok(()) => lock(&idle).push(c),
+                Ok(()) => pool.give_back(c),
                 Err(e) if ok => {
                     let _ = tx.blocking_send(Err(e.into()));
                 }
@@ -289,19 +315,24 @@ impl Backend for Ftp {
         let (tx, rx) = tokio::sync::mpsc::channel::<Piece>(QUEUE);
         let ps = s(p);
         let display = self.display(p);
-        let (ep, idle) = (self.ep.clone(), self.idle.clone());
+        let pool = self.pool.clone();
         let task = tokio::task::spawn_blocking(move || -> Result<(), TransferError> {
             let mut rx = rx;
-            let mut c = match lock(&idle).pop() {
-                Some(c) => c,
-                None => Conn::open(&ep)?,
-            };
+            let mut c = pool.take()?;
             let mut t = c.stor(&ps, append)?;
             loop {
                 match rx.blocking_recv() {
-                    Some(Piece::Data(b)) => t
-                        .write_all(&b)
-                        .map_err(|e| TransferError::Network(format!("{display}: {e}")))?,
+                    Some(Piece::Data(b)) => {
+                        if let Err(e) = t.write_all(&b) {
+                            // The server may have said why it stopped
+                            // reading (452/552: its disk is full): that
+                            // reply is the error, not the lost connection.
+                            return Err(match c.finish(t, &ps) {
+                                Err(r @ FtpError::Reply { .. }) => r.into(),
+                                _ => TransferError::Network(format!("{display}: {e}")),
+                            });
+                        }
+                    }
                     Some(Piece::End) => break,
                     // Abandoned: the data connection is dropped, and
                     // with it this control connection.
@@ -309,7 +340,7 @@ impl Backend for Ftp {
                 }
             }
             c.finish(t, &ps)?;
-            lock(&idle).push(c);
+            pool.give_back(c);
             Ok(())
         });
         Ok(Box::new(FtpWrite {
@@ -353,13 +384,159 @@ impl Backend for Ftp {
     }
 
     async fn close(&self) {
-        let conns = std::mem::take(&mut *lock(&self.idle));
+        let conns = std::mem::take(&mut *lock(&self.pool.idle));
         let _ = tokio::task::spawn_blocking(move || {
             for c in conns {
                 c.quit();
             }
         })
         .await;
+    }
+}
+
+impl From<FtpError> for TransferError {
+    fn from(e: FtpError) -> Self {
+        match e {
+            FtpError::Usage(m) => TransferError::Usage(m),
+            FtpError::Trust(m) | FtpError::Auth(m) => TransferError::Auth(m),
+            e @ FtpError::Reply { .. } => TransferError::Remote(e.to_string()),
+            FtpError::Remote(m) => TransferError::Remote(m),
+            FtpError::Network(m) => TransferError::Network(m),
+        }
+    }
+}
+
+/// User and password, in curl's order: the URL, then `-u`, then
+/// `FERRY_PASSWORD` (for a user without a password), then `~/.netrc`,
+/// else anonymous.
+fn credentials(spec: &FtpSpec, opts: &CopyOptions) -> (String, String) {
+    let dash_u = opts.http.user.as_deref().map(|u| match u.split_once(':') {
+        Some((a, b)) => (a.to_string(), Some(b.to_string())),
+        None => (u.to_string(), None),
+    });
+    let netrc = if opts.http.netrc {
+        ferry_http::auth::load_netrc(None)
+    } else {
+        Vec::new()
+    };
+    let entry = ferry_http::auth::netrc_lookup(&netrc, &spec.host);
+    let (user, pass) = match (&spec.user, dash_u) {
+        (Some(u), d) => {
+            let from_u = d.filter(|(du, _)| du == u).and_then(|(_, p)| p);
+            (u.clone(), spec.password.clone().or(from_u))
+        }
+        (None, Some((u, p))) => (u, p),
+        (None, None) => match entry {
+            Some(e) => return (e.login.clone(), e.password.clone()),
+            None => return ("anonymous".into(), "ferry@".into()),
+        },
+    };
+    let pass = pass
+        .or_else(|| {
+            opts.connect
+                .prompt
+                .password(&format!("{user}@{}", spec.host), opts.connect.interactive)
+        })
+        .or_else(|| {
+            entry
+                .filter(|e| e.login == user)
+                .map(|e| e.password.clone())
+        })
+        .unwrap_or_default();
+    (user, pass)
+}
+
+fn endpoint(spec: &FtpSpec, opts: &CopyOptions) -> Result<Arc<Endpoint>, TransferError> {
+    let security = if spec.implicit_tls {
+        Security::Implicit
+    } else if opts.ftp.ssl_reqd {
+        Security::Explicit
+    } else {
+        Security::Plain
+    };
+    let port = spec.port.unwrap_or(if spec.implicit_tls {
+        ferry_ftp::FTPS_PORT
+    } else {
+        ferry_ftp::FTP_PORT
+    });
+    let tls = if security == Security::Plain {
+        None
+    } else {
+        if opts.http.tls.insecure {
+            tracing::warn!(
+                "--insecure: the server's certificate is not checked; anyone on the path can read and change this transfer"
+            );
+        }
+        Some(ferry_http::tls::client_config(&opts.http.tls, &[])?)
+    };
+    let (user, pass) = credentials(spec, opts);
+    let mut ep = Endpoint::new(&spec.host, port, &user, &pass, security, tls);
+    // A connection that moves no byte for this long has stalled: its
+    // sockets' read and write timeouts end the wait (`--timeout`).
+    ep.timeout = opts.timeout;
+    Ok(Arc::new(ep))
+}
+
+/// `path` from the URL made absolute: relative ones are under the login
+/// directory (curl's reading of ftp:// paths).
+fn absolute(home: &str, path: &str) -> String {
+    if path.starts_with('/') {
+        return path.to_string();
+    }
+    let p = path.trim_end_matches('/');
+    if p.is_empty() {
+        return home.to_string();
+    }
+    join(home, p)
+}
+
+fn join(dir: &str, name: &str) -> String {
+    if dir.ends_with('/') {
+        format!("{dir}{name}")
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+/// `stat` on a connection: SIZE (and MDTM) for a file, else a directory
+/// check. A refusal of SIZE for a path that is no directory is kept in
+/// `refusal` (`550 Could not get file size.`).
+fn stat_on(
+    c: &mut Conn,
+    ps: &str,
+    name: Vec<u8>,
+    refusal: &mut Option<String>,
+) -> Result<Option<Entry>, FtpError> {
+    let dir = |name| Entry {
+        name,
+        kind: EntryKind::Dir,
+        size: None,
+        mtime: None,
+        mode: None,
+    };
+    let trimmed = ps.trim_end_matches('/');
+    if ps.ends_with('/') || trimmed.is_empty() {
+        let d = if trimmed.is_empty() { "/" } else { trimmed };
+        return Ok(c.is_dir(d)?.then(|| dir(name)));
+    }
+    match c.size(trimmed) {
+        Ok(size) => {
+            let mtime = c.mdtm(trimmed);
+            Ok(Some(Entry {
+                name,
+                kind: EntryKind::File,
+                size: Some(size),
+                mtime,
+                mode: None,
+            }))
+        }
+        Err(e) if e.is_network() => Err(e),
+        Err(e) => {
+            if let FtpError::Reply { code, text, .. } = &e {
+                *refusal = Some(format!("{code} {text}"));
+            }
+            Ok(c.is_dir(trimmed)?.then(|| dir(name)))
+        }
     }
 }
 
@@ -415,5 +592,18 @@ impl Sink for FtpWrite {
     async fn finish(mut self: Box<Self>) -> Result<(), TransferError> {
         let _ = self.tx.send(Piece::End).await;
         self.outcome().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remote_paths() {
+        assert_eq!(absolute("/home/u", "a/b"), "/home/u/a/b");
+        assert_eq!(absolute("/home/u", ""), "/home/u");
+        assert_eq!(absolute("/", "d/"), "/d");
+        assert_eq!(absolute("/home/u", "/srv/x"), "/srv/x");
     }
 }

@@ -113,6 +113,7 @@ impl Backend for Http {
         Capabilities {
             ranged_read: true,
             offset_write: false,
+            append: false,
             rename_over: false,
             atomic_write: true,
             set_times: false,

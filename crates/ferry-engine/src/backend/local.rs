@@ -62,6 +62,7 @@ impl Backend for Local {
         Capabilities {
             ranged_read: true,
             offset_write: true,
+            append: true,
             rename_over: true,
             atomic_write: false,
             set_times: true,

@@ -177,6 +177,7 @@ impl Backend for Memory {
         Capabilities {
             ranged_read: true,
             offset_write: true,
+            append: true,
             rename_over: true,
             atomic_write: false,
             set_times: true,

@@ -37,6 +37,9 @@ pub struct Capabilities {
     /// `write` can start at any offset of an existing file, from several
     /// writers at once (a big file in parallel ranges, resume).
     pub offset_write: bool,
+    /// `write` in [`WriteMode::At`] the file's current length continues
+    /// it (FTP's `APPE`): resume of one stream, without `offset_write`.
+    pub append: bool,
     /// `rename_over` replaces the target atomically: the engine writes a
     /// temporary name and renames it when complete.
     pub rename_over: bool,
@@ -63,6 +66,7 @@ impl Capabilities {
     pub const NONE: Capabilities = Capabilities {
         ranged_read: false,
         offset_write: false,
+        append: false,
         rename_over: false,
         atomic_write: false,
         set_times: false,
@@ -166,6 +170,17 @@ pub trait Backend: Send + Sync {
 
     /// `None` when nothing is there.
     async fn stat(&self, path: &[u8]) -> Result<Option<Entry>, TransferError>;
+
+    /// The error for a source `stat` found missing, with what the server
+    /// said where it said more (an FTP server's `550` reply).
+    fn missing(&self, path: &[u8]) -> TransferError {
+        let msg = format!("{}: no such file or directory", self.display(path));
+        if self.scheme() == "local" {
+            TransferError::Local(msg)
+        } else {
+            TransferError::Remote(msg)
+        }
+    }
 
     /// The entries of a directory (no `.` or `..`).
     async fn list(&self, dir: &[u8]) -> Result<Vec<Entry>, TransferError> {

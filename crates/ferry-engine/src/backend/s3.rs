@@ -602,6 +602,7 @@ impl Backend for S3 {
         Capabilities {
             ranged_read: true,
             offset_write: false,
+            append: false,
             rename_over: false,
             atomic_write: true,
             set_times: true,

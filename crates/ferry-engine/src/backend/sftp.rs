@@ -381,6 +381,7 @@ impl Backend for Sftp {
         Capabilities {
             ranged_read: true,
             offset_write: true,
+            append: true,
             rename_over: true,
             atomic_write: false,
             set_times: true,
