@@ -152,7 +152,7 @@ int ferry_transfer_progress(ferry_transfer *t, ferry_progress *out);
 int ferry_transfer_stats(ferry_transfer *t, ferry_stats *out);
 
 // Files in the report of the finished transfer. A copy between the
-// local disk and one server runs on the protocol's own loop, which
+// local disk and one HTTP(S) server runs on the HTTP loop, which
 // reports totals only: there this is 0 (see `ferry_transfer_stats`).
 size_t ferry_transfer_file_count(ferry_transfer *t);
 

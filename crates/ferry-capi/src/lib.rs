@@ -733,7 +733,7 @@ pub unsafe extern "C" fn ferry_transfer_stats(
 }
 
 /// Files in the report of the finished transfer. A copy between the
-/// local disk and one server runs on the protocol's own loop, which
+/// local disk and one HTTP(S) server runs on the HTTP loop, which
 /// reports totals only: there this is 0 (see `ferry_transfer_stats`).
 #[no_mangle]
 pub unsafe extern "C" fn ferry_transfer_file_count(t: *mut FerryTransfer) -> usize {
