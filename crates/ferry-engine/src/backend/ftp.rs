@@ -7,7 +7,8 @@
 //! `--streams N` ranges of one download.
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -28,10 +29,11 @@ pub struct FtpOptions {
     pub ssl_reqd: bool,
 }
 
-/// Bytes per piece read from a data connection.
-const PIECE: usize = 256 * 1024;
+/// Bytes per piece read from a data connection: the local writer's batch
+/// (1 MiB), so a piece is written as it comes.
+const PIECE: usize = 1024 * 1024;
 /// Pieces queued between a blocking transfer and the engine.
-const QUEUE: usize = 8;
+const QUEUE: usize = 4;
 
 pub struct Ftp {
     pool: Arc<Pool>,
@@ -43,27 +45,117 @@ pub struct Ftp {
     refusal: Mutex<Option<(Vec<u8>, String)>>,
 }
 
-/// Logged-in control connections not in use, and how many were opened
-/// (the report's `streams`).
+/// Logged-in control connections to one server: at most `max` live
+/// (FTP servers limit connections per client; vsftpd's `max_per_ip`),
+/// handed out as [`Lease`]s.
 struct Pool {
     ep: Arc<Endpoint>,
-    idle: Mutex<Vec<Conn>>,
+    state: Mutex<PoolState>,
+    /// Signalled when a connection comes back or is lost.
+    ready: Condvar,
+    max: usize,
+    /// Connections opened in all (the report's `streams`).
     opened: AtomicUsize,
 }
 
+struct PoolState {
+    idle: Vec<Conn>,
+    /// Connections open: idle or leased.
+    live: usize,
+}
+
+/// How long `take` waits for a connection at the bound before opening
+/// one more anyway: a soft bound, so that an operation that needs a
+/// second connection while every other is busy (a tail check of both
+/// ends on one server) never waits for good.
+const POOL_WAIT: Duration = Duration::from_secs(2);
+
 impl Pool {
-    /// An idle connection, or a new one.
-    fn take(&self) -> Result<Conn, FtpError> {
-        if let Some(c) = lock(&self.idle).pop() {
-            return Ok(c);
+    /// An idle connection, a new one while fewer than `max` are open, or
+    /// (after waiting up to [`POOL_WAIT`] for one to come back) a new one.
+    fn take(self: &Arc<Self>) -> Result<Lease, FtpError> {
+        let deadline = Instant::now() + POOL_WAIT;
+        let mut st = lock(&self.state);
+        loop {
+            if let Some(c) = st.idle.pop() {
+                return Ok(Lease {
+                    conn: Some(c),
+                    pool: self.clone(),
+                });
+            }
+            let now = Instant::now();
+            if st.live < self.max || now >= deadline {
+                break;
+            }
+            st = match self.ready.wait_timeout(st, deadline - now) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
         }
-        let c = Conn::open(&self.ep)?;
-        self.opened.fetch_add(1, Ordering::Relaxed);
-        Ok(c)
+        st.live += 1;
+        drop(st);
+        match Conn::open(&self.ep) {
+            Ok(c) => {
+                self.opened.fetch_add(1, Ordering::Relaxed);
+                Ok(Lease {
+                    conn: Some(c),
+                    pool: self.clone(),
+                })
+            }
+            Err(e) => {
+                self.lost();
+                Err(e)
+            }
+        }
     }
 
-    fn give_back(&self, c: Conn) {
-        lock(&self.idle).push(c);
+    fn give_back(&self, mut lease: Lease) {
+        if let Some(c) = lease.conn.take() {
+            lock(&self.state).idle.push(c);
+            self.ready.notify_one();
+        }
+    }
+
+    fn lost(&self) {
+        let mut st = lock(&self.state);
+        st.live = st.live.saturating_sub(1);
+        drop(st);
+        self.ready.notify_one();
+    }
+}
+
+/// A connection taken from the pool: given back with
+/// [`Pool::give_back`]; dropped, it is closed and counted as lost (a
+/// connection that failed, or an abandoned transfer's).
+struct Lease {
+    conn: Option<Conn>,
+    pool: Arc<Pool>,
+}
+
+impl std::ops::Deref for Lease {
+    type Target = Conn;
+    fn deref(&self) -> &Conn {
+        match &self.conn {
+            Some(c) => c,
+            None => unreachable!("a lease holds its connection until given back"),
+        }
+    }
+}
+
+impl std::ops::DerefMut for Lease {
+    fn deref_mut(&mut self) -> &mut Conn {
+        match &mut self.conn {
+            Some(c) => c,
+            None => unreachable!("a lease holds its connection until given back"),
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.conn.take().is_some() {
+            self.pool.lost();
+        }
     }
 }
 
@@ -104,7 +196,13 @@ impl Ftp {
             Ftp {
                 pool: Arc::new(Pool {
                     ep,
-                    idle: Mutex::new(vec![conn]),
+                    state: Mutex::new(PoolState {
+                        idle: vec![conn],
+                        live: 1,
+                    }),
+                    ready: Condvar::new(),
+                    // -P files at once, or --streams ranges of one.
+                    max: max.max(opts.streams.unwrap_or(Tuning::FTP_STREAMS)),
                     opened: AtomicUsize::new(1),
                 }),
                 home,
@@ -263,25 +361,31 @@ impl Backend for Ftp {
             let mut left = len.unwrap_or(u64::MAX);
             let mut ok = true;
             while left > 0 {
+                // Whole pieces: a data connection (a TLS one in 16 KiB
+                // records) gives a read what it has, and each piece
+                // costs a hand-off to the engine and a write.
                 let mut buf = vec![0u8; (left.min(PIECE as u64)) as usize];
-                match t.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(k) => {
-                        buf.truncate(k);
+                let (k, failed) = fill(&mut t, &mut buf);
+                if k > 0 {
+                    buf.truncate(k);
+                    if len.is_some() {
                         left = left.saturating_sub(k as u64);
-                        if tx.blocking_send(Ok(Bytes::from(buf))).is_err() {
-                            ok = false;
-                            break;
-                        }
                     }
-                    Err(e) => {
-                        let _ = tx
-                            .blocking_send(Err(TransferError::Network(format!("{display}: {e}"))));
-                        return;
+                    if tx.blocking_send(Ok(Bytes::from(buf))).is_err() {
+                        ok = false;
+                        break;
                     }
                 }
+                if let Some(e) = failed {
+                    let _ =
+                        tx.blocking_send(Err(TransferError::Network(format!("{display}: {e}"))));
+                    return;
+                }
+                if k == 0 {
+                    break;
+                }
             }
-            let end = if left > 0 && left != u64::MAX {
+            let end = if left > 0 && len.is_some() {
                 Err(FtpError::Network(format!(
                     "{display}: the file ended {left} bytes early"
                 )))
@@ -384,7 +488,7 @@ impl Backend for Ftp {
     }
 
     async fn close(&self) {
-        let conns = std::mem::take(&mut *lock(&self.pool.idle));
+        let conns = std::mem::take(&mut lock(&self.pool.state).idle);
         let _ = tokio::task::spawn_blocking(move || {
             for c in conns {
                 c.quit();
@@ -496,6 +600,21 @@ fn join(dir: &str, name: &str) -> String {
     } else {
         format!("{dir}/{name}")
     }
+}
+
+/// Read until `buf` is full or the data ends: the bytes read, and the
+/// failure that stopped it early (after those bytes, which are good).
+fn fill(r: &mut impl Read, buf: &mut [u8]) -> (usize, Option<std::io::Error>) {
+    let mut got = 0;
+    while let Some(rest) = buf.get_mut(got..).filter(|b| !b.is_empty()) {
+        match r.read(rest) {
+            Ok(0) => break,
+            Ok(k) => got += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return (got, Some(e)),
+        }
+    }
+    (got, None)
 }
 
 /// `stat` on a connection: SIZE (and MDTM) for a file, else a directory
