@@ -22,6 +22,7 @@
 
 pub mod ftp_control;
 pub mod ftp_listing;
+pub mod http_content_range;
 pub mod http_decode;
 pub mod http_headers;
 pub mod http_listing;
@@ -37,6 +38,7 @@ pub mod sync_filter;
 
 pub use ftp_control::ftp_control;
 pub use ftp_listing::ftp_listing;
+pub use http_content_range::http_content_range;
 pub use http_decode::http_decode;
 pub use http_headers::http_headers;
 pub use http_listing::http_listing;
@@ -55,9 +57,10 @@ pub type Check = fn(&[u8]);
 
 /// Every target by name, as `fuzz/fuzz_targets/NAME.rs` and
 /// `fuzz/seeds/NAME/` are named.
-pub const TARGETS: [(&str, Check); 14] = [
+pub const TARGETS: [(&str, Check); 15] = [
     ("ftp_control", ftp_control),
     ("ftp_listing", ftp_listing),
+    ("http_content_range", http_content_range),
     ("http_decode", http_decode),
     ("http_headers", http_headers),
     ("http_listing", http_listing),

@@ -108,6 +108,7 @@ macro_rules! replay_tests {
 replay_tests!(
     ftp_control,
     ftp_listing,
+    http_content_range,
     http_decode,
     http_headers,
     http_listing,
