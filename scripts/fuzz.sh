@@ -14,6 +14,8 @@
 #   SECONDS  per target (default 60; 1800 for the long runs)
 #   TARGET   default: every target in fuzz/fuzz_targets
 # Runs under `nice -n 19`, one fuzzer at a time: the machine is shared.
+# The build goes to fuzz/target, or to $CARGO_TARGET_DIR when set (cargo-fuzz
+# honours it).
 #
 # A crash stops that target and leaves its input in
 # fuzz/artifacts/TARGET/; the other targets still run and the script
@@ -42,7 +44,7 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
     cargo install cargo-fuzz --locked
 fi
 
-echo "== cargo +nightly fuzz build (AddressSanitizer; the first build takes ~10 min on 2 cores)" >&2
+echo "== cargo +nightly fuzz build (AddressSanitizer; a first build took 29 min niced on 2 busy cores)" >&2
 nice -n 19 cargo +nightly fuzz build
 
 if [ "$#" -gt 0 ]; then
