@@ -21,31 +21,15 @@ cargo fmt --all -- --check
 echo "== cargo clippy --workspace --all-targets -- -D warnings" >&2
 cargo clippy --workspace --all-targets -- -D warnings
 
-# A short run of every fuzz target (fuzz/, cargo-fuzz; the list and what
-# each asserts: docs/internals/reliability.md), where a nightly toolchain
-# is installed; cargo-fuzz itself comes from crates.io. Each target starts
-# from its committed seeds (fuzz/seeds/TARGET) plus the corpus earlier runs
-# left in fuzz/corpus/TARGET. FERRY_FUZZ_SECONDS per target (default 10:
-# 14 targets, about 2.5 minutes); 0 skips them. FERRY_FUZZ_TARGETS="a b"
-# runs only those.
-fuzz_seconds=${FERRY_FUZZ_SECONDS:-10}
-if [ "$fuzz_seconds" -gt 0 ] && rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
-    if ! cargo fuzz --version >/dev/null 2>&1; then
-        echo "== cargo install cargo-fuzz" >&2
-        cargo install cargo-fuzz --locked
-    fi
-    echo "== cargo +nightly fuzz build" >&2
-    (cd fuzz && cargo +nightly fuzz build)
-    targets=${FERRY_FUZZ_TARGETS:-$(cd fuzz && cargo +nightly fuzz list)}
-    for target in $targets; do
-        echo "== cargo +nightly fuzz run $target (${fuzz_seconds} s)" >&2
-        (cd fuzz && mkdir -p "corpus/$target" "seeds/$target" &&
-            cargo +nightly fuzz run "$target" "corpus/$target" "seeds/$target" -- \
-                -max_total_time="$fuzz_seconds" -print_final_stats=1)
-    done
-else
-    echo "== fuzz: skipped (no nightly toolchain, or FERRY_FUZZ_SECONDS=0)" >&2
-fi
+# Fuzz targets: `cargo test --workspace` below replays every target's
+# check on its committed seeds (fuzz/seeds/TARGET) and on the local corpus
+# (fuzz/corpus/TARGET, when an earlier fuzz run left one), on stable with
+# the workspace's build (crates/ferry-fuzz-checks/tests/seeds.rs). Real
+# fuzzing (cargo-fuzz, nightly, a build of its own: ~8 minutes before the
+# first input) runs only when asked: FERRY_FUZZ_SECONDS=N fuzzes each
+# target N s after the tests (scripts/fuzz.sh; FERRY_FUZZ_TARGETS="a b"
+# only those). docs/internals/reliability.md has the targets and figures.
+fuzz_seconds=${FERRY_FUZZ_SECONDS:-0}
 
 # ferry's russh (vendor/russh, outside the workspace) carries a cipher of
 # ferry's own (aegis-128l@ferry); its unit tests check it against the
@@ -148,5 +132,12 @@ if [ "$rc" -eq 0 ] && [ "${FERRY_BENCH:-1}" != 0 ]; then
     target="${CARGO_TARGET_DIR:-target}"
     cargo build -p ferry
     "$target/debug/ferry" bench --quick --json "$(mktemp -d)/bench-quick.json" || rc=$?
+fi
+
+if [ "$fuzz_seconds" -gt 0 ]; then
+    # shellcheck disable=SC2086 # the target list is meant to split
+    scripts/fuzz.sh "$fuzz_seconds" ${FERRY_FUZZ_TARGETS:-} || rc=1
+else
+    echo "== fuzz: seeds and corpus replayed by cargo test; no fuzzing (FERRY_FUZZ_SECONDS=N to fuzz N s per target)" >&2
 fi
 exit "$rc"

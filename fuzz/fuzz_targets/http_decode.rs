@@ -1,39 +1,5 @@
-//! Content decoding of HTTP bodies (`--compressed`,
-//! ferry_http::decode::Decoder): a zstd or gzip body from the server, in
-//! pieces as the connection delivers them. The first byte picks the
-//! encoding and where the body is cut. Nothing may panic; identity
-//! passes bytes through unchanged.
+//! libFuzzer entry for `ferry_fuzz_checks::http_decode` (what it asserts: its
+//! doc comment, crates/ferry-fuzz-checks/src/http_decode.rs).
 #![no_main]
 
-use ferry_http::decode::Decoder;
-use libfuzzer_sys::fuzz_target;
-
-fuzz_target!(|data: &[u8]| {
-    let Some((&mode, body)) = data.split_first() else {
-        return;
-    };
-    let enc = match mode % 4 {
-        0 => Some("zstd"),
-        1 => Some("gzip"),
-        2 => Some("identity"),
-        _ => None,
-    };
-    let Ok(mut d) = Decoder::for_encoding(enc) else {
-        return;
-    };
-    let cut = usize::from(mode >> 2).min(body.len());
-    let mut out = 0usize;
-    for piece in [&body[..cut], &body[cut..]] {
-        match d.feed(piece) {
-            Ok(plain) => out += plain.len(),
-            Err(_) => return,
-        }
-    }
-    match d.finish() {
-        Ok(rest) => out += rest.len(),
-        Err(_) => return,
-    }
-    if enc == Some("identity") || enc.is_none() {
-        assert_eq!(out, body.len());
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| ferry_fuzz_checks::http_decode(data));

@@ -1,38 +1,5 @@
-//! Directory listings from an HTTP server (ferry_http::listing): ferry
-//! serve's and nginx's JSON index, and nginx/Apache HTML index pages. The
-//! first byte picks the base URL the page is read against. Nothing may
-//! panic, and every entry kept must be one safe path segment.
+//! libFuzzer entry for `ferry_fuzz_checks::http_listing` (what it asserts: its
+//! doc comment, crates/ferry-fuzz-checks/src/http_listing.rs).
 #![no_main]
 
-use ferry_http::listing::{parse_html, parse_json, safe_name};
-use ferry_http::Url;
-use libfuzzer_sys::fuzz_target;
-
-const BASES: [&str; 4] = [
-    "http://127.0.0.1:8080/",
-    "https://example.test/pub/dir/",
-    "http://[::1]/a%20b/c/",
-    "https://u:p@host.test:8443/x/?q",
-];
-
-fuzz_target!(|data: &[u8]| {
-    let Some((&pick, body)) = data.split_first() else {
-        return;
-    };
-    if let Ok((entries, _refused)) = parse_json(body) {
-        for e in &entries {
-            assert!(safe_name(&e.name), "{e:?}");
-        }
-    }
-    let Ok(base) = Url::parse(BASES[usize::from(pick) % BASES.len()]) else {
-        return;
-    };
-    let text = String::from_utf8_lossy(body);
-    let (entries, _refused) = parse_html(&text, &base);
-    for e in &entries {
-        assert!(safe_name(&e.name), "{e:?}");
-        // The entry's URL must stay under the directory listed.
-        let child = base.as_dir().child(&e.name);
-        assert_eq!(child.origin(), base.origin());
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| ferry_fuzz_checks::http_listing(data));

@@ -1,33 +1,5 @@
-//! `--include`/`--exclude` rules and `--exclude-from` files
-//! (ferry_engine::filter): rule lines from a user's file, then paths
-//! matched against them. The input is split at the first NUL: rules
-//! before, paths after (one per line). Nothing may panic, and a filter
-//! with no rules allows everything. At most 8 rule lines per input.
+//! libFuzzer entry for `ferry_fuzz_checks::sync_filter` (what it asserts: its
+//! doc comment, crates/ferry-fuzz-checks/src/sync_filter.rs).
 #![no_main]
 
-use ferry_engine::filter::{Filter, RuleKind};
-use libfuzzer_sys::fuzz_target;
-
-fuzz_target!(|data: &[u8]| {
-    let (rules, paths) = match data.iter().position(|&b| b == 0) {
-        Some(i) => (&data[..i], &data[i + 1..]),
-        None => (data, &[][..]),
-    };
-    // Each rule compiles a glob (slow under ASan); a few rules reach every
-    // branch of the parser.
-    let rules: String = String::from_utf8_lossy(rules)
-        .lines()
-        .take(8)
-        .collect::<Vec<_>>()
-        .join("\n");
-    let mut f = Filter::default();
-    if f.push_lines(RuleKind::Exclude, &rules, "fuzz").is_err() {
-        return;
-    }
-    for (i, path) in paths.split(|&b| b == b'\n').enumerate() {
-        let allowed = f.allows(path, i % 2 == 0);
-        if f.is_empty() {
-            assert!(allowed);
-        }
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| ferry_fuzz_checks::sync_filter(data));

@@ -6,7 +6,8 @@
 //!   credentials (Bearer token, Basic, netrc) and redirects.
 //! - [`Url`]: the `http://` / `https://` URLs ferry accepts.
 //! - [`listing`]: directory listings (ferry serve JSON, nginx/Apache HTML).
-//! - [`digest`], [`decode`]: integrity headers and content decoding.
+//! - [`digest`], [`decode`], [`range`]: integrity headers, content
+//!   decoding, `Content-Range`.
 //!
 //! What runs the transfers (parallel files, byte ranges, resume, atomic
 //! renames) is in ferry-engine; docs/internals/http.md explains both.
@@ -31,6 +32,7 @@ pub mod digest;
 mod error;
 pub mod listing;
 pub mod proxy;
+pub mod range;
 pub mod tls;
 mod url;
 
