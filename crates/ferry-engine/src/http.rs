@@ -669,19 +669,11 @@ async fn next_chunk(
     }
 }
 
-/// `Content-Range: bytes A-B/TOTAL` -> (A, B, TOTAL).
+/// `Content-Range: bytes A-B/TOTAL` -> (A, B, TOTAL), strictly as RFC
+/// 9110 14.4 has it (ferry_http::range, fuzzed).
 fn content_range(resp: &Response) -> Option<(u64, u64, Option<u64>)> {
-    let v = resp.header("content-range")?.trim();
-    let rest = v.strip_prefix("bytes ")?;
-    let (range, total) = rest.split_once('/')?;
-    let (a, b) = range.split_once('-')?;
-    let total = if total.trim() == "*" {
-        None
-    } else {
-        Some(total.trim().parse().ok()?)
-    };
-    let (a, b): (u64, u64) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
-    (a <= b).then_some((a, b, total))
+    let r = ferry_http::range::parse_content_range(resp.header("content-range")?)?;
+    Some((r.first, r.last, r.complete))
 }
 
 /// Download one file. Returns the bytes moved.
@@ -887,14 +879,24 @@ async fn single(
             if let Some(hs) = hasher.as_mut() {
                 hs.update(&piece);
             }
-            let data = decoder.feed(&piece).map_err(|e| {
-                TransferError::Remote(format!("{}: bad {:?} data: {e}", job.url, encoding))
-            })?;
-            buf.extend_from_slice(&data);
-            stats
-                .bytes_total
-                .fetch_add(data.len() as u64, Ordering::Relaxed);
-            data.len()
+            // Decoded a bounded piece at a time, written out at each
+            // WRITE_BUF: a small body that inflates hugely (a zstd or
+            // gzip bomb) never sits in memory whole.
+            let bad =
+                |e| TransferError::Remote(format!("{}: bad {:?} data: {e}", job.url, encoding));
+            let mut pieces = decoder.pieces(&piece);
+            let mut n = 0;
+            while let Some(data) = pieces.next_piece().map_err(bad)? {
+                buf.extend_from_slice(data);
+                n += data.len();
+                if buf.len() >= WRITE_BUF {
+                    write_at(&file, &buf, at, &p.tmp)?;
+                    at += buf.len() as u64;
+                    buf.clear();
+                }
+            }
+            stats.bytes_total.fetch_add(n as u64, Ordering::Relaxed);
+            n
         };
         stats.bytes_done.fetch_add(n as u64, Ordering::Relaxed);
         stats.check()?;
