@@ -8,24 +8,9 @@
 
 use ferry_http::digest::{expected, expected_sha256, Algo};
 use ferry_http::{auth, proxy, tls, HeaderMap};
-use http::header::{HeaderName, HeaderValue};
+use http::header::HeaderValue;
 
-/// `Name: value` lines into a header map; lines that are not valid header
-/// syntax are skipped, as hyper would have refused them.
-fn headers(text: &[u8]) -> HeaderMap {
-    let mut h = HeaderMap::new();
-    for line in text.split(|&b| b == b'\n') {
-        let Some(colon) = line.iter().position(|&b| b == b':') else {
-            continue;
-        };
-        let (name, value) = (&line[..colon], &line[colon + 1..]);
-        let value = value.strip_suffix(b"\r").unwrap_or(value).trim_ascii();
-        if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) {
-            h.append(n, v);
-        }
-    }
-    h
-}
+use crate::headers;
 
 /// One input of the `http_headers` fuzz target: returns when it holds, panics
 /// with what broke (the module documentation says what is checked).

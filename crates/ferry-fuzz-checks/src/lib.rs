@@ -74,3 +74,23 @@ pub const TARGETS: [(&str, Check); 15] = [
     ("ssh_zstd", ssh_zstd),
     ("sync_filter", sync_filter),
 ];
+
+/// `Name: value` lines into a header map; lines that are not valid header
+/// syntax are skipped, as hyper would have refused them.
+pub(crate) fn headers(text: &[u8]) -> http::HeaderMap {
+    let mut h = http::HeaderMap::new();
+    for line in text.split(|&b| b == b'\n') {
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let (name, value) = (&line[..colon], &line[colon + 1..]);
+        let value = value.strip_suffix(b"\r").unwrap_or(value).trim_ascii();
+        if let (Ok(n), Ok(v)) = (
+            http::header::HeaderName::from_bytes(name),
+            http::header::HeaderValue::from_bytes(value),
+        ) {
+            h.append(n, v);
+        }
+    }
+    h
+}

@@ -12,23 +12,9 @@ use ferry_server::http::cond::{evaluate, range_allowed, Validators};
 use ferry_server::http::files::accepts_zstd;
 use ferry_server::http::range::{parse, RangeRequest, MAX_RANGES};
 use ferry_server::http::upload::{parse_put_range, PutRange};
-use http::header::{HeaderMap, HeaderName, HeaderValue};
-use http::Method;
 
-fn headers(text: &[u8]) -> HeaderMap {
-    let mut h = HeaderMap::new();
-    for line in text.split(|&b| b == b'\n') {
-        let Some(colon) = line.iter().position(|&b| b == b':') else {
-            continue;
-        };
-        let (name, value) = (&line[..colon], &line[colon + 1..]);
-        let value = value.strip_suffix(b"\r").unwrap_or(value).trim_ascii();
-        if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) {
-            h.append(n, v);
-        }
-    }
-    h
-}
+use crate::headers;
+use http::Method;
 
 /// One input of the `serve_http_headers` fuzz target: returns when it holds, panics
 /// with what broke (the module documentation says what is checked).

@@ -626,17 +626,10 @@ fn stat_on(
     name: Vec<u8>,
     refusal: &mut Option<String>,
 ) -> Result<Option<Entry>, FtpError> {
-    let dir = |name| Entry {
-        name,
-        kind: EntryKind::Dir,
-        size: None,
-        mtime: None,
-        mode: None,
-    };
     let trimmed = ps.trim_end_matches('/');
     if ps.ends_with('/') || trimmed.is_empty() {
         let d = if trimmed.is_empty() { "/" } else { trimmed };
-        return Ok(c.is_dir(d)?.then(|| dir(name)));
+        return Ok(c.is_dir(d)?.then(|| Entry::dir(name)));
     }
     match c.size(trimmed) {
         Ok(size) => {
@@ -654,7 +647,7 @@ fn stat_on(
             if let FtpError::Reply { code, text, .. } = &e {
                 *refusal = Some(format!("{code} {text}"));
             }
-            Ok(c.is_dir(trimmed)?.then(|| dir(name)))
+            Ok(c.is_dir(trimmed)?.then(|| Entry::dir(name)))
         }
     }
 }

@@ -139,15 +139,8 @@ impl Backend for Http {
     async fn stat(&self, p: &[u8]) -> Result<Option<Entry>, TransferError> {
         let url = self.url(p);
         let name = path::basename(p).to_vec();
-        let dir = |name| Entry {
-            name,
-            kind: EntryKind::Dir,
-            size: None,
-            mtime: None,
-            mode: None,
-        };
         if url.is_dir() {
-            return Ok(Some(dir(name)));
+            return Ok(Some(Entry::dir(name)));
         }
         let resp = self
             .client
@@ -158,7 +151,7 @@ impl Backend for Http {
         }
         let resp = resp.error_for_status()?;
         if resp.url.is_dir() {
-            return Ok(Some(dir(name)));
+            return Ok(Some(Entry::dir(name)));
         }
         Ok(Some(Entry {
             name,

@@ -99,6 +99,19 @@ pub struct Entry {
     pub mode: Option<u32>,
 }
 
+impl Entry {
+    /// A directory named `name`, nothing else known about it.
+    pub fn dir(name: Vec<u8>) -> Entry {
+        Entry {
+            name,
+            kind: EntryKind::Dir,
+            size: None,
+            mtime: None,
+            mode: None,
+        }
+    }
+}
+
 /// How `write` opens its file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriteMode {

@@ -633,15 +633,7 @@ impl Backend for S3 {
         let i = &self.inner;
         let key = key_of(p)?;
         let name = super::path::basename(p).to_vec();
-        let dir = |name| {
-            Some(Entry {
-                name,
-                kind: EntryKind::Dir,
-                size: None,
-                mtime: None,
-                mode: None,
-            })
-        };
+        let dir = |name| Some(Entry::dir(name));
         if key.is_empty() {
             // The bucket itself: it must exist.
             let resp = i.send_retrying(&|| Req::new(Method::HEAD, "")).await?;
