@@ -188,7 +188,10 @@ fn parallel_files_and_streams_ranges_verify_every_byte() {
         &s(out.path()),
     ]));
     assert_ok(&o, "-P 4 get");
-    assert_eq!(json_field(&o, "streams"), "4");
+    // Connections are opened as files need them and reused: at most -P
+    // (small files that finish fast may need fewer).
+    let conns: usize = json_field(&o, "streams").parse().unwrap();
+    assert!((1..=4).contains(&conns), "-P 4 opened {conns} connections");
     for (i, h) in hashes.iter().enumerate() {
         assert_eq!(hash_file(&out.path().join(format!("set/f{i}"))), *h, "f{i}");
     }
