@@ -359,7 +359,7 @@ fn explain(r: &Run, f: &FilePlan, e: TransferError) -> TransferError {
         && f.size.is_some_and(|s| s > WHOLE_FILE)
         && !msg.contains("--resume");
     if kept {
-        msg.push_str(match (r.opts.resume, sc.ranged_read && dc.offset_write) {
+        msg.push_str(match (r.opts.resume, sc.ranged_read && dc.continues()) {
             (true, _) => {
                 "; the part file is kept: run the same command again (with --resume) to continue"
             }
@@ -420,8 +420,7 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
     // A destination that can only append (FTP's APPE) continues one
     // stream from the part's length; the record of split copies needs
     // offset writes.
-    let continues = dc.offset_write || dc.append;
-    if r.opts.resume && target.renamed && continues && sc.ranged_read {
+    if r.opts.resume && target.renamed && dc.continues() && sc.ranged_read {
         missing = resume_missing(r, f, &target.write, &record, size).await?;
         let have = size - span(&missing);
         if have > 0 {
@@ -763,7 +762,7 @@ async fn pump_with_retry(
     // the part file can be continued from them: flushed, they need not
     // travel again (a retry, or --resume after a killed server). Never
     // for a write that appears under its final name when finished.
-    let keep = target.renamed && (dc.offset_write || dc.append);
+    let keep = target.renamed && dc.continues();
     let mut attempt = 0u32;
     loop {
         let from = at + *kept;
@@ -864,14 +863,7 @@ async fn pump(
             n = tokio::time::timeout(stall, stream.next()) => n,
         };
         let piece = match next {
-            Err(_) => {
-                let e = TransferError::Network(format!(
-                    "{}: no data for {} s: the connection stalled (--timeout)",
-                    src.display(&f.src),
-                    stall.as_secs()
-                ));
-                return Err((e, Some(sink)));
-            }
+            Err(_) => return Err((stalled(src.as_ref(), &f.src, stall), Some(sink))),
             Ok(Err(e)) => return Err((e, Some(sink))),
             Ok(Ok(p)) => p,
         };

@@ -62,6 +62,13 @@ pub struct Capabilities {
 }
 
 impl Capabilities {
+    /// A part file here can be continued from where it stopped: written
+    /// at an offset, or appended to (`--resume`, and what a failed range
+    /// flushed before it failed).
+    pub fn continues(&self) -> bool {
+        self.offset_write || self.append
+    }
+
     /// Nothing optional.
     pub const NONE: Capabilities = Capabilities {
         ranged_read: false,
