@@ -126,11 +126,16 @@ fn log_tail(path: &Path) -> String {
 /// listen host (`openssl req -x509`), valid two days: `cert.pem` and `key.pem` in
 /// `dir`.
 pub fn self_signed_cert(dir: &Path) -> Result<(PathBuf, PathBuf)> {
+    let cert = dir.join("cert.pem");
+    let key = dir.join("key.pem");
+    // A server restarted in the same directory keeps its certificate, as
+    // a real one does: a client's retry then meets the same identity.
+    if cert.exists() && key.exists() {
+        return Ok((cert, key));
+    }
     if crate::proc::which("openssl").is_none() {
         bail!("openssl not installed (needed for a test certificate)");
     }
-    let cert = dir.join("cert.pem");
-    let key = dir.join("key.pem");
     let host = listen_host();
     let san = if host == "127.0.0.1" {
         "subjectAltName=IP:127.0.0.1,DNS:localhost".to_string()

@@ -151,9 +151,8 @@ int ferry_transfer_progress(ferry_transfer *t, ferry_progress *out);
 // Totals of the finished transfer (`FERRY_CODE_ERR_STATE` before the end).
 int ferry_transfer_stats(ferry_transfer *t, ferry_stats *out);
 
-// Files in the report of the finished transfer. A copy between the
-// local disk and one HTTP(S) server runs on the HTTP loop, which
-// reports totals only: there this is 0 (see `ferry_transfer_stats`).
+// Files in the report of the finished transfer: one per file planned
+// (a source not found among several is one, with its error).
 size_t ferry_transfer_file_count(ferry_transfer *t);
 
 // File `index` of the report into `out` (its strings belong to the

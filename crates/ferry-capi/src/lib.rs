@@ -732,9 +732,8 @@ pub unsafe extern "C" fn ferry_transfer_stats(
     })
 }
 
-/// Files in the report of the finished transfer. A copy between the
-/// local disk and one HTTP(S) server runs on the HTTP loop, which
-/// reports totals only: there this is 0 (see `ferry_transfer_stats`).
+/// Files in the report of the finished transfer: one per file planned
+/// (a source not found among several is one, with its error).
 #[no_mangle]
 pub unsafe extern "C" fn ferry_transfer_file_count(t: *mut FerryTransfer) -> usize {
     // SAFETY: the caller passes a handle from ferry_transfer_new (or NULL).

@@ -26,7 +26,9 @@ use std::time::{Duration, Instant};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::Semaphore;
 
-use crate::backend::{path, Backend, Entry, EntryKind, Role, Sink, WriteMode};
+use crate::backend::{
+    path, Backend, Entry, EntryKind, ReadInfo, Role, Sink, Unfinished, WriteMode,
+};
 use crate::error::{ErrorKind, TransferError};
 use crate::journal;
 use crate::transfer::{Cancel, Emitter, Event, FileReport};
@@ -64,6 +66,9 @@ pub(crate) struct Plan {
     pub dirs: Vec<Vec<u8>>,
     /// (directory, mtime, mode) to set after the copy, with -p.
     pub dir_times: Vec<(Vec<u8>, Option<i64>, Option<u32>)>,
+    /// Sources that were not there, one of several named (`cp a b dir/`
+    /// copies the others and reports these).
+    pub missing: Vec<(FilePlan, TransferError)>,
 }
 
 /// Decide what goes where.
@@ -93,6 +98,7 @@ pub(crate) async fn plan(
         files: Vec::new(),
         dirs: Vec::new(),
         dir_times: Vec::new(),
+        missing: Vec::new(),
     };
     if into && !dst_is_dir {
         out.dirs.push(dest.path.clone());
@@ -105,15 +111,25 @@ pub(crate) async fn plan(
         dest.path.clone()
     };
     for (i, s) in sources.iter().enumerate() {
-        let e = s
-            .backend
-            .stat(&s.path)
-            .await?
-            .ok_or_else(|| s.backend.missing(&s.path))?;
         let target = if into {
             path::join(&dest.path, path::basename(&s.path))
         } else {
             dest_file.clone()
+        };
+        let Some(e) = s.backend.stat(&s.path).await? else {
+            if sources.len() == 1 {
+                return Err(s.backend.missing(&s.path));
+            }
+            let f = FilePlan {
+                source: i,
+                src: s.path.clone(),
+                dst: target,
+                size: None,
+                mtime: None,
+                mode: None,
+            };
+            out.missing.push((f, s.backend.missing(&s.path)));
+            continue;
         };
         match e.kind {
             EntryKind::File => out.files.push(FilePlan {
@@ -241,6 +257,11 @@ pub(crate) async fn prepare(r: &Run, bytes: Option<u64>) {
 /// Copy every planned file; a report per file, in plan order.
 pub(crate) async fn run(r: Arc<Run>, plan: Plan) -> Vec<FileReport> {
     let dst = &r.dest.backend;
+    if r.opts.resume && !plan.files.is_empty() {
+        if let Some(why) = dst.resume_refusal().await {
+            r.events.warn(why);
+        }
+    }
     for d in &plan.dirs {
         if let Err(e) = dst.mkdir_all(d).await {
             // Every file under it will fail and say so; this says why.
@@ -249,9 +270,18 @@ pub(crate) async fn run(r: Arc<Run>, plan: Plan) -> Vec<FileReport> {
     }
     let total: u64 = plan.files.iter().filter_map(|f| f.size).sum();
     r.stats.bytes_total.store(total, Ordering::Relaxed);
-    r.stats
-        .files_total
-        .store(plan.files.len() as u64, Ordering::Relaxed);
+    r.stats.files_total.store(
+        (plan.files.len() + plan.missing.len()) as u64,
+        Ordering::Relaxed,
+    );
+    // Sources not found: reported as failed files, in the order named.
+    let mut missing = Vec::new();
+    for (f, e) in &plan.missing {
+        let rep = FileReport::failed(&r, f, TransferError::from_kind(e.kind(), e.to_string()));
+        r.stats.files_done.fetch_add(1, Ordering::Relaxed);
+        r.events.emit(Event::FileDone(rep.clone()));
+        missing.push(rep);
+    }
     r.events.emit(Event::Planned {
         files: plan.files.len() as u64,
         bytes: total,
@@ -305,7 +335,8 @@ pub(crate) async fn run(r: Arc<Run>, plan: Plan) -> Vec<FileReport> {
             }
         }
     }
-    reports.into_iter().flatten().collect()
+    missing.extend(reports.into_iter().flatten());
+    missing
 }
 
 fn max_files(r: &Run) -> usize {
@@ -387,16 +418,24 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
             renamed: false,
         }
     };
-    let size = match f.size {
-        Some(s) => s,
-        None => src
-            .stat(&f.src)
-            .await?
-            .and_then(|e| e.size)
-            .ok_or_else(|| {
-                TransferError::Remote(format!("{}: size unknown", src.display(&f.src)))
-            })?,
+    // A listing without sizes (an HTML index): the file's own stat says
+    // its size, and its time for -p where the listing had none.
+    let stated;
+    let f = match f.size {
+        Some(_) => f,
+        None => {
+            let e = src.stat(&f.src).await?;
+            stated = FilePlan {
+                size: e.as_ref().and_then(|e| e.size),
+                mtime: f.mtime.or(e.as_ref().and_then(|e| e.mtime)),
+                ..f.clone()
+            };
+            &stated
+        }
     };
+    let size = f
+        .size
+        .ok_or_else(|| TransferError::Remote(format!("{}: size unknown", src.display(&f.src))))?;
 
     // One server holds both ends and can copy by itself (into a part
     // file, or, where writes appear whole, the final name: S3's
@@ -417,11 +456,37 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
     // run's part file (and its record, for a split file) lacks.
     let record = path::side_name(&f.dst, b".ferry-resume");
     let mut missing = vec![(0, size)];
+    let streams = r
+        .opts
+        .streams
+        .unwrap_or(sc.max_ranges.min(dc.max_ranges))
+        .clamp(1, 64);
+    // A part file here can be continued later (from a record, or from its
+    // length where it was written in order).
+    let resumable = target.renamed && dc.continues() && sc.ranged_read;
+    // Split when big enough, or when --streams asked for ranges and each
+    // gets at least MIN_RANGE.
+    let asked = r.opts.streams.is_some() && size >= 2 * MIN_RANGE;
+    let may_split = sc.ranged_read
+        && dc.offset_write
+        && target.renamed
+        && (size >= r.opts.split_min || asked)
+        && streams > 1;
+    // What this file allows (an HTTP server may ignore ranges for it), and
+    // its version for the record: asked only where it matters.
+    let info = if size > WHOLE_FILE && (may_split || resumable) {
+        src.read_info(&f.src).await?
+    } else {
+        ReadInfo {
+            ranges: sc.ranged_read,
+            ..ReadInfo::default()
+        }
+    };
     // A destination that can only append (FTP's APPE) continues one
     // stream from the part's length; the record of split copies needs
     // offset writes.
-    if r.opts.resume && target.renamed && dc.continues() && sc.ranged_read {
-        missing = resume_missing(r, f, &target.write, &record, size).await?;
+    if r.opts.resume && resumable {
+        missing = resume_missing(r, f, &target.write, &record, size, &info).await?;
         let have = size - span(&missing);
         if have > 0 {
             r.events.warn(format!(
@@ -430,24 +495,40 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
             ));
         }
     }
+    // A destination where files appear whole that kept what a cut
+    // write sent (ferry serve's ranged PUT): continue after it.
+    if r.opts.resume && !target.renamed && sc.ranged_read {
+        if let Some(u) = dst.unfinished(&f.dst, size).await? {
+            let from = continue_unfinished(r, f, &u, size).await?;
+            if from > 0 {
+                r.events.warn(format!(
+                    "{}: resuming: {from} of {size} bytes are already there",
+                    dst.display(&f.dst)
+                ));
+                missing = vec![(from, size)];
+            }
+        }
+    }
     let fresh = missing == [(0, size)];
     if fresh && size <= WHOLE_FILE {
         return copy_whole(r, f, &target, size).await;
     }
     let todo = span(&missing);
-    let streams = r
-        .opts
-        .streams
-        .unwrap_or(sc.max_ranges.min(dc.max_ranges))
-        .clamp(1, 64);
-    // Split when big enough, or when --streams asked for ranges and each
-    // gets at least MIN_RANGE.
     let asked = r.opts.streams.is_some() && todo >= 2 * MIN_RANGE;
-    let split = sc.ranged_read
-        && dc.offset_write
-        && target.renamed
-        && (todo >= r.opts.split_min || asked)
-        && streams > 1;
+    let split = may_split && info.ranges && (todo >= r.opts.split_min || asked);
+    // The source's version noted beside a part written in order, so a
+    // later --resume knows whether the file changed in between.
+    let in_order_record = !split && resumable && info.ranges && info.version.is_some();
+    let mut rec = Record {
+        path: record.clone(),
+        journal: journal::Journal {
+            size,
+            mtime: record_mtime(f),
+            done: journal::missing(&missing, size),
+            version: info.version.clone(),
+            in_order: !split,
+        },
+    };
     if fresh {
         // Create (or truncate) first, so ranges write into one file.
         let sink = dst
@@ -456,7 +537,22 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
         if split || size == 0 {
             sink.finish().await?;
         } else {
-            pump_with_retry(r, f, &target, 0, size, Some(sink), &mut 0).await?;
+            if in_order_record {
+                rec.save(dst.as_ref()).await?;
+            }
+            let pumped = pump_with_retry(r, f, &target, 0, size, Some(sink), &mut 0).await;
+            if let Err(e) = pumped {
+                // The server's own word against its bytes (a digest that
+                // does not match): what arrived is not worth keeping.
+                if info.digest.is_some() && e.kind() == ErrorKind::Remote {
+                    let _ = dst.remove(&target.write).await;
+                    let _ = dst.remove(&record).await;
+                }
+                return Err(e);
+            }
+            if in_order_record {
+                let _ = dst.remove(&record).await;
+            }
             // One stream into a truncated file, every byte counted and
             // acknowledged: its size needs no second look.
             finalize(r, f, &target, size, true).await?;
@@ -464,15 +560,7 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
         }
     }
     if todo > 0 {
-        let mut rec = Record {
-            path: record.clone(),
-            journal: journal::Journal {
-                size,
-                mtime: record_mtime(f),
-                done: journal::missing(&missing, size),
-            },
-        };
-        if split {
+        if split || in_order_record {
             // Before the first byte: a split part file has holes until
             // every range is in, and only this record says where they are
             // (a hard kill leaves it erring on the side of sending again).
@@ -483,7 +571,14 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
         } else {
             1
         };
-        let chunk = todo.div_ceil(n as u64).min(MAX_CHUNK);
+        // One stream is one write from where it starts (a ranged PUT
+        // says its whole range up front); split ranges go in pieces the
+        // record notes as they complete.
+        let chunk = if split {
+            todo.div_ceil(n as u64).min(MAX_CHUNK)
+        } else {
+            todo
+        };
         let mut queue = chunks(&missing, chunk).into_iter();
         let mut running = FuturesUnordered::new();
         let mut failed = None;
@@ -521,6 +616,9 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
             return Err(e);
         }
     }
+    // Split or resumed: no one response carried the whole file, so the
+    // part is checked where it lies.
+    check_digest(r, f, &target, &info).await?;
     finalize(r, f, &target, size, false).await?;
     if split || !fresh {
         let _ = dst.remove(&record).await;
@@ -582,18 +680,37 @@ async fn resume_missing(
     part: &[u8],
     record: &[u8],
     size: u64,
+    info: &ReadInfo,
 ) -> Result<Vec<(u64, u64)>, TransferError> {
     let dst = &r.dest.backend;
+    let src = &r.sources[f.source].backend;
     let all = vec![(0, size)];
     let Some(pe) = dst.stat(part).await? else {
         return Ok(all);
     };
+    if !info.ranges {
+        r.events.warn(format!(
+            "{}: the server does not continue downloads (it ignores byte ranges); starting over",
+            src.display(&f.src)
+        ));
+        return Ok(all);
+    }
     if let Some(re) = dst.stat(record).await? {
         let n = re.size.unwrap_or(0).min(64 * 1024);
         let text = read_all(dst.as_ref(), record, 0, n).await?;
         let j = journal::decode(&String::from_utf8_lossy(&text));
         let have = pe.size.unwrap_or(0);
         match j {
+            // The source has another version than the part was made of.
+            Some(j) if j.version.is_some() && j.version != info.version => {
+                r.events.warn(format!(
+                    "{}: the file changed on the server since the partial copy; starting over",
+                    src.display(&f.src)
+                ));
+                return Ok(all);
+            }
+            // Written in order: the part's length counts (checked below).
+            Some(j) if j.in_order && j.size == size => {}
             // A split part's length reaches the end of every range in it;
             // a record claiming more is stale (the part was written anew
             // in order since), and the part's length says what is there.
@@ -612,6 +729,66 @@ async fn resume_missing(
     }
     let from = resume_point(r, f, part, pe.size.unwrap_or(0), size).await?;
     Ok(vec![(from, size)])
+}
+
+/// Where an unfinished write on the destination goes on: after what it
+/// holds, if the SHA-256 of its last block equals the source's same bytes
+/// (the check a part file's tail gets); else 0, said. When all is there
+/// but the write was never completed, the last byte is sent again so the
+/// server completes it.
+async fn continue_unfinished(
+    r: &Run,
+    f: &FilePlan,
+    u: &Unfinished,
+    size: u64,
+) -> Result<u64, TransferError> {
+    use sha2::Digest;
+    let src = &r.sources[f.source].backend;
+    let same = match u.tail {
+        Some((a, want)) if u.have <= size && a < u.have => {
+            let block = read_all(src.as_ref(), &f.src, a, u.have - a).await?;
+            sha2::Sha256::digest(&block).as_slice() == want.as_slice()
+        }
+        _ => false,
+    };
+    if !same {
+        r.events.warn(format!(
+            "{}: the partial upload on the server ({} bytes) is not the start of {}; starting over",
+            r.dest.backend.display(&f.dst),
+            u.have,
+            src.display(&f.src)
+        ));
+        return Ok(0);
+    }
+    Ok(u.have.min(size.saturating_sub(1)))
+}
+
+/// A split copy against the digest the server announced for the whole
+/// file (ferry serve's `Repr-Digest`), hashed where the part file lives;
+/// a mismatch removes the part, and the final name is left alone.
+async fn check_digest(
+    r: &Run,
+    f: &FilePlan,
+    target: &Target,
+    info: &ReadInfo,
+) -> Result<(), TransferError> {
+    let Some((algo, want)) = &info.digest else {
+        return Ok(());
+    };
+    let dst = &r.dest.backend;
+    let Some(got) = dst.hash(&target.write, *algo).await? else {
+        return Ok(());
+    };
+    if &got == want {
+        return Ok(());
+    }
+    let _ = dst.remove(&target.write).await;
+    let _ = dst.remove(&path::side_name(&f.dst, b".ferry-resume")).await;
+    Err(TransferError::Remote(format!(
+        "{}: the data does not match the server's digest ({}); nothing was kept",
+        r.sources[f.source].backend.display(&f.src),
+        algo.name()
+    )))
 }
 
 /// Files up to this size are read whole and written with one

@@ -37,15 +37,6 @@ pub enum ErrorKind {
 }
 
 impl TransferError {
-    /// `what` is a remote source or destination where only a local one
-    /// can go.
-    pub(crate) fn remote_to_remote(what: &crate::Location) -> TransferError {
-        TransferError::Usage(format!(
-            "internal: {}: a copy between two remotes reached a protocol loop; the engine (transfer::on_engine) runs those",
-            what.describe()
-        ))
-    }
-
     pub fn exit_code(&self) -> i32 {
         match self {
             TransferError::Usage(_) => 2,

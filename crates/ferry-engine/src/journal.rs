@@ -6,10 +6,10 @@
 //! the final name on the destination (any backend) before the first byte
 //! of a split file moves, and again as each range is in, so even a hard
 //! kill leaves a record that errs on the side of sending again; `--resume`
-//! then sends only what is missing (engine.rs, `resume_missing`). The
-//! HTTP(S) and FTP(S) loops keep their own record beside local part files
-//! (part.rs) until they move onto the engine.
-use std::path::Path;
+//! then sends only what is missing (engine.rs, `resume_missing`). A file
+//! copied in one stream from a source with a version (an HTTP ETag) gets a
+//! record too (`in-order`, with the `version`): its part's length says
+//! what is in, and another version on resume means starting over.
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Journal {
@@ -19,6 +19,12 @@ pub(crate) struct Journal {
     pub mtime: u32,
     /// Sorted, merged, non-overlapping [start, end) ranges already written.
     pub done: Vec<(u64, u64)>,
+    /// The source's validator (an HTTP ETag or Last-Modified), when it
+    /// has one: another one on resume means the file changed.
+    pub version: Option<String>,
+    /// Written in order from 0, one stream: the part's length says how
+    /// much is in (`done` is not kept up to date).
+    pub in_order: bool,
 }
 
 const MAGIC: &str = "ferry-resume 1";
@@ -32,7 +38,17 @@ pub(crate) fn decode(text: &str) -> Option<Journal> {
     let mut size = None;
     let mut mtime = None;
     let mut done = Vec::new();
+    let mut version = None;
+    let mut in_order = false;
     for line in lines {
+        if let Some(v) = line.strip_prefix("version ") {
+            version = Some(v.to_string());
+            continue;
+        }
+        if line == "in-order" {
+            in_order = true;
+            continue;
+        }
         let mut w = line.split_whitespace();
         match (w.next(), w.next(), w.next()) {
             (Some("size"), Some(v), None) => size = v.parse().ok(),
@@ -50,20 +66,26 @@ pub(crate) fn decode(text: &str) -> Option<Journal> {
         size,
         mtime: mtime?,
         done,
+        version,
+        in_order,
     })
 }
 
 /// The text form `decode` reads.
 pub(crate) fn encode(j: &Journal) -> String {
     let mut text = format!("{MAGIC}\nsize {}\nmtime {}\n", j.size, j.mtime);
+    if let Some(v) = &j.version {
+        // One line: a validator never holds a line break (a header
+        // value cannot), but make sure.
+        text.push_str(&format!("version {}\n", v.replace(['\r', '\n'], " ")));
+    }
+    if j.in_order {
+        text.push_str("in-order\n");
+    }
     for (a, b) in &j.done {
         text.push_str(&format!("done {a} {b}\n"));
     }
     text
-}
-
-pub(crate) fn remove(path: &Path) {
-    let _ = std::fs::remove_file(path);
 }
 
 /// Sort and coalesce ranges.
@@ -116,8 +138,17 @@ mod tests {
             size: 100,
             mtime: 7,
             done: vec![(0, 10), (50, 60)],
+            version: Some("Wed, 21 Oct 2015 07:28:00 GMT".into()),
+            in_order: false,
         };
-        assert_eq!(decode(&encode(&j)), Some(j));
+        assert_eq!(decode(&encode(&j)), Some(j.clone()));
+        let seq = Journal {
+            version: Some("\"5f3a-600000\"".into()),
+            in_order: true,
+            done: Vec::new(),
+            ..j
+        };
+        assert_eq!(decode(&encode(&seq)), Some(seq));
         let past = "ferry-resume 1\nsize 10\nmtime 1\ndone 5 20\n";
         assert_eq!(decode(past), None, "a range past the size is not trusted");
         assert_eq!(decode("something else"), None);

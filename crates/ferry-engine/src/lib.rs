@@ -39,12 +39,9 @@ mod engine;
 mod error;
 pub mod filter;
 pub mod hash;
-mod http;
 mod journal;
 mod location;
-mod loop_util;
 pub mod named;
-mod part;
 mod retry;
 pub mod s3;
 pub mod sync;
@@ -104,9 +101,9 @@ pub struct CopyOptions {
     /// Attempts per file or range for failures another try may cure (a
     /// lost connection, HTTP 5xx, FTP 421), with backoff and jitter.
     pub retries: u32,
-    /// HTTP tuning: worker threads of the runtime (0: the calling thread)
-    /// and download shards (docs/internals/http.md); `None`: measured.
-    pub http_threads: Option<usize>,
+    /// HTTP tuning: how many clients (each its own connection) downloads
+    /// are spread over (docs/internals/http.md, "Shards"); `None`: one per
+    /// core, at most 4, when several files move at once.
     pub http_shards: Option<usize>,
     /// S3: endpoint, region, addressing, part sizes, checksums; the rest
     /// comes from the environment and ~/.aws (docs/internals/s3.md).
@@ -138,7 +135,6 @@ impl Default for CopyOptions {
             ftp: FtpOptions::default(),
             timeout: engine::DEFAULT_TIMEOUT,
             retries: retry::DEFAULT_ATTEMPTS,
-            http_threads: None,
             http_shards: None,
             s3: S3Options::default(),
         }
@@ -177,7 +173,7 @@ pub struct Stats {
     pub bytes_total: AtomicU64,
     pub files_done: AtomicU64,
     pub files_total: AtomicU64,
-    /// Set to stop the copy: the copy loops check it as bytes move.
+    /// Set to stop the copy (`copy` watches it and cancels the transfer).
     pub cancel: std::sync::atomic::AtomicBool,
 }
 
@@ -206,15 +202,6 @@ impl Stats {
             self.bytes_total.store(*bytes_total, Ordering::Relaxed);
             self.files_done.store(*files_done, Ordering::Relaxed);
             self.files_total.store(*files_total, Ordering::Relaxed);
-        }
-    }
-
-    /// `Err(Cancelled)` once the copy was cancelled.
-    pub(crate) fn check(&self) -> Result<(), TransferError> {
-        if self.cancel.load(Ordering::Relaxed) {
-            Err(TransferError::cancelled())
-        } else {
-            Ok(())
         }
     }
 }
@@ -248,34 +235,10 @@ pub fn copy(
     if sources.is_empty() {
         return Err(TransferError::Usage("no source given".into()));
     }
-    if !transfer::on_engine(sources, dest) {
-        return copy_on_loop(sources, dest, opts, stats);
-    }
     let t = Transfer::new(sources.to_vec(), dest.clone(), opts.clone());
     let report = run_blocking(t, |ev| {
         stats.observe(ev);
         !stats.cancel.load(Ordering::Relaxed)
     });
     report.into_result()
-}
-
-/// Copies between the local disk and one server, on the protocol's own
-/// copy loop (docs/internals/engine.md, "Migration").
-pub(crate) fn copy_on_loop(
-    sources: &[Location],
-    dest: &Location,
-    opts: &CopyOptions,
-    stats: std::sync::Arc<Stats>,
-) -> Result<Summary, TransferError> {
-    if sources.is_empty() {
-        return Err(TransferError::Usage("no source given".into()));
-    }
-    if matches!(dest, Location::Http(_)) || sources.iter().any(|s| matches!(s, Location::Http(_))) {
-        return http::copy(sources, dest, opts, stats);
-    }
-    Err(TransferError::Usage(format!(
-        "internal: {} -> {}: no copy loop for this pair; the engine (transfer::on_engine) runs it",
-        sources.first().map(Location::describe).unwrap_or_default(),
-        dest.describe()
-    )))
 }

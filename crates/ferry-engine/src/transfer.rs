@@ -124,10 +124,8 @@ impl FileReport {
 /// What a finished transfer did.
 #[derive(Debug)]
 pub struct Report {
-    /// One entry per file, in plan order. Copies between a local path and
-    /// one HTTP(S) or FTP(S) server still run on that protocol's own copy
-    /// loop (docs/internals/engine.md, "Migration"), which reports totals
-    /// only: there this is empty and `error` says what failed.
+    /// One entry per file: sources not found among several named first,
+    /// then the plan's files in order.
     pub files: Vec<FileReport>,
     /// Files complete under their final names.
     pub files_copied: u64,
@@ -397,49 +395,6 @@ pub fn block_on<R: EndReport>(
     })
 }
 
-/// Does this pair run on the engine, or on a protocol's own copy loop?
-/// Local <-> one HTTP(S) server keeps its loop until the engine has what
-/// it still lacks for it: docs/internals/engine.md, "Migration".
-pub(crate) fn on_engine(sources: &[Location], dest: &Location) -> bool {
-    // S3 has no copy loop of its own: always the engine.
-    let s3 = |l: &Location| matches!(l, Location::S3(_));
-    if s3(dest) || sources.iter().any(s3) {
-        return true;
-    }
-    let local = |l: &Location| matches!(l, Location::Local(_));
-    let all_local_src = sources.iter().all(local);
-    let any_local_src = sources.iter().any(local);
-    if local(dest) {
-        // local -> local, or mixed sources: the engine.
-        if all_local_src || any_local_src {
-            return true;
-        }
-        // remote -> local from several servers or protocols: the engine;
-        // from one SFTP or FTP(S) server too.
-        return !same_server(sources)
-            || matches!(sources.first(), Some(Location::Sftp(_) | Location::Ftp(_)));
-    }
-    // -> remote: from remote sources (any), or mixed: the engine.
-    if !all_local_src {
-        return true;
-    }
-    // Local -> one server: SFTP and FTP(S) on the engine; HTTP(S) on its
-    // loop until the engine has what it still lacks.
-    matches!(dest, Location::Sftp(_) | Location::Ftp(_))
-}
-
-fn same_server(sources: &[Location]) -> bool {
-    let Some(first) = sources.first() else {
-        return true;
-    };
-    sources.iter().all(|s| match (first, s) {
-        (Location::Sftp(a), Location::Sftp(b)) => a.same_endpoint(b),
-        (Location::Ftp(a), Location::Ftp(b)) => a.same_endpoint(b),
-        (Location::Http(_), Location::Http(_)) => true,
-        _ => false,
-    })
-}
-
 async fn drive(mut t: Transfer, stats: Arc<Stats>, events: Emitter, cancel: Cancel) -> Report {
     let started = Instant::now();
     let mut opened: Vec<(String, Arc<dyn crate::backend::Backend>)> = Vec::new();
@@ -457,9 +412,6 @@ async fn drive(mut t: Transfer, stats: Arc<Stats>, events: Emitter, cancel: Canc
     } else {
         if t.sources.is_empty() {
             return failed_report(TransferError::Usage("no source given".into()), started);
-        }
-        if !on_engine(&t.sources, &t.dest) {
-            return drive_loop(t, stats, events, cancel, started).await;
         }
         let mut sources = Vec::new();
         for s in &t.sources {
@@ -588,65 +540,4 @@ pub(crate) fn emit_progress(stats: &Stats, events: &Emitter) {
         files_done,
         files_total,
     });
-}
-
-/// A copy between the local disk and one server, on its protocol's copy
-/// loop, on a thread of its own (the loops build their own runtimes).
-/// Progress comes from the loop's counters; cancel sets the flag the
-/// loops check as bytes move.
-async fn drive_loop(
-    t: Transfer,
-    stats: Arc<Stats>,
-    events: Emitter,
-    cancel: Cancel,
-    started: Instant,
-) -> Report {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let s2 = stats.clone();
-    let spawned = std::thread::Builder::new()
-        .name("ferry-copy".into())
-        .spawn(move || {
-            let r = crate::copy_on_loop(&t.sources, &t.dest, &t.opts, s2);
-            let _ = tx.send(r);
-        });
-    if let Err(e) = spawned {
-        return failed_report(
-            TransferError::Local(format!("cannot start a thread: {e}")),
-            started,
-        );
-    }
-    let ticker = tokio::spawn(tick(stats.clone(), events.clone()));
-    let watch = {
-        let (stats, cancel) = (stats.clone(), cancel.clone());
-        tokio::spawn(async move {
-            cancel.cancelled().await;
-            stats.cancel.store(true, Ordering::SeqCst);
-        })
-    };
-    let res = rx.await.unwrap_or_else(|_| {
-        Err(TransferError::Local(
-            "internal: the copy thread ended without a result".into(),
-        ))
-    });
-    ticker.abort();
-    watch.abort();
-    emit_progress(&stats, &events);
-    let res = match res {
-        Err(_) if cancel.is_cancelled() => Err(TransferError::cancelled()),
-        r => r,
-    };
-    match res {
-        Ok(s) => Report {
-            files: Vec::new(),
-            files_copied: s.files,
-            bytes: s.bytes,
-            seconds: s.seconds,
-            protocol: s.protocol.to_string(),
-            streams: s.streams,
-            chunk: s.chunk,
-            cipher: s.cipher,
-            error: None,
-        },
-        Err(e) => failed_report(e, started),
-    }
 }

@@ -170,7 +170,13 @@ pub struct Pieces<'d, 'a> {
     input: &'a [u8],
 }
 
-impl Pieces<'_, '_> {
+impl<'a> Pieces<'_, 'a> {
+    /// The input not consumed yet: a caller that stops between pieces
+    /// keeps it for the next [`Decoder::pieces`].
+    pub fn rest(&self) -> &'a [u8] {
+        self.input
+    }
+
     /// The next at most [`MAX_PIECE`] decoded bytes, or `None` once all
     /// the input is decoded and handed out. Use each slice (write it)
     /// before asking for the next: the decoder reuses its buffer.

@@ -233,9 +233,9 @@ impl ConnArgs {
             std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
         opts.connect.prompt = ferry_engine::PromptHandle::new(Arc::new(prompt::Terminal));
         // Tuning knobs of the HTTP path (docs/internals/http.md).
-        let env_num = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<usize>().ok());
-        opts.http_threads = env_num("FERRY_HTTP_THREADS");
-        opts.http_shards = env_num("FERRY_HTTP_SHARDS");
+        opts.http_shards = std::env::var("FERRY_HTTP_SHARDS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok());
         opts.compressed = self.http.compressed;
         self.http.apply(&mut opts.http);
         self.ftp.apply(&mut opts.ftp);

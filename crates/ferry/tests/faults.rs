@@ -1091,7 +1091,6 @@ matrix! {
     https_nginx_up_kill_client: HttpsNginx, Up, KillClient;
     https_nginx_up_kill_server: HttpsNginx, Up, KillServer;
     https_nginx_up_reset: HttpsNginx, Up, Reset;
-    #[ignore = "engine bug: --timeout is not enforced on HTTP(S) uploads from the local disk (the HTTP loop's PUT waits for good on a stalled connection; reliability.md, Findings 1)"]
     https_nginx_up_stall: HttpsNginx, Up, Stall;
     https_nginx_up_disk_full: HttpsNginx, Up, DiskFull;
     https_nginx_up_denied: HttpsNginx, Up, Denied;
@@ -1101,7 +1100,6 @@ matrix! {
     https_serve_down_kill_client: HttpsServe, Down, KillClient;
     https_serve_down_kill_server: HttpsServe, Down, KillServer;
     https_serve_down_reset: HttpsServe, Down, Reset;
-    #[ignore = "engine bug: a tree download from ferry serve over HTTPS hangs after the stall until killed (the single file ends within --timeout; the HTTP loop's tree walk or its shared HTTP/2 connection waits somewhere without a bound; reliability.md Findings 1)"]
     https_serve_down_stall: HttpsServe, Down, Stall;
     https_serve_down_disk_full: HttpsServe, Down, DiskFull;
     https_serve_down_denied: HttpsServe, Down, Denied;
@@ -1110,7 +1108,6 @@ matrix! {
     https_serve_up_kill_client: HttpsServe, Up, KillClient;
     https_serve_up_kill_server: HttpsServe, Up, KillServer;
     https_serve_up_reset: HttpsServe, Up, Reset;
-    #[ignore = "engine bug: --timeout is not enforced on HTTP(S) uploads from the local disk (the HTTP loop's PUT waits for good on a stalled connection; reliability.md, Findings 1)"]
     https_serve_up_stall: HttpsServe, Up, Stall;
     https_serve_up_disk_full: HttpsServe, Up, DiskFull;
     https_serve_up_denied: HttpsServe, Up, Denied;

@@ -226,7 +226,7 @@ fn a_directory_in_the_way_is_refused_and_left_alone() {
     assert_code(&o, 5, "a directory under the file's name");
     let err = stderr_text(&o);
     assert!(
-        err.contains("inway.bin: is a directory"),
+        err.contains("inway.bin: a directory is in the way"),
         "names the directory: {err}"
     );
     assert_eq!(
@@ -421,7 +421,7 @@ fn http_errors_exit_4_with_status_and_url() {
     assert_eq!(o.status.code(), Some(4), "{}", describe(&o));
     let err = stderr_text(&o);
     assert!(
-        err.contains("/nope1.bin") && err.contains("/nope2.bin") && err.contains("1 more"),
+        err.contains("/nope1.bin") && err.contains("/nope2.bin") && err.contains("2 of 3 files"),
         "{err}"
     );
     assert_file_hash(&dir.join("good.bin"), &good, "good file among failures");
@@ -699,6 +699,13 @@ fn server_killed_mid_transfer_then_resume() {
     }
     ng.restart(); // stops nginx (master and workers) by PID, starts a new one
     let o = child.wait();
+    if o.status.success() {
+        // A retry met the restarted server (same certificate, as a real
+        // restart keeps it) and continued after the bytes it had.
+        assert_file_hash(&dst, &h, "finished by a retry after the restart");
+        assert!(!part.exists());
+        return;
+    }
     assert_eq!(o.status.code(), Some(1), "{}", describe(&o));
     assert!(stderr_text(&o).contains("--resume"), "{}", describe(&o));
     assert!(!dst.exists() && part.exists());
@@ -859,11 +866,9 @@ fn recursive_download_of_a_json_listing_refuses_unsafe_names() {
     assert_file_hash(&out.path().join("jsondir/a.bin"), &ha, "a");
     assert_file_hash(&out.path().join("jsondir/sub/b b.bin"), &hb, "b");
     assert!(!out.path().join("secret.bin").exists());
-    // -p: mtime from Last-Modified.
-    assert_eq!(
-        mtime_of(&out.path().join("jsondir/a.bin")),
-        mtime_of(&root.join("a.bin"))
-    );
+    // -p: the time the listing gives (as sync compares it), not the
+    // HEAD's Last-Modified.
+    assert_eq!(mtime_of(&out.path().join("jsondir/a.bin")), 1_700_000_000);
     assert_eq!(
         list_dir(&out.path().join("jsondir")),
         vec!["a.bin".to_string(), "sub".to_string()]
@@ -943,14 +948,15 @@ fn upload_cut_by_an_nginx_kill_leaves_nothing_and_resume_starts_over() {
     }
     ng.restart(); // stops nginx (master and workers) by PID, starts a new one
     let o = child.wait();
-    assert_eq!(o.status.code(), Some(1), "{}", describe(&o));
-    assert!(
-        stderr_text(&o).contains("run the copy again"),
-        "{}",
-        describe(&o)
-    );
     let dest = ng.www().join("upload/cut/cut.bin");
-    assert!(!dest.exists(), "a truncated file under the final name");
+    if o.status.success() {
+        // A retry sent the whole file again to the restarted server.
+        assert_file_hash(&dest, &h, "sent again by a retry");
+        fs::remove_file(&dest).unwrap();
+    } else {
+        assert_eq!(o.status.code(), Some(1), "{}", describe(&o));
+        assert!(!dest.exists(), "a truncated file under the final name");
+    }
 
     let mut a = cacert(&ng);
     a.extend(["--resume".into(), s(&file), ng.https("/upload/cut/")]);

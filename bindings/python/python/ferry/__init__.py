@@ -169,10 +169,8 @@ class FileResult:
 
 @dataclass(frozen=True)
 class Report:
-    """What a finished transfer did. ``files`` has one entry per file when
-    the engine ran the copy; a copy between the local disk and one HTTP(S)
-    server runs on the HTTP loop, which reports totals only
-    (``files`` is then empty and ``files_copied`` counts them)."""
+    """What a finished transfer did. ``files`` has one entry per file
+    planned (a source not found among several is one, with its error)."""
 
     files: List[FileResult]
     files_copied: int

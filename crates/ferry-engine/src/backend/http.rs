@@ -11,9 +11,12 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use ferry_http::{listing, Client, HeaderMap, HeaderValue, Method, StatusCode, Url};
 use percent_encoding::{AsciiSet, CONTROLS};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, UNIX_EPOCH};
 
 use super::{
-    path, Backend, BackendInfo, ByteStream, Capabilities, Entry, EntryKind, Sink, WriteMode,
+    path, Backend, BackendInfo, ByteStream, Capabilities, Entry, EntryKind, ReadInfo, Sink,
+    Unfinished, WriteMode,
 };
 use crate::error::TransferError;
 use crate::location::HttpSpec;
@@ -37,17 +40,64 @@ const SEGMENT: &AsciiSet = &CONTROLS
     .add(b'\\')
     .add(b'^')
     .add(b'|');
+/// Largest directory listing accepted.
+const MAX_LISTING: usize = 64 * 1024 * 1024;
+/// Response header of ferry serve's `OPTIONS`: `bytes` when PUT takes
+/// `Content-Range` (ferry-server's `upload::PUT_RANGES`).
+const PUT_RANGES: &str = "ferry-put-ranges";
+/// Response header of ferry serve's upload state query: the SHA-256 of the
+/// last bytes it holds (ferry-server's `upload::PART_TAIL`).
+const PART_TAIL: &str = "ferry-part-tail";
+/// Smallest upload sent as a ranged PUT (which a cut leaves resumable).
+const RANGED_PUT_MIN: u64 = 1024 * 1024;
+/// Largest tail block hashed to check a partial upload.
+const MAX_TAIL_CHECK: u64 = 1024 * 1024;
 /// Pieces queued between the source and a PUT body.
 const PUT_QUEUE: usize = 16;
 
 pub struct Http {
-    client: Client,
+    /// One client per shard: files are spread over them by path, each
+    /// client with its own HTTP/2 connection (or HTTP/1.1 pool), so TLS
+    /// and HTTP/2 framing of many files run on more than one core.
+    clients: Vec<Client>,
     /// The URL as given: its query string (a signed URL) is kept for the
     /// path it names.
     root: Url,
     root_path: Vec<u8>,
     /// No answer for this long: the connection stalled (`--timeout`).
-    stall: std::time::Duration,
+    stall: Duration,
+    /// `--compressed`: whole-file reads ask for zstd or gzip.
+    compressed: bool,
+    /// What each file's HEAD (`stat`, `read_info`) said: a split or a
+    /// resume costs no second HEAD, and ranges carry `If-Range`.
+    heads: std::sync::Mutex<std::collections::HashMap<Vec<u8>, ReadInfo>>,
+    /// Shards whose connection the server refused.
+    refused: Vec<AtomicBool>,
+    /// Whether PUT takes `Content-Range` here (ferry serve says so in its
+    /// `OPTIONS` answer), asked once.
+    put_ranges: tokio::sync::OnceCell<bool>,
+}
+
+/// Most clients (connections to one server) files are spread over.
+const MAX_SHARDS: usize = 4;
+
+/// How many clients: one per core (at most [`MAX_SHARDS`]) when several
+/// files move at once, else one. A second HTTP/2 connection on the second
+/// core moved 1,000 x 20 kB from nginx 18% faster on this 2-core machine
+/// (docs/internals/http.md, "Shards"). `CopyOptions::http_shards` sets
+/// the count (tuning; the CLI reads `FERRY_HTTP_SHARDS`).
+fn shards(opts: &CopyOptions) -> usize {
+    if let Some(n) = opts.http_shards {
+        return n.clamp(1, MAX_SHARDS);
+    }
+    if opts.streams.unwrap_or(1) > 1 || opts.files_in_flight() < 2 {
+        return 1;
+    }
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, MAX_SHARDS)
+        .min(opts.files_in_flight())
 }
 
 impl Http {
@@ -55,21 +105,145 @@ impl Http {
         spec: &HttpSpec,
         opts: &CopyOptions,
     ) -> Result<(Http, Vec<u8>, bool), TransferError> {
-        let client = crate::http::client(opts)?;
+        let n = shards(opts);
+        // -P files (or --streams ranges) at once need as many HTTP/1.1
+        // connections, shared out among the shards; HTTP/2 multiplexes
+        // them over one each.
+        let h1 = opts
+            .files_in_flight()
+            .max(opts.streams.unwrap_or(1))
+            .div_ceil(n)
+            .max(1);
+        let mut h = opts.http.clone();
+        h.h1_connections = h1;
+        let first = Client::new(h)?;
         // The command line's credentials go to the origins it names.
-        client.trust(&spec.url);
+        first.trust(&spec.url);
+        let mut clients = vec![first.clone()];
+        clients.extend((1..n).map(|_| first.sibling(h1)));
         let root_path = spec.url.decoded_path();
         let dir = spec.url.is_dir();
         Ok((
             Http {
-                client,
+                clients,
                 root: spec.url.clone(),
                 root_path: root_path.clone(),
                 stall: opts.timeout,
+                compressed: opts.compressed,
+                heads: Default::default(),
+                refused: (0..n).map(|_| AtomicBool::new(false)).collect(),
+                put_ranges: tokio::sync::OnceCell::new(),
             },
             root_path,
             dir,
         ))
+    }
+
+    /// Which client serves `p`: the same one for every request about a
+    /// file, the first when that one's server refused it.
+    fn shard(&self, p: &[u8]) -> usize {
+        // FNV-1a: cheap, and spreads similar names.
+        let h = p.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        let n = self.clients.len();
+        let i = (h % n as u64) as usize;
+        // The next one the server took, when it refused this one.
+        (0..n)
+            .map(|k| (i + k) % n)
+            .find(|&j| !self.refused[j].load(Ordering::Relaxed))
+            .unwrap_or(i)
+    }
+
+    /// Another shard with a connection the server took, to use instead of
+    /// `i` when `i`'s connection was refused.
+    fn instead_of(&self, i: usize) -> Option<usize> {
+        let j = (0..self.clients.len()).find(|&j| {
+            j != i && !self.refused[j].load(Ordering::Relaxed) && self.clients[j].connections() > 0
+        })?;
+        self.refused[i].store(true, Ordering::Relaxed);
+        Some(j)
+    }
+
+    /// A GET or HEAD of `p` within `--timeout`. A server that takes fewer
+    /// connections than there are shards (ferry serve's
+    /// `--max-connections`) refuses some shard's: that shard is given up
+    /// and its files go over a connection the server took.
+    async fn request(
+        &self,
+        method: Method,
+        p: &[u8],
+        headers: &HeaderMap,
+    ) -> Result<ferry_http::Response, TransferError> {
+        let url = self.url(p);
+        let stall = self.stall;
+        let mut i = self.shard(p);
+        loop {
+            let sent = tokio::time::timeout(
+                stall,
+                self.clients[i].send(method.clone(), &url, headers, None),
+            )
+            .await
+            .map_err(|_| stalled(&self.display(p), "no answer", stall))?;
+            match sent {
+                Err(ferry_http::HttpError::Network(m)) => match self.instead_of(i) {
+                    Some(j) => {
+                        tracing::debug!("{}: shard {i} given up: {m}", self.display(p));
+                        i = j;
+                    }
+                    None => return Err(TransferError::Network(m)),
+                },
+                other => return other.map_err(TransferError::from),
+            }
+        }
+    }
+
+    /// Does this server take ranged PUTs (and keep a cut one's bytes)?
+    /// Any failure means no: whole-file PUTs work everywhere.
+    async fn takes_ranges(&self) -> bool {
+        *self
+            .put_ranges
+            .get_or_init(|| async {
+                let url = self.url(&self.root_path);
+                let Ok(resp) = self.clients[0]
+                    .send(Method::OPTIONS, &url, &HeaderMap::new(), None)
+                    .await
+                else {
+                    return false;
+                };
+                let yes = resp.status.is_success()
+                    && resp.header(PUT_RANGES).is_some_and(|v| {
+                        v.split(',').any(|u| u.trim().eq_ignore_ascii_case("bytes"))
+                    });
+                let _ = resp.bytes(64 * 1024).await;
+                yes
+            })
+            .await
+    }
+
+    async fn head(&self, p: &[u8]) -> Result<ferry_http::Response, TransferError> {
+        self.request(Method::HEAD, p, &HeaderMap::new()).await
+    }
+
+    /// What a HEAD's headers say for `read_info`.
+    fn read_info_of(&self, resp: &ferry_http::Response) -> ReadInfo {
+        let ranges = resp
+            .header("accept-ranges")
+            .is_some_and(|v| v.to_ascii_lowercase().contains("bytes"))
+            && resp.header("content-encoding").is_none()
+            && !self.compressed;
+        let digest = ferry_http::digest::expected(&resp.headers).map(|e| {
+            let algo = match e.algo {
+                ferry_http::digest::Algo::Blake3 => super::HashAlgo::Blake3,
+                ferry_http::digest::Algo::Sha256 => super::HashAlgo::Sha256,
+            };
+            (algo, e.sum.to_vec())
+        });
+        ReadInfo {
+            ranges,
+            version: validator(&resp.headers),
+            digest,
+        }
     }
 
     /// The URL of a decoded path.
@@ -128,12 +302,40 @@ impl Backend for Http {
         self.origin()
     }
     fn info(&self) -> BackendInfo {
+        // The protocol a connection spoke: any shard's that made one.
+        let spoke = self
+            .clients
+            .iter()
+            .find(|c| c.negotiated().is_some())
+            .unwrap_or(&self.clients[0]);
         BackendInfo {
-            connections: self.client.connections().max(1),
+            connections: self
+                .clients
+                .iter()
+                .map(Client::connections)
+                .sum::<usize>()
+                .max(1),
             cipher: None,
             chunk: 0,
-            protocol: Some(crate::http::protocol(&self.client, self.root.https).into()),
+            protocol: Some(protocol(spoke, self.root.https).into()),
         }
+    }
+
+    async fn resume_refusal(&self) -> Option<String> {
+        if self.takes_ranges().await {
+            return None;
+        }
+        Some(format!(
+            "{}: uploads to this server cannot be resumed (an HTTP PUT takes a whole file); --resume sends each file whole",
+            self.origin()
+        ))
+    }
+
+    fn missing(&self, p: &[u8]) -> TransferError {
+        TransferError::Remote(format!(
+            "{}: no such file on the server (HTTP 404 Not Found)",
+            self.display(p)
+        ))
     }
 
     async fn stat(&self, p: &[u8]) -> Result<Option<Entry>, TransferError> {
@@ -142,10 +344,7 @@ impl Backend for Http {
         if url.is_dir() {
             return Ok(Some(Entry::dir(name)));
         }
-        let resp = self
-            .client
-            .send(Method::HEAD, &url, &HeaderMap::new(), None)
-            .await?;
+        let resp = self.head(p).await?;
         if resp.status == StatusCode::NOT_FOUND {
             return Ok(None);
         }
@@ -153,13 +352,37 @@ impl Backend for Http {
         if resp.url.is_dir() {
             return Ok(Some(Entry::dir(name)));
         }
+        let info = self.read_info_of(&resp);
+        if let Ok(mut heads) = self.heads.lock() {
+            heads.insert(p.to_vec(), info);
+        }
         Ok(Some(Entry {
             name,
             kind: EntryKind::File,
             size: resp.content_length(),
-            mtime: crate::http::last_modified(&resp.headers).map(i64::from),
+            mtime: last_modified(&resp.headers).map(i64::from),
             mode: None,
         }))
+    }
+
+    async fn read_info(&self, p: &[u8]) -> Result<ReadInfo, TransferError> {
+        let known = self.heads.lock().ok().and_then(|h| h.get(p).cloned());
+        if let Some(info) = known {
+            return Ok(info);
+        }
+        let resp = self.head(p).await?;
+        // A server without HEAD: nothing known, a plain GET works.
+        if resp.status == StatusCode::METHOD_NOT_ALLOWED
+            || resp.status == StatusCode::NOT_IMPLEMENTED
+        {
+            return Ok(ReadInfo::default());
+        }
+        let resp = resp.error_for_status()?;
+        let info = self.read_info_of(&resp);
+        if let Ok(mut heads) = self.heads.lock() {
+            heads.insert(p.to_vec(), info.clone());
+        }
+        Ok(info)
     }
 
     /// The digest a server announces on HEAD (`Repr-Digest`; ferry serve
@@ -170,12 +393,7 @@ impl Backend for Http {
         p: &[u8],
         algo: super::HashAlgo,
     ) -> Result<Option<Vec<u8>>, TransferError> {
-        let url = self.url(p);
-        let resp = self
-            .client
-            .send(Method::HEAD, &url, &HeaderMap::new(), None)
-            .await?
-            .error_for_status()?;
+        let resp = self.head(p).await?.error_for_status()?;
         let want = ferry_http::digest::Algo::from(algo);
         Ok(ferry_http::digest::expected(&resp.headers)
             .filter(|e| e.algo == want)
@@ -184,7 +402,7 @@ impl Backend for Http {
 
     async fn list(&self, dir: &[u8]) -> Result<Vec<Entry>, TransferError> {
         let url = self.url(dir).as_dir();
-        let Some((_, entries)) = crate::http::list(&self.client, &url, self.stall).await? else {
+        let Some((_, entries)) = list(&self.clients[0], &url, self.stall).await? else {
             return Err(TransferError::Remote(format!(
                 "{}: not a directory listing (neither ferry serve's JSON nor an HTML index)",
                 self.display(dir)
@@ -211,21 +429,25 @@ impl Backend for Http {
         offset: u64,
         len: Option<u64>,
     ) -> Result<Box<dyn ByteStream>, TransferError> {
-        let url = self.url(p);
+        let display = self.display(p);
+        // What the plan's HEAD said of this file, if it made one.
+        let known = self.heads.lock().ok().and_then(|h| h.get(p).cloned());
+        let no_ranges = known.as_ref().is_some_and(|i| !i.ranges);
+        // From the start of a file whose server ignores ranges: a plain
+        // GET, read as far as asked.
+        let ranged = offset > 0 || (len.is_some() && !no_ranges);
+        // Content coding only for a whole file: ranges count the file's
+        // own bytes.
+        let whole_asked = offset == 0;
+        let coded = self.compressed && whole_asked;
         let mut h = HeaderMap::new();
-        // No content coding: the bytes are the file's, ranges count them.
-        h.insert("accept-encoding", HeaderValue::from_static("identity"));
-        let ranged = offset > 0 || len.is_some();
-        if ranged {
+        h.insert(
+            "accept-encoding",
+            HeaderValue::from_static(if coded { "zstd, gzip" } else { "identity" }),
+        );
+        if ranged && !coded {
             let range = match len {
-                Some(0) => {
-                    return Ok(Box::new(HttpRead {
-                        resp: None,
-                        left: 0,
-                        display: self.display(p),
-                        check: None,
-                    }))
-                }
+                Some(0) => return Ok(Box::new(HttpRead::empty(display))),
                 Some(l) => format!("bytes={offset}-{}", offset + l - 1),
                 None => format!("bytes={offset}-"),
             };
@@ -234,69 +456,149 @@ impl Backend for Http {
                 HeaderValue::from_str(&range)
                     .map_err(|e| TransferError::Local(format!("internal: {e}")))?,
             );
-        }
-        let resp = self.client.get(&url, &h).await?.error_for_status()?;
-        let total = resp.content_length();
-        let left = match (resp.status, len) {
-            (StatusCode::PARTIAL_CONTENT, Some(l)) => l,
-            (StatusCode::PARTIAL_CONTENT, None) => total.unwrap_or(u64::MAX),
-            (_, _) if offset > 0 => {
-                return Err(TransferError::Remote(format!(
-                "{}: the server ignored the byte range asked for (HTTP {}); copy with --streams 1",
-                self.display(p),
-                resp.status.as_u16()
-            )))
+            // The version the plan saw: a server whose file changed since
+            // answers with all of it (200) instead of mixing versions.
+            let version = known.and_then(|i| i.version).filter(|_| !no_ranges);
+            if let Some(v) = version.and_then(|v| HeaderValue::from_str(&v).ok()) {
+                h.insert("if-range", v);
             }
-            (_, Some(l)) => l,
-            (_, None) => total.unwrap_or(u64::MAX),
-        };
+        }
+        let stall = self.stall;
+        let resp = self.request(Method::GET, p, &h).await?;
+        if resp.status == StatusCode::NOT_FOUND {
+            return Err(self.missing(p));
+        }
+        let resp = resp.error_for_status()?;
+        let decoder = ferry_http::decode::Decoder::for_encoding(resp.header("content-encoding"))
+            .map_err(|e| TransferError::Remote(format!("{display}: {e}")))?;
+        let coded = !decoder.is_identity();
+        let total = if coded { None } else { resp.content_length() };
+        let partial = resp.status == StatusCode::PARTIAL_CONTENT;
+        if partial {
+            // The range answered must be the one asked for.
+            let got = resp
+                .header("content-range")
+                .and_then(ferry_http::range::parse_content_range);
+            let end_ok = |last: u64| len.is_none_or(|l| last + 1 == offset + l);
+            if !got.is_some_and(|r| r.first == offset && end_ok(r.last)) {
+                return Err(TransferError::Remote(format!(
+                    "{display}: the server answered another byte range than asked for ({:?})",
+                    resp.header("content-range").unwrap_or("none")
+                )));
+            }
+        } else if ranged && h.contains_key("if-range") {
+            return Err(TransferError::Remote(format!(
+                "{display}: the file changed on the server during the copy (its validator no longer matches); run the copy again"
+            )));
+        } else if offset > 0 {
+            return Err(TransferError::Remote(format!(
+                "{display}: the server ignored the byte range asked for (HTTP {}); copy with --streams 1",
+                resp.status.as_u16()
+            )));
+        }
+        let left = len
+            .or(if partial { total } else { total.or(len) })
+            .unwrap_or(u64::MAX);
         // The whole file in one response: check it against the digest
         // the server announced (ferry serve's Repr-Digest), if any.
-        let whole = match resp.status {
-            StatusCode::PARTIAL_CONTENT => {
-                offset == 0 && content_range_total(&resp).is_some_and(|t| Some(t) == len)
-            }
-            _ => offset == 0,
+        let whole = if partial {
+            offset == 0
+                && resp
+                    .header("content-range")
+                    .and_then(ferry_http::range::parse_content_range)
+                    .is_some_and(|r| r.complete.is_some() && r.complete == len)
+        } else {
+            offset == 0 && !coded
         };
         let check = ferry_http::digest::expected(&resp.headers)
             .filter(|_| whole)
             .map(|e| (e, ferry_http::digest::Hasher::new(e.algo)));
+        // The body's own length: once read, the connection is reused.
+        let body_left = if coded { None } else { resp.content_length() };
         Ok(Box::new(HttpRead {
             resp: Some(resp),
             left,
-            display: self.display(p),
+            body_left,
+            display,
             check,
+            decoder: coded.then_some(decoder),
+            pending: Bytes::new(),
+            stall,
         }))
     }
 
     async fn write(
         &self,
         p: &[u8],
-        _mode: WriteMode,
+        mode: WriteMode,
         size: Option<u64>,
     ) -> Result<Box<dyn Sink>, TransferError> {
         let url = self.url(p);
+        let display = self.display(p);
+        let from = match mode {
+            WriteMode::Create => 0,
+            WriteMode::At(o) => o,
+        };
+        // ferry serve keeps what a cut ranged PUT sent, so --resume sends
+        // only the rest; every upload to it says its range for that.
+        // Files under 1 MiB are sent whole again: not worth an OPTIONS
+        // for a list of small files.
+        let ranged = match size {
+            Some(s) if s >= RANGED_PUT_MIN || from > 0 => self.takes_ranges().await,
+            _ => false,
+        };
+        let mut h = HeaderMap::new();
+        if ranged {
+            let total = size.unwrap_or(0);
+            h.insert(
+                "content-range",
+                HeaderValue::from_str(&format!("bytes {from}-{}/{total}", total - 1))
+                    .map_err(|e| TransferError::Local(format!("internal: {e}")))?,
+            );
+        } else if from > 0 {
+            return Err(TransferError::Usage(format!(
+                "internal: {display}: this server takes whole files only, not a write from byte {from}"
+            )));
+        }
+        let body_len = size.map(|s| s - from.min(s));
         let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(PUT_QUEUE);
         let body = std::sync::Mutex::new(Some(rx));
-        let client = self.client.clone();
-        let display = self.display(p);
+        // Uploads go over the first client (shards serve downloads).
+        let client = self.clients[0].clone();
         let d2 = display.clone();
+        let again = if ranged {
+            "rerun with --resume to send only the rest"
+        } else {
+            "run the copy again"
+        };
         let task = tokio::spawn(async move {
             // The body can be made once: a second attempt (a redirect, a
             // stale connection) gets a body that fails at once instead of
             // an empty file.
             let make = move || match body.lock().ok().and_then(|mut b| b.take()) {
-                Some(rx) => ferry_http::channel_body(rx, size),
+                Some(rx) => ferry_http::channel_body(rx, body_len),
                 None => ferry_http::channel_body(tokio::sync::mpsc::channel(1).1, Some(1)),
             };
             let resp = client
-                .send(Method::PUT, &url, &HeaderMap::new(), Some(&make))
-                .await?;
-            if !resp.status.is_success() {
-                return Err(TransferError::Remote(format!(
-                    "{d2}: the server refused the upload (HTTP {})",
-                    resp.status.as_u16()
+                .send(Method::PUT, &url, &h, Some(&make))
+                .await
+                .map_err(|e| match e {
+                    ferry_http::HttpError::Network(m) => {
+                        TransferError::Network(format!("{m} (uploading {d2}); {again}"))
+                    }
+                    e => e.into(),
+                })?;
+            if ranged && resp.status == StatusCode::ACCEPTED {
+                // The server holds a part, not the file: it did not get
+                // it all.
+                let have = resp.header("range").and_then(held).unwrap_or(0);
+                return Err(TransferError::Network(format!(
+                    "{d2}: the server holds {have} of {} bytes after the upload; {again}",
+                    size.unwrap_or(0)
                 )));
+            }
+            if !resp.status.is_success() {
+                return Err(TransferError::Remote(refused(&d2, resp).await));
             }
             let _ = resp.bytes(64 * 1024).await;
             Ok(())
@@ -305,6 +607,41 @@ impl Backend for Http {
             tx: Some(tx),
             task: Some(task),
             display,
+            stall: self.stall,
+        }))
+    }
+
+    async fn unfinished(&self, p: &[u8], size: u64) -> Result<Option<Unfinished>, TransferError> {
+        if size < RANGED_PUT_MIN || !self.takes_ranges().await {
+            return Ok(None);
+        }
+        // `Content-Range: bytes */SIZE` asks ferry serve what it holds.
+        let url = self.url(p);
+        let mut h = HeaderMap::new();
+        h.insert(
+            "content-range",
+            HeaderValue::from_str(&format!("bytes */{size}"))
+                .map_err(|e| TransferError::Local(format!("internal: {e}")))?,
+        );
+        let make = ferry_http::empty;
+        let resp = self.clients[0]
+            .send(Method::PUT, &url, &h, Some(&make))
+            .await?;
+        let status = resp.status;
+        let have = resp.header("range").and_then(held).unwrap_or(0);
+        let tail = resp.header(PART_TAIL).and_then(part_tail);
+        let _ = resp.bytes(64 * 1024).await;
+        if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
+            return Err(ferry_http::HttpError::status(&url.to_string(), status).into());
+        }
+        if status != StatusCode::ACCEPTED || have == 0 {
+            return Ok(None);
+        }
+        Ok(Some(Unfinished {
+            have,
+            tail: tail
+                .filter(|&(a, b, _)| b + 1 == have && b - a < MAX_TAIL_CHECK)
+                .map(|(a, _, sum)| (a, sum)),
         }))
     }
 
@@ -323,8 +660,7 @@ impl Backend for Http {
             let mut p = d.clone();
             p.push(b'/');
             let url = self.url(&p);
-            let resp = self
-                .client
+            let resp = self.clients[0]
                 .send(mkcol.clone(), &url, &HeaderMap::new(), None)
                 .await?;
             let last = i + 1 == levels.len();
@@ -347,26 +683,36 @@ impl Backend for Http {
     }
 }
 
-/// `Content-Range: bytes A-B/TOTAL` -> TOTAL.
-fn content_range_total(resp: &ferry_http::Response) -> Option<u64> {
-    let v = resp.header("content-range")?.trim();
-    v.strip_prefix("bytes ")?
-        .split_once('/')?
-        .1
-        .trim()
-        .parse()
-        .ok()
-}
-
 struct HttpRead {
     resp: Option<ferry_http::Response>,
+    /// File bytes still to hand out (`u64::MAX`: to the end of the body).
     left: u64,
+    /// Body bytes still to come, when the server said.
+    body_left: Option<u64>,
     display: String,
     /// The digest announced for the whole file, and the bytes' hash so far.
     check: Option<(ferry_http::digest::Expected, ferry_http::digest::Hasher)>,
+    /// `--compressed` and the server did: the body's decoder, and body
+    /// bytes not yet decoded.
+    decoder: Option<ferry_http::decode::Decoder>,
+    pending: Bytes,
+    stall: Duration,
 }
 
 impl HttpRead {
+    fn empty(display: String) -> HttpRead {
+        HttpRead {
+            resp: None,
+            left: 0,
+            body_left: None,
+            display,
+            check: None,
+            decoder: None,
+            pending: Bytes::new(),
+            stall: Duration::from_secs(60),
+        }
+    }
+
     /// At the end of the body: the bytes against the announced digest.
     fn verify(&mut self) -> Result<(), TransferError> {
         let Some((want, h)) = self.check.take() else {
@@ -376,15 +722,76 @@ impl HttpRead {
         if got == want.sum {
             return Ok(());
         }
-        // A network error: the range is sent again (a few times), and the
-        // final name is left alone.
-        Err(TransferError::Network(format!(
-            "{}: the data does not match the server's digest ({} announced {}, received {})",
+        // The server's bytes are not what it says they are: sending them
+        // again would not help. The final name is left alone.
+        Err(TransferError::Remote(format!(
+            "{}: the data does not match the server's digest ({} announced {}, received {}); nothing was kept",
             self.display,
             want.algo.name(),
             ferry_http::digest::to_base64(&want.sum),
             ferry_http::digest::to_base64(&got)
         )))
+    }
+
+    /// The next piece of the body as it came, within `--timeout`.
+    async fn body_chunk(&mut self) -> Result<Option<Bytes>, TransferError> {
+        let Some(resp) = self.resp.as_mut() else {
+            return Ok(None);
+        };
+        let stall = self.stall;
+        let c = tokio::time::timeout(stall, resp.chunk())
+            .await
+            .map_err(|_| stalled(&self.display, "no data", stall))??;
+        if let (Some(c), Some(b)) = (&c, self.body_left.as_mut()) {
+            *b = b.saturating_sub(c.len() as u64);
+        }
+        Ok(c)
+    }
+
+    /// The next piece of the file: the body's, decoded when it was
+    /// coded (at most 256 KiB at a time, however well it compressed).
+    async fn file_piece(&mut self) -> Result<Option<Bytes>, TransferError> {
+        if self.decoder.is_none() {
+            return self.body_chunk().await;
+        }
+        loop {
+            let Some(dec) = self.decoder.as_mut() else {
+                return Ok(None);
+            };
+            let mut pieces = dec.pieces(&self.pending);
+            let piece = pieces
+                .next_piece()
+                .map_err(|e| TransferError::Remote(format!("{}: {e}", self.display)))?
+                .map(Bytes::copy_from_slice);
+            let used = self.pending.len() - pieces.rest().len();
+            bytes::Buf::advance(&mut self.pending, used);
+            if piece.is_some() {
+                return Ok(piece);
+            }
+            match self.body_chunk().await? {
+                Some(c) => self.pending = c,
+                None => {
+                    let Some(dec) = self.decoder.take() else {
+                        return Ok(None);
+                    };
+                    let last = dec
+                        .finish()
+                        .map_err(|e| TransferError::Remote(format!("{}: {e}", self.display)))?;
+                    self.resp = None;
+                    return Ok((!last.is_empty()).then(|| Bytes::from(last)));
+                }
+            }
+        }
+    }
+
+    /// Everything asked for arrived: read the body's end, so its
+    /// connection goes back to the pool (an HTTP/1.1 connection with an
+    /// unread end is closed).
+    async fn end(&mut self) {
+        if self.body_left == Some(0) {
+            let _ = self.body_chunk().await;
+        }
+        self.resp = None;
     }
 }
 
@@ -392,13 +799,11 @@ impl HttpRead {
 impl ByteStream for HttpRead {
     async fn next(&mut self) -> Result<Option<Bytes>, TransferError> {
         if self.left == 0 {
+            self.end().await;
             self.verify()?;
             return Ok(None);
         }
-        let Some(resp) = self.resp.as_mut() else {
-            return Ok(None);
-        };
-        match resp.chunk().await? {
+        match self.file_piece().await? {
             Some(mut b) => {
                 if b.len() as u64 > self.left {
                     b.truncate(self.left as usize);
@@ -408,6 +813,13 @@ impl ByteStream for HttpRead {
                 }
                 if let Some((_, h)) = self.check.as_mut() {
                     h.update(&b);
+                }
+                if self.left == 0 {
+                    // The last piece: checked, and the connection given
+                    // back, before it is handed out (a caller that stops
+                    // at the size it asked for never calls again).
+                    self.end().await;
+                    self.verify()?;
                 }
                 Ok(Some(b))
             }
@@ -423,20 +835,35 @@ impl ByteStream for HttpRead {
     }
 }
 
+/// `what` (no answer, no data) for `stall`: the connection stalled.
+fn stalled(display: &str, what: &str, stall: Duration) -> TransferError {
+    TransferError::Network(format!(
+        "{display}: {what} for {} s: the connection stalled (--timeout)",
+        stall.as_secs()
+    ))
+}
+
 struct HttpPut {
     tx: Option<tokio::sync::mpsc::Sender<Bytes>>,
     task: Option<tokio::task::JoinHandle<Result<(), TransferError>>>,
     display: String,
+    /// The server takes nothing (a full body queue) or does not answer
+    /// for this long: the upload stalled (`--timeout`).
+    stall: Duration,
 }
 
 impl HttpPut {
     async fn outcome(&mut self) -> Result<(), TransferError> {
-        match self.task.take() {
-            Some(t) => t.await.map_err(|e| {
-                TransferError::Network(format!("{}: the upload task failed: {e}", self.display))
-            })?,
-            None => Ok(()),
-        }
+        let Some(t) = self.task.as_mut() else {
+            return Ok(());
+        };
+        let done = tokio::time::timeout(self.stall, t)
+            .await
+            .map_err(|_| stalled(&self.display, "no answer to the upload", self.stall))?;
+        self.task = None;
+        done.map_err(|e| {
+            TransferError::Network(format!("{}: the upload task failed: {e}", self.display))
+        })?
     }
 }
 
@@ -444,7 +871,10 @@ impl HttpPut {
 impl Sink for HttpPut {
     async fn write(&mut self, data: Bytes) -> Result<(), TransferError> {
         let sent = match &self.tx {
-            Some(tx) => tx.send(data).await.is_ok(),
+            Some(tx) => tokio::time::timeout(self.stall, tx.send(data))
+                .await
+                .map_err(|_| stalled(&self.display, "no progress", self.stall))?
+                .is_ok(),
             None => false,
         };
         if !sent {
@@ -471,5 +901,165 @@ impl Drop for HttpPut {
         if let Some(t) = self.task.take() {
             t.abort();
         }
+    }
+}
+
+pub(crate) fn protocol(client: &Client, https: bool) -> &'static str {
+    match (https, client.negotiated()) {
+        (true, Some("h2")) => "https/h2",
+        (true, _) => "https/http1.1",
+        (false, Some("h2")) => "http/h2c",
+        (false, _) => "http/http1.1",
+    }
+}
+
+/// GET a directory listing: ferry serve's JSON when the server has it,
+/// else an HTML index. `None` when the URL is a file.
+pub(crate) async fn list(
+    client: &Client,
+    url: &Url,
+    stall: Duration,
+) -> Result<Option<(Url, Vec<listing::Entry>)>, TransferError> {
+    tokio::time::timeout(stall, list_once(client, url))
+        .await
+        .map_err(|_| stalled(&url.to_string(), "no answer", stall))?
+}
+
+async fn list_once(
+    client: &Client,
+    url: &Url,
+) -> Result<Option<(Url, Vec<listing::Entry>)>, TransferError> {
+    let mut h = HeaderMap::new();
+    h.insert(
+        "accept",
+        HeaderValue::from_static("application/json, text/html;q=0.9, */*;q=0.1"),
+    );
+    let resp = client.get(url, &h).await?.error_for_status()?;
+    let ctype = resp
+        .header("content-type")
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let base = resp.url.clone();
+    let (entries, refused) = if ctype.starts_with("application/json") {
+        let body = resp.bytes(MAX_LISTING).await?;
+        listing::parse_json(&body).map_err(|e| TransferError::Remote(format!("{base}: {e}")))?
+    } else if ctype.starts_with("text/html") && base.is_dir() {
+        let body = resp.bytes(MAX_LISTING).await?;
+        listing::parse_html(&String::from_utf8_lossy(&body), &base)
+    } else {
+        return Ok(None);
+    };
+    for r in refused {
+        tracing::warn!("{base}: skipping the entry {r:?}: not a plain file name (it could write outside the destination)");
+    }
+    Ok(Some((base.as_dir(), entries)))
+}
+
+/// The validator If-Range may carry: a strong ETag, else Last-Modified.
+pub(crate) fn validator(headers: &HeaderMap) -> Option<String> {
+    let etag = headers.get("etag").and_then(|v| v.to_str().ok());
+    if let Some(e) = etag {
+        if !e.starts_with("W/") {
+            return Some(e.to_string());
+        }
+    }
+    headers
+        .get("last-modified")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
+pub(crate) fn last_modified(headers: &HeaderMap) -> Option<u32> {
+    let v = headers.get("last-modified")?.to_str().ok()?;
+    let t = httpdate::parse_http_date(v).ok()?;
+    Some(
+        t.duration_since(UNIX_EPOCH)
+            .ok()?
+            .as_secs()
+            .min(u32::MAX as u64) as u32,
+    )
+}
+
+/// `Range: bytes=0-LAST` of ferry serve's upload state: how many bytes it
+/// holds.
+fn held(v: &str) -> Option<u64> {
+    let (a, b) = v.trim().strip_prefix("bytes=")?.split_once('-')?;
+    (a.trim() == "0").then_some(())?;
+    b.trim().parse::<u64>().ok()?.checked_add(1)
+}
+
+/// `bytes=A-B sha-256=:BASE64:` of ferry serve's upload state.
+fn part_tail(v: &str) -> Option<(u64, u64, [u8; 32])> {
+    let (span, alg) = v.trim().split_once(' ')?;
+    let (a, b) = span.strip_prefix("bytes=")?.split_once('-')?;
+    let (a, b): (u64, u64) = (a.parse().ok()?, b.parse().ok()?);
+    let mut h = HeaderMap::new();
+    h.insert("repr-digest", HeaderValue::from_str(alg.trim()).ok()?);
+    let sum = ferry_http::digest::expected_sha256(&h)?;
+    (a <= b).then_some((a, b, sum))
+}
+
+/// "the server refused the upload (HTTP 507 Insufficient Storage: what its
+/// answer says)": the status, its reason and the first line of the body
+/// (ferry serve names the cause there).
+async fn refused(display: &str, resp: ferry_http::Response) -> String {
+    let status = resp.status;
+    let reason = status.canonical_reason().unwrap_or("");
+    let body = resp.bytes(4096).await.unwrap_or_default();
+    let text = String::from_utf8_lossy(&body);
+    let line: String = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with('<'))
+        .unwrap_or("")
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(200)
+        .collect();
+    let said = if line.is_empty() {
+        String::new()
+    } else {
+        format!(": {line}")
+    };
+    format!(
+        "{display}: the server refused the upload (HTTP {} {reason}{said})",
+        status.as_u16()
+    )
+}
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upload_state_headers() {
+        assert_eq!(held("bytes=0-99"), Some(100));
+        assert_eq!(held("bytes=5-99"), None);
+        assert_eq!(held("bytes=0-x"), None);
+        let b = ferry_http::digest::to_base64(&[3u8; 32]);
+        assert_eq!(
+            part_tail(&format!("bytes=10-99 sha-256=:{b}:")),
+            Some((10, 99, [3u8; 32]))
+        );
+        assert_eq!(part_tail(&format!("bytes=99-10 sha-256=:{b}:")), None);
+        assert_eq!(part_tail("bytes=0-9 md5=:AAAA:"), None);
+        assert_eq!(part_tail("garbage"), None);
+    }
+
+    #[test]
+    fn validators() {
+        let mut h = HeaderMap::new();
+        h.insert("etag", HeaderValue::from_static("W/\"weak\""));
+        h.insert(
+            "last-modified",
+            HeaderValue::from_static("Thu, 23 Nov 2023 10:00:00 GMT"),
+        );
+        assert_eq!(
+            validator(&h).as_deref(),
+            Some("Thu, 23 Nov 2023 10:00:00 GMT")
+        );
+        assert_eq!(last_modified(&h), Some(1_700_733_600));
+        h.insert("etag", HeaderValue::from_static("\"strong\""));
+        assert_eq!(validator(&h).as_deref(), Some("\"strong\""));
     }
 }

@@ -119,6 +119,30 @@ impl Entry {
     }
 }
 
+/// What [`Backend::read_info`] finds out about one source file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReadInfo {
+    /// Reads from an offset other than 0 work (an HTTP server that
+    /// ignores `Range` answers with the whole file: no split, no resume).
+    pub ranges: bool,
+    /// Changes whenever the content does (an HTTP strong ETag, else its
+    /// Last-Modified): a resume record made for another version is void.
+    pub version: Option<String>,
+    /// The whole file's hash as the server announced it (ferry serve's
+    /// `Repr-Digest`): a split copy is checked against it at the end.
+    pub digest: Option<(HashAlgo, Vec<u8>)>,
+}
+
+/// What [`Backend::unfinished`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unfinished {
+    /// Bytes held, from the start of the file.
+    pub have: u64,
+    /// Where a block ending at `have` starts, and its SHA-256: the caller
+    /// checks it against its source before trusting the bytes.
+    pub tail: Option<(u64, [u8; 32])>,
+}
+
 /// How `write` opens its file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriteMode {
@@ -202,6 +226,19 @@ pub trait Backend: Send + Sync {
         }
     }
 
+    /// What a split or a resume of `path` needs to know first: whether
+    /// this one file can be read from any offset, a validator that
+    /// changes with its content, and a digest the server announced. Asked
+    /// only for files big enough to split or with a part file to continue.
+    /// The default: what the capabilities say, nothing else known.
+    async fn read_info(&self, _path: &[u8]) -> Result<ReadInfo, TransferError> {
+        Ok(ReadInfo {
+            ranges: self.capabilities().ranged_read,
+            version: None,
+            digest: None,
+        })
+    }
+
     /// The entries of a directory (no `.` or `..`).
     async fn list(&self, dir: &[u8]) -> Result<Vec<Entry>, TransferError> {
         Err(TransferError::Usage(format!(
@@ -225,6 +262,25 @@ pub trait Backend: Send + Sync {
         mode: WriteMode,
         size: Option<u64>,
     ) -> Result<Box<dyn Sink>, TransferError>;
+
+    /// What an unfinished write of `path` (a `size`-byte file) left on a
+    /// server that keeps it though the file appears only when whole
+    /// (ferry serve keeps what a cut ranged PUT sent); `None` when nothing
+    /// or when this backend cannot tell. `--resume` then writes from
+    /// `have` with `WriteMode::At`.
+    async fn unfinished(
+        &self,
+        _path: &[u8],
+        _size: u64,
+    ) -> Result<Option<Unfinished>, TransferError> {
+        Ok(None)
+    }
+
+    /// Why `--resume` cannot continue a file written here, said once per
+    /// copy (an HTTP PUT takes a whole file); `None` where it can.
+    async fn resume_refusal(&self) -> Option<String> {
+        None
+    }
 
     /// Create `dir` and its missing parents; an existing directory is fine.
     async fn mkdir_all(&self, dir: &[u8]) -> Result<(), TransferError> {

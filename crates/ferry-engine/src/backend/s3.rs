@@ -624,7 +624,7 @@ impl Backend for S3 {
             chunk: 0,
             protocol: Some(format!(
                 "s3 ({})",
-                crate::http::protocol(c, self.inner.cfg.https)
+                crate::backend::http::protocol(c, self.inner.cfg.https)
             )),
         }
     }
@@ -657,7 +657,7 @@ impl Backend for S3 {
             let mtime = resp
                 .header("x-amz-meta-mtime")
                 .and_then(|v| v.split('.').next().and_then(|s| s.trim().parse().ok()))
-                .or_else(|| crate::http::last_modified(&resp.headers).map(i64::from));
+                .or_else(|| crate::backend::http::last_modified(&resp.headers).map(i64::from));
             return Ok(Some(Entry {
                 name,
                 kind: EntryKind::File,
