@@ -272,12 +272,12 @@ impl Server {
         } else {
             None
         };
-        let sftp_cfg = Arc::new(sftp::SessionConfig {
+        let sftp_cfg = Arc::new(sftp::SessionConfig::new(
             root,
-            writable: opts.writable,
-            limits: opts.sftp_limits.clone(),
+            opts.writable,
+            opts.sftp_limits.clone(),
             inline_metadata,
-        });
+        ));
         let ssh_cfg = Arc::new(ssh::config(
             identity.host_key.clone(),
             opts.auth_fail_delay.unwrap_or(ssh::AUTH_FAIL_DELAY),
