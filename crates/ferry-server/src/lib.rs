@@ -69,7 +69,10 @@ pub struct ServeOptions {
     pub public: bool,
     /// A real certificate and key (PEM) instead of the self-signed one.
     pub tls_cert: Option<(PathBuf, PathBuf)>,
-    /// Connections at once, per protocol.
+    /// Connections at once, all listeners together (SSH, HTTP(S), FTP
+    /// control): the limit bounds the process's sockets and memory, which
+    /// every protocol shares, as nginx's `worker_connections` counts every
+    /// listener of a worker.
     pub max_connections: usize,
     pub sftp_limits: SftpLimits,
     /// SFTP and HTTP metadata calls on the blocking pool even on a local
@@ -272,12 +275,12 @@ impl Server {
         } else {
             None
         };
-        let sftp_cfg = Arc::new(sftp::SessionConfig {
+        let sftp_cfg = Arc::new(sftp::SessionConfig::new(
             root,
-            writable: opts.writable,
-            limits: opts.sftp_limits.clone(),
+            opts.writable,
+            opts.sftp_limits.clone(),
             inline_metadata,
-        });
+        ));
         let ssh_cfg = Arc::new(ssh::config(
             identity.host_key.clone(),
             opts.auth_fail_delay.unwrap_or(ssh::AUTH_FAIL_DELAY),

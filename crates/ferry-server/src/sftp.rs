@@ -10,7 +10,9 @@
 //! them: OpenSSH's own client truncates a download at the first reply that
 //! came out of order (`truncating at ...` in `scp -vvv`). Concurrency is
 //! bounded by a per-session byte budget: when it is spent the session stops reading the channel, the SSH
-//! window closes, and the client waits. Every other request on a handle
+//! window closes, and the client waits. A READ's share of the budget is
+//! held by its reply's buffer until russh has sealed the bytes into an SSH
+//! packet ([`Budgeted`]), so replies waiting for a slow client count too. Every other request on a handle
 //! first waits for that handle's reads and writes to finish, so CLOSE never
 //! overtakes a WRITE. READ replies are read from the file straight into the
 //! reply buffer behind a 13-byte DATA header: one copy from the page cache.
@@ -50,6 +52,9 @@ pub struct SftpLimits {
     pub max_handles: usize,
     /// Bytes of READ and WRITE requests being served at once per session.
     pub max_inflight_bytes: usize,
+    /// The same for all sessions together: what bounds the server's
+    /// memory when many clients read slower than the disk.
+    pub max_server_inflight_bytes: usize,
 }
 
 impl Default for SftpLimits {
@@ -57,7 +62,16 @@ impl Default for SftpLimits {
         SftpLimits {
             max_io: 1024 * 1024,
             max_handles: 1024,
-            max_inflight_bytes: 32 * 1024 * 1024,
+            // 8 MiB, ferry cp's default in flight per connection, so it
+            // never waits for the server's budget; with the budget held
+            // until the bytes are sealed (`Budgeted`) this bounds what one
+            // session's READ replies hold. 32 MiB before issue #24.
+            max_inflight_bytes: 8 * 1024 * 1024,
+            // 256 MiB: 32 sessions at their full budget; beyond that,
+            // sessions share it (issue #24: 500 sessions of slow ferry cp
+            // clients held 1.6 GiB of READ replies with only the
+            // per-session budget).
+            max_server_inflight_bytes: 256 * 1024 * 1024,
         }
     }
 }
@@ -70,6 +84,50 @@ pub struct SessionConfig {
     /// Make metadata calls on the session's thread instead of the
     /// blocking pool (a local filesystem: `crate::fskind`).
     pub inline_metadata: bool,
+    /// The server-wide budget (`SftpLimits::max_server_inflight_bytes`
+    /// in [`BUDGET_UNIT`]s), shared by every session.
+    pub budget: Arc<Semaphore>,
+}
+
+impl SessionConfig {
+    /// A configuration whose server-wide budget is sized from `limits`.
+    pub fn new(root: Root, writable: bool, limits: SftpLimits, inline_metadata: bool) -> Self {
+        let units = (limits.max_server_inflight_bytes / BUDGET_UNIT).max(1);
+        SessionConfig {
+            root,
+            writable,
+            limits,
+            inline_metadata,
+            budget: Arc::new(Semaphore::new(units.min(Semaphore::MAX_PERMITS))),
+        }
+    }
+}
+
+/// A share of the session's budget and of the server's, returned together
+/// on drop.
+struct Permit {
+    _session: tokio::sync::OwnedSemaphorePermit,
+    _server: tokio::sync::OwnedSemaphorePermit,
+}
+
+/// A READ reply's buffer with the session's budget it took: the permit is
+/// returned when the last `Bytes` of the buffer is dropped. russh's
+/// `data_bytes` hands the channel slices of it (no copy) that live until
+/// they are sealed into an SSH packet, so the budget covers a reply until
+/// it has left for the socket. Before (issue #24) the permit was returned
+/// as soon as the reply was queued: for a client that reads slower than
+/// the disk, every READ it had in flight (8 MiB per ferry cp connection)
+/// sat in the server's queues uncounted, and ferry serve grew to 1.14 GiB
+/// under 500 SFTP + 1000 HTTPS clients.
+struct Budgeted {
+    buf: Vec<u8>,
+    _permit: Option<Permit>,
+}
+
+impl AsRef<[u8]> for Budgeted {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf
+    }
 }
 
 /// The budget is counted in units of this many bytes.
@@ -114,7 +172,7 @@ struct WriteJob {
     offset: u64,
     data: Bytes,
     slot: oneshot::Sender<Outgoing>,
-    permit: tokio::sync::OwnedSemaphorePermit,
+    permit: Permit,
 }
 
 impl OpenFile {
@@ -580,13 +638,29 @@ impl Session {
         }
     }
 
-    async fn take_budget(&self, bytes: usize) -> Result<tokio::sync::OwnedSemaphorePermit, String> {
+    /// The session's share first, then the server's: always in this
+    /// order, and both are returned without waiting for anything a session
+    /// holds (a reply is sealed when the client's window allows), so no
+    /// session waits on another in a cycle.
+    async fn take_budget(&self, bytes: usize) -> Result<Permit, String> {
         let units = bytes.div_ceil(BUDGET_UNIT).clamp(1, self.budget_units) as u32;
-        self.budget
+        let session = self
+            .budget
             .clone()
             .acquire_many_owned(units)
             .await
-            .map_err(|_| "session closed".to_string())
+            .map_err(|_| "session closed".to_string())?;
+        let server = self
+            .cfg
+            .budget
+            .clone()
+            .acquire_many_owned(units)
+            .await
+            .map_err(|_| "server closed".to_string())?;
+        Ok(Permit {
+            _session: session,
+            _server: server,
+        })
     }
 
     async fn read(&mut self, id: u32, handle: &[u8], offset: u64, len: u32) -> Result<(), String> {
@@ -627,7 +701,7 @@ impl Session {
         }
         match now {
             Ok(true) => {
-                let _ = slot.send(data_reply(buf, skew, head, len, id).into());
+                let _ = slot.send(data_reply(buf, skew, head, len, id, Some(permit)).into());
                 return Ok(());
             }
             Ok(false) => {}
@@ -641,7 +715,7 @@ impl Session {
             let f2 = f.clone();
             let out = tokio::task::spawn_blocking(move || {
                 match readnow::append_all(&f2.file, &mut buf, head, offset, len) {
-                    Ok(()) => data_reply(buf, skew, head, len, id),
+                    Ok(()) => data_reply(buf, skew, head, len, id, Some(permit)),
                     Err(e) => read_error(id, &e),
                 }
             })
@@ -651,7 +725,6 @@ impl Session {
                 f.idle.notify_waiters();
             }
             let _ = slot.send(out.into());
-            drop(permit);
         });
         Ok(())
     }
@@ -1290,10 +1363,23 @@ fn data_or_eof(buf: &mut Vec<u8>, start: usize, id: u32) {
 
 /// The DATA reply for file bytes in `buf[head..]` (at most `len` of them),
 /// the SFTP header written into `buf[skew..head]`; EOF when there are none.
-fn data_reply(mut buf: Vec<u8>, skew: usize, head: usize, len: usize, id: u32) -> Bytes {
+/// `permit`: the budget the reply holds until its last byte is sealed
+/// into an SSH packet ([`Budgeted`]).
+fn data_reply(
+    mut buf: Vec<u8>,
+    skew: usize,
+    head: usize,
+    len: usize,
+    id: u32,
+    permit: Option<Permit>,
+) -> Bytes {
     buf.truncate(head + len);
     data_or_eof(&mut buf, skew, id);
-    Bytes::from(buf).slice(skew..)
+    Bytes::from_owner(Budgeted {
+        buf,
+        _permit: permit,
+    })
+    .slice(skew..)
 }
 
 /// The hashes `check-file-name` answers with: the first of the
@@ -1389,6 +1475,38 @@ fn copy_data(r: &File, mut roff: u64, len: u64, w: &File, mut woff: u64) -> io::
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The READ budget comes back when the reply's last byte is gone
+    /// (sealed into an SSH packet by russh, which holds slices of it), not
+    /// when the reply is queued (issue #24).
+    #[test]
+    fn read_budget_is_held_until_the_reply_is_sent() {
+        let budget = Arc::new(Semaphore::new(8));
+        let server = Arc::new(Semaphore::new(100));
+        let take = |s: &Arc<Semaphore>| {
+            s.clone()
+                .try_acquire_many_owned(5)
+                .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let permit = Permit {
+            _session: take(&budget),
+            _server: take(&server),
+        };
+        let mut buf = vec![0u8; DATA_PREFIX_LEN];
+        buf.extend_from_slice(&[7u8; 1000]);
+        let reply = data_reply(buf, 0, DATA_PREFIX_LEN, 1000, 9, Some(permit));
+        assert_eq!(reply.len(), DATA_PREFIX_LEN + 1000);
+        assert_eq!(budget.available_permits(), 3, "queued: still counted");
+        // What russh's data_bytes keeps: slices of the reply, one per packet.
+        let (a, b) = (reply.slice(..500), reply.slice(500..));
+        drop(reply);
+        drop(a);
+        assert_eq!(budget.available_permits(), 3, "a packet not sealed yet");
+        assert_eq!(server.available_permits(), 95);
+        drop(b);
+        assert_eq!(budget.available_permits(), 8, "all sealed: returned");
+        assert_eq!(server.available_permits(), 100);
+    }
 
     /// What `fill_read` appended after `prefix`, decoded (the frame after
     /// its 4-byte length, which must match).

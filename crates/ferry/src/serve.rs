@@ -78,7 +78,9 @@ pub struct ServeArgs {
     /// The private key (PEM) for --tls-cert.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
-    /// Most connections at once, per protocol.
+    /// Most connections at once, all protocols together (SSH, HTTP(S) and
+    /// FTP control connections; FTP data connections are not counted):
+    /// more are closed as they arrive.
     #[arg(long, value_name = "N", default_value_t = 64)]
     max_connections: usize,
     /// Most open files per SFTP session.

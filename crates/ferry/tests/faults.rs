@@ -83,6 +83,18 @@ enum Fault {
     Denied,
     Existing,
     SourceTruncated,
+    /// The client killed at a second point: half-way through its
+    /// `--resume` continuation of a copy killed mid-way.
+    KillResume,
+    /// The server killed while the client is connecting and logging in
+    /// (its first bytes held by the proxy), then restarted.
+    KillServerLogin,
+    /// Down only: the client killed with a part file complete, just
+    /// before it renames it to the final name (the rename held by strace).
+    KillBeforeRename,
+    /// Down only: the client killed while it writes the resume record of
+    /// a split copy (`--streams 4`; the record's write held by strace).
+    KillRecord,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -656,6 +668,19 @@ enum Held {
 /// disk (vsftpd is slow enough without). Returns the running client.
 fn start_and_hold(peer: &Peer, cell: &Cell, extra: &[&str]) -> (FerryChild, Held) {
     let total = total_bytes(&cell.src);
+    start_and_hold_at(peer, cell, extra, total * 2 / 5, total * 3 / 10)
+}
+
+/// [`start_and_hold`] at other points: the proxy pauses after
+/// `proxy_after` more bytes; without the proxy (FTP) the writer is held
+/// once `on_disk` bytes are under the destination.
+fn start_and_hold_at(
+    peer: &Peer,
+    cell: &Cell,
+    extra: &[&str],
+    proxy_after: u64,
+    on_disk: u64,
+) -> (FerryChild, Held) {
     if cell.data_proxied(peer) {
         let flow = if cell.dir == Dir::Down {
             Flow::Down
@@ -664,7 +689,7 @@ fn start_and_hold(peer: &Peer, cell: &Cell, extra: &[&str]) -> (FerryChild, Held
         };
         peer.proxy.arm(ProxyFault {
             flow,
-            after: total * 2 / 5,
+            after: proxy_after,
             action: Action::Pause,
             times: usize::MAX,
         });
@@ -674,9 +699,9 @@ fn start_and_hold(peer: &Peer, cell: &Cell, extra: &[&str]) -> (FerryChild, Held
             if child.try_wait().is_some() || Instant::now() > end {
                 let o = child.kill();
                 panic!(
-                    "{}: the copy never reached 40% ({} bytes) through the proxy: {} up, {} down, {} connections: {}",
+                    "{}: the copy never reached {} bytes through the proxy: {} up, {} down, {} connections: {}",
                     cell.tag,
-                    total * 2 / 5,
+                    proxy_after,
                     peer.proxy.bytes(Flow::Up),
                     peer.proxy.bytes(Flow::Down),
                     peer.proxy.connections(),
@@ -690,7 +715,7 @@ fn start_and_hold(peer: &Peer, cell: &Cell, extra: &[&str]) -> (FerryChild, Held
     let mut child = peer.spawn(&cell.args(peer, false, extra));
     let end = Instant::now() + Duration::from_secs(60);
     let watch = cell.watch();
-    while bytes_under(&watch) < total * 3 / 10 {
+    while bytes_under(&watch) < on_disk {
         if let Some(st) = child.try_wait() {
             panic!(
                 "{}: the copy ended ({st}) before we could hold it",
@@ -786,6 +811,65 @@ fn run_cell(peer: &mut Peer, dir: Dir, shape: Shape, fault: Fault, local: &Path)
             settle(&cell.dst_dir);
             resume_ends_identical(peer, &cell, &ctx);
         }
+        Fault::KillResume => {
+            // The first run, killed at 40% as in KillClient.
+            let (child, held) = start_and_hold(peer, &cell, &[]);
+            let _ = child.kill();
+            let_go(peer, &held);
+            peer.proxy.close_all();
+            thread::sleep(Duration::from_millis(300));
+            check_mid(&cell, None, &format!("{ctx}: after the first SIGKILL"));
+            settle(&cell.dst_dir);
+            // Its --resume continuation, held half-way through what is
+            // left (30% more through the proxy, or 65% on disk), killed.
+            let total = total_bytes(&cell.src);
+            let (child, held) =
+                start_and_hold_at(peer, &cell, &["--resume"], total * 3 / 10, total * 13 / 20);
+            check_mid(&cell, None, &format!("{ctx}: --resume held"));
+            let _ = child.kill();
+            let_go(peer, &held);
+            peer.proxy.close_all();
+            thread::sleep(Duration::from_millis(300));
+            check_mid(&cell, None, &format!("{ctx}: --resume killed"));
+            settle(&cell.dst_dir);
+            resume_ends_identical(peer, &cell, &ctx);
+        }
+        Fault::KillServerLogin => {
+            // Hold the client's first bytes (the SSH version line, the TLS
+            // ClientHello, FTP's first command after the greeting).
+            peer.proxy.arm(ProxyFault {
+                flow: Flow::Up,
+                after: 1,
+                action: Action::Pause,
+                times: usize::MAX,
+            });
+            let child = peer.spawn(&cell.args(peer, true, &[]));
+            assert!(
+                peer.proxy.wait_fired(Duration::from_secs(30)),
+                "{ctx}: the client never connected"
+            );
+            peer.kill_server();
+            peer.restart_server();
+            peer.proxy.release();
+            let o = child.wait();
+            eprintln!(
+                "{ctx}: client after the server's death at login: {}",
+                o.status
+            );
+            let new_cert = peer.proto == Proto::HttpsNginx && o.status.code() == Some(3);
+            if o.status.success() {
+                assert_identical(&cell.src, &cell.dst(), &format!("{ctx}: retried"));
+            } else if !new_cert {
+                assert_code(&o, 1, &format!("{ctx}: a lost server is a network error"));
+            }
+            assert_no_bad_finals(&cell.src, &cell.dst(), &ctx);
+            resume_ends_identical(peer, &cell, &ctx);
+        }
+        Fault::KillBeforeRename | Fault::KillRecord if dir == Dir::Up => {
+            eprintln!("{ctx}: skipped: the rename and the record are the server's side");
+        }
+        Fault::KillBeforeRename => kill_before_rename(peer, &cell, &ctx),
+        Fault::KillRecord => kill_in_record(peer, &cell, &ctx),
         Fault::KillServer => {
             let (child, held) = start_and_hold(peer, &cell, &[]);
             peer.kill_server();
@@ -927,6 +1011,167 @@ fn run_cell(peer: &mut Peer, dir: Dir, shape: Shape, fault: Fault, local: &Path)
             }
         }
     }
+}
+
+/// `strace` holding the syscalls `calls` (a strace set) that touch any of
+/// `paths` (none: all of them) for 3 s each as they enter (the other
+/// syscalls run untraced, `--seccomp-bpf`); `None` (and a SKIP line)
+/// without strace. strace matches a path argument as written (ferry may
+/// write `dir//name`) but a file descriptor by what it refers to, so
+/// `paths` suits writes, not renames.
+fn strace_hold(calls: &str, paths: &[PathBuf]) -> Option<Vec<OsString>> {
+    if !have("strace") {
+        eprintln!("SKIP: strace not installed");
+        return None;
+    }
+    let mut via = args!["strace", "-f", "-qq", "--seccomp-bpf", "-o", "/dev/null"];
+    for p in paths {
+        via.extend(args!["-P", p]);
+    }
+    via.extend(args![
+        "-e",
+        format!("trace={calls}"),
+        "-e",
+        format!("inject={calls}:delay_enter=3000000")
+    ]);
+    Some(via)
+}
+
+/// `ferry cp` run under `via` (see [`strace_hold`]) with the cell's
+/// arguments, straight to the server.
+fn spawn_held(peer: &Peer, cell: &Cell, via: &[OsString], extra: &[&str]) -> FerryChild {
+    let mut a = peer.cp_args();
+    a.extend(cell.args(peer, false, extra));
+    FerryChild::spawn_via(via, &peer.home(), &a, &[])
+}
+
+/// SIGKILL the ferry that `under` (strace) runs, then collect strace.
+fn kill_traced(under: FerryChild) -> Output {
+    let pid = under.pid();
+    let children =
+        fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    let mut killed = false;
+    for c in children.split_whitespace() {
+        if let Ok(c) = c.parse::<u32>() {
+            signal(c, "KILL");
+            killed = true;
+        }
+    }
+    assert!(killed, "no ferry process under {pid}");
+    under.wait()
+}
+
+/// Source files of the cell (relative paths; the file itself for a file).
+fn source_files(cell: &Cell) -> Vec<PathBuf> {
+    if cell.shape == Shape::File {
+        return vec![PathBuf::from(&cell.name)];
+    }
+    finals(&cell.src)
+        .into_iter()
+        .map(|r| Path::new(&cell.name).join(r))
+        .collect()
+}
+
+/// `.NAME.ferry-part` beside `final_path`.
+fn part_of(final_path: &Path) -> PathBuf {
+    let name = final_path.file_name().unwrap().to_string_lossy();
+    final_path.with_file_name(format!(".{name}.ferry-part"))
+}
+
+/// A download's client killed once a part file is complete and its
+/// rename to the final name is being held: nothing under a final name
+/// differs, and `--resume` completes.
+fn kill_before_rename(peer: &Peer, cell: &Cell, ctx: &str) {
+    let rels = source_files(cell);
+    let src_of = |rel: &Path| -> PathBuf {
+        match cell.shape {
+            Shape::File => cell.src.clone(),
+            Shape::Tree => cell.src.join(rel.strip_prefix(&cell.name).unwrap()),
+        }
+    };
+    // Every rename is held (a download renames only its part files and,
+    // in the HTTP loop, its resume records).
+    let Some(via) = strace_hold("rename,renameat,renameat2", &[]) else {
+        return;
+    };
+    let mut child = spawn_held(peer, cell, &via, &[]);
+    let end = Instant::now() + Duration::from_secs(60);
+    // A part file as long as its source (not empty: an empty file's part
+    // is complete at once), its final name not there yet.
+    let complete = loop {
+        let found = rels.iter().find(|r| {
+            let want = file_len(&src_of(r));
+            let d = cell.dst_dir.join(r);
+            want > 0 && fs::metadata(part_of(&d)).is_ok_and(|m| m.len() == want) && !d.exists()
+        });
+        if let Some(r) = found {
+            break r.clone();
+        }
+        if let Some(st) = child.try_wait() {
+            panic!("{ctx}: the copy ended ({st}) before a part file was complete");
+        }
+        assert!(Instant::now() < end, "{ctx}: no part file completed");
+        thread::sleep(Duration::from_millis(2));
+    };
+    // The rename is held for 3 s: it has not happened when we kill.
+    thread::sleep(Duration::from_millis(200));
+    let o = kill_traced(child);
+    eprintln!(
+        "{ctx}: killed with {} complete: {}",
+        complete.display(),
+        o.status
+    );
+    let d = cell.dst_dir.join(&complete);
+    assert!(
+        !d.exists() || hash_file(&d) == hash_file(&src_of(&complete)),
+        "{ctx}: {} is under its final name but differs",
+        d.display()
+    );
+    assert_no_bad_finals(&cell.src, &cell.dst(), ctx);
+    resume_ends_identical(peer, cell, ctx);
+}
+
+/// A split download (`--streams 4`) killed while its resume record is
+/// being written (created, its write held; the HTTP loop writes
+/// `RECORD.new` and renames it): `--resume` must not trust a record cut
+/// short, and completes.
+fn kill_in_record(peer: &Peer, cell: &Cell, ctx: &str) {
+    if cell.shape == Shape::Tree {
+        eprintln!("{ctx}: skipped: the file cell covers it (only the tree's 2 MiB file is split)");
+        return;
+    }
+    let record = cell.dst_dir.join(format!(".{}.ferry-resume", cell.name));
+    let staged = cell
+        .dst_dir
+        .join(format!(".{}.ferry-resume.new", cell.name));
+    let Some(via) = strace_hold("write,pwrite64,writev", &[record.clone(), staged.clone()]) else {
+        return;
+    };
+    let mut child = spawn_held(peer, cell, &via, &["--streams", "4"]);
+    let end = Instant::now() + Duration::from_secs(60);
+    while !record.exists() && !staged.exists() {
+        if let Some(st) = child.try_wait() {
+            let o = child.wait();
+            panic!(
+                "{ctx}: the copy ended ({st}) without writing {}: {}",
+                record.display(),
+                describe(&o)
+            );
+        }
+        assert!(Instant::now() < end, "{ctx}: no resume record");
+        thread::sleep(Duration::from_millis(2));
+    }
+    thread::sleep(Duration::from_millis(200));
+    let o = kill_traced(child);
+    let len_of = |p: &Path| fs::metadata(p).map(|m| m.len()).ok();
+    eprintln!(
+        "{ctx}: killed while writing the record (record {:?} bytes, staged {:?}): {}",
+        len_of(&record),
+        len_of(&staged),
+        o.status
+    );
+    assert_no_bad_finals(&cell.src, &cell.dst(), ctx);
+    resume_ends_identical(peer, cell, ctx);
 }
 
 /// Put an old file (or tree) of the same name at the destination; returns
@@ -1147,4 +1392,52 @@ matrix! {
     ftps_serve_up_denied: FtpsServe, Up, Denied;
     ftps_serve_up_existing: FtpsServe, Up, Existing;
     ftps_serve_up_source_truncated: FtpsServe, Up, SourceTruncated;
+}
+
+// Kill points other than mid-copy (issue #24): during a --resume
+// continuation and the server at login, both ways; just before the final
+// rename and while the resume record is written, downloads (the local
+// side is the one that renames and keeps the record).
+matrix! {
+    sftp_sshd_down_kill_resume: SftpSshd, Down, KillResume;
+    sftp_sshd_up_kill_resume: SftpSshd, Up, KillResume;
+    sftp_sshd_down_kill_server_login: SftpSshd, Down, KillServerLogin;
+    sftp_sshd_up_kill_server_login: SftpSshd, Up, KillServerLogin;
+    sftp_sshd_down_kill_before_rename: SftpSshd, Down, KillBeforeRename;
+    sftp_sshd_down_kill_record: SftpSshd, Down, KillRecord;
+
+    sftp_serve_down_kill_resume: SftpServe, Down, KillResume;
+    sftp_serve_up_kill_resume: SftpServe, Up, KillResume;
+    sftp_serve_down_kill_server_login: SftpServe, Down, KillServerLogin;
+    sftp_serve_up_kill_server_login: SftpServe, Up, KillServerLogin;
+    sftp_serve_down_kill_before_rename: SftpServe, Down, KillBeforeRename;
+    sftp_serve_down_kill_record: SftpServe, Down, KillRecord;
+
+    https_nginx_down_kill_resume: HttpsNginx, Down, KillResume;
+    https_nginx_up_kill_resume: HttpsNginx, Up, KillResume;
+    https_nginx_down_kill_server_login: HttpsNginx, Down, KillServerLogin;
+    https_nginx_up_kill_server_login: HttpsNginx, Up, KillServerLogin;
+    https_nginx_down_kill_before_rename: HttpsNginx, Down, KillBeforeRename;
+    https_nginx_down_kill_record: HttpsNginx, Down, KillRecord;
+
+    https_serve_down_kill_resume: HttpsServe, Down, KillResume;
+    https_serve_up_kill_resume: HttpsServe, Up, KillResume;
+    https_serve_down_kill_server_login: HttpsServe, Down, KillServerLogin;
+    https_serve_up_kill_server_login: HttpsServe, Up, KillServerLogin;
+    https_serve_down_kill_before_rename: HttpsServe, Down, KillBeforeRename;
+    https_serve_down_kill_record: HttpsServe, Down, KillRecord;
+
+    ftp_vsftpd_down_kill_resume: FtpVsftpd, Down, KillResume;
+    ftp_vsftpd_up_kill_resume: FtpVsftpd, Up, KillResume;
+    ftp_vsftpd_down_kill_server_login: FtpVsftpd, Down, KillServerLogin;
+    ftp_vsftpd_up_kill_server_login: FtpVsftpd, Up, KillServerLogin;
+    ftp_vsftpd_down_kill_before_rename: FtpVsftpd, Down, KillBeforeRename;
+    ftp_vsftpd_down_kill_record: FtpVsftpd, Down, KillRecord;
+
+    ftps_serve_down_kill_resume: FtpsServe, Down, KillResume;
+    ftps_serve_up_kill_resume: FtpsServe, Up, KillResume;
+    ftps_serve_down_kill_server_login: FtpsServe, Down, KillServerLogin;
+    ftps_serve_up_kill_server_login: FtpsServe, Up, KillServerLogin;
+    ftps_serve_down_kill_before_rename: FtpsServe, Down, KillBeforeRename;
+    ftps_serve_down_kill_record: FtpsServe, Down, KillRecord;
 }

@@ -276,6 +276,48 @@ fn max_startups_caps_connections_that_have_not_logged_in() {
     still_serves(&s, &want, "after the idle connections left");
 }
 
+/// `--max-connections` counts every listener together (issue #24: the help
+/// said "per protocol"): with one idle SSH, one idle HTTPS and one idle FTP
+/// connection under `--max-connections 3`, a 4th connection to any of them
+/// is closed at once; after the idle ones leave, clients are served.
+#[test]
+fn max_connections_counts_every_protocol_together() {
+    let s = FerryServe::start_ftp(&["--max-connections", "3", "--login-grace-time", "30"]);
+    let want = make_file(&s.root().join("ok.bin"), 300_000, 5);
+    let mut idle = Vec::new();
+    let mut ssh = connect(s.sftp_port.unwrap());
+    let mut b = [0u8; 64];
+    let n = ssh.read(&mut b).unwrap();
+    assert!(b[..n].starts_with(b"SSH-2.0-"), "{:?}", &b[..n]);
+    idle.push(ssh);
+    let mut ftp = connect(s.ftp_port.unwrap());
+    let n = ftp.read(&mut b).unwrap();
+    assert!(b[..n].starts_with(b"220"), "{:?}", &b[..n]);
+    idle.push(ftp);
+    // An HTTPS client that has not started TLS yet: kept for the
+    // handshake timeout (10 s), far longer than the refusal below takes.
+    idle.push(connect(s.https_port.unwrap()));
+    thread::sleep(Duration::from_millis(300));
+    for (name, port) in [
+        ("HTTPS", s.https_port.unwrap()),
+        ("SSH", s.sftp_port.unwrap()),
+        ("FTP", s.ftp_port.unwrap()),
+    ] {
+        let mut extra = connect(port);
+        let took = closed_within(&mut extra, Duration::from_secs(3));
+        assert!(
+            took.is_some(),
+            "a 4th connection ({name}) was kept: the limit is not shared"
+        );
+    }
+    for c in &mut idle {
+        let _ = c.shutdown(Shutdown::Both);
+    }
+    idle.clear();
+    thread::sleep(Duration::from_millis(300));
+    still_serves(&s, &want, "after the idle connections left");
+}
+
 /// Wrong keys and passwords are answered after `--auth-fail-delay`, and a
 /// right one right after is not slowed.
 #[test]

@@ -200,6 +200,13 @@ fn run_load(sftp_clients: usize, https_clients: usize) {
     let took = started.elapsed();
     done.store(true, Ordering::Release);
     let (peak_sftp, peak_https) = sampler.join().unwrap();
+    // The peak so far, also when clients failed below.
+    eprintln!(
+        "serve_VmHWM={}kB after {:.1}s, {} client process(es) failed",
+        status_kb(pid, "VmHWM:"),
+        took.as_secs_f64(),
+        failed.len()
+    );
     assert!(took < LIMIT, "load took {took:?}");
     assert!(
         failed.is_empty(),

@@ -332,6 +332,9 @@ pub struct SSHBuffer {
     /// ferry: reading side only. Bytes received from the socket and not yet
     /// taken as a packet: one `read` of the socket can bring several.
     pub readahead: bytes::BytesMut,
+    /// ferry: reading side only. How much room `readahead` asks for now
+    /// (`cipher::READAHEAD_MIN` growing to `cipher::READAHEAD`).
+    pub readahead_want: usize,
     /// ferry: reading side only. The packet `cipher::read` returned, decrypted,
     /// padding removed: a piece split off `readahead`, not a copy.
     pub incoming: bytes::BytesMut,
@@ -345,6 +348,7 @@ impl SSHBuffer {
             bytes: 0,
             seqn: Wrapping(0),
             readahead: bytes::BytesMut::new(),
+            readahead_want: crate::cipher::READAHEAD_MIN,
             incoming: bytes::BytesMut::new(),
         }
     }
@@ -402,6 +406,10 @@ pub(crate) struct IncomingSshPacket {
 }
 
 /// Packet writer for constructing and encrypting outgoing SSH packets.
+/// ferry: how much a session loop seals from queued messages before it
+/// writes them out (it may pass it by one message).
+pub(crate) const MAX_BATCH_BYTES: usize = 256 * 1024;
+
 pub(crate) struct PacketWriter {
     cipher: Box<dyn SealingKey + Send>,
     compress: Compress,
@@ -622,8 +630,19 @@ impl PacketWriter {
             w.write_all(&self.write_buffer.buffer).await?;
             w.flush().await?;
             self.write_buffer.buffer.clear();
+            // ferry: a rare large batch (a key exchange's backlog, a big
+            // in-place packet) does not stay resident for the life of
+            // the connection.
+            if self.write_buffer.buffer.capacity() > 4 * MAX_BATCH_BYTES {
+                self.write_buffer.buffer.shrink_to(2 * MAX_BATCH_BYTES);
+            }
         }
         Ok(())
+    }
+
+    /// ferry: sealed bytes waiting to be written.
+    pub(crate) fn buffered(&self) -> usize {
+        self.write_buffer.buffer.len()
     }
 }
 

@@ -375,9 +375,26 @@ pub fn ferry_bin() -> &'static str {
 /// ferry's) so it has no controlling terminal and can never prompt on
 /// /dev/tty, even when the tests run in a terminal.
 fn ferry_command<S: AsRef<OsStr>>(home: &Path, args: &[S], envs: &[(&str, &str)]) -> Command {
+    ferry_command_via(&[], home, args, envs)
+}
+
+/// [`ferry_command`] run by `via` (a tool and its arguments, ferry's
+/// path and `args` after them; empty: ferry itself).
+fn ferry_command_via<S: AsRef<OsStr>>(
+    via: &[OsString],
+    home: &Path,
+    args: &[S],
+    envs: &[(&str, &str)],
+) -> Command {
     let setsid = Path::new("/usr/bin/setsid");
     let mut cmd = if setsid.exists() {
         let mut c = Command::new(setsid);
+        c.args(via);
+        c.arg(ferry_bin());
+        c
+    } else if let Some((tool, rest)) = via.split_first() {
+        let mut c = Command::new(tool);
+        c.args(rest);
         c.arg(ferry_bin());
         c
     } else {
@@ -439,6 +456,29 @@ impl FerryChild {
     pub fn spawn<S: AsRef<OsStr>>(home: &Path, args: &[S], envs: &[(&str, &str)]) -> FerryChild {
         let what = describe_args(args);
         let mut child = ferry_command(home, args, envs)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+        let out = Some(drain(child.stdout.take()));
+        let err = Some(drain(child.stderr.take()));
+        FerryChild {
+            child,
+            out,
+            err,
+            what,
+            done: false,
+        }
+    }
+
+    /// [`FerryChild::spawn`] under a tool (`via`: the tool and its
+    /// arguments, e.g. `strace -f ...`), which runs ferry as its child.
+    pub fn spawn_via<S: AsRef<OsStr>>(
+        via: &[OsString],
+        home: &Path,
+        args: &[S],
+        envs: &[(&str, &str)],
+    ) -> FerryChild {
+        let what = format!("{} {}", describe_args(via), describe_args(args));
+        let mut child = ferry_command_via(via, home, args, envs)
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
         let out = Some(drain(child.stdout.take()));

@@ -683,6 +683,15 @@ impl Session {
                     if self.common.has_any_pending_data() {
                         break;
                     }
+                    // ferry: at most MAX_BATCH_BYTES sealed before they are
+                    // written. 64 messages of 255 KiB are 16 MiB, and the
+                    // output buffer keeps the largest batch it ever held:
+                    // under load, when messages queued up while the socket
+                    // was full, each SFTP session of ferry serve kept
+                    // several MiB (issue #24).
+                    if self.common.packet_writer.buffered() >= crate::sshbuffer::MAX_BATCH_BYTES {
+                        break;
+                    }
                 }
                 if drained > 0 {
                     self.flush()?;
