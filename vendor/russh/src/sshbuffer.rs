@@ -575,10 +575,10 @@ impl PacketWriter {
         // ferry: a zstd packet that goes out stored is built and sealed in
         // place too, behind an 8-byte header (compression/ferry_zstd.rs).
         #[cfg(feature = "zstd")]
-        if let Compress::Zstd(z) = &mut self.compress {
-            if z.next_is_stored() {
-                return self.write_stored_in_place(f);
-            }
+        if let Compress::Zstd(z) = &mut self.compress
+            && z.next_is_stored()
+        {
+            return self.write_stored_in_place(f);
         }
         let buf = self.prepare_packet(f)?;
         let result = self.packet_raw(&buf);
