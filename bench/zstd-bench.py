@@ -9,6 +9,9 @@ included, read from /proc before and after), plus a JSON line per run.
 
 Usage: bench/zstd-bench.py FERRY_BIN LINKEM_BIN [--runs 5] [--size-mib 128]
        [--rate-mbps 200] [--delay-ms 10] [--cases a,b,...] [--data text|random]
+
+A ferry case may end in `@N` to run ferry cp with `--streams N` (e.g.
+`ferry-auto@2`): N SSH connections, each with its own compressor.
 """
 import argparse
 import json
@@ -149,6 +152,7 @@ def main():
         user = os.environ.get("USER", "root")
 
         def run_case(case, dest):
+            case, _, streams = case.partition("@")
             if case.startswith("ferry"):
                 flag = {"ferry-auto": "--compress=auto", "ferry-off": "--compress=off",
                         "ferry-on": "-C", "ferry-zlib-sshd": "-C",
@@ -157,7 +161,8 @@ def main():
                     port, server, path = sshd_via, sshd, src
                 else:
                     port, server, path = serve_via, serve, "/data.bin"
-                cmd = [a.ferry, "cp", "-q", "--json", flag] + ssh_opts + [
+                cmd = [a.ferry, "cp", "-q", "--json", flag] + (
+                    ["--streams", streams] if streams else []) + ssh_opts + [
                     f"sftp://{user}@127.0.0.1:{port}{path}", dest]
             else:
                 port, server = sshd_via, sshd

@@ -11,8 +11,8 @@ use crate::cipher::MAXIMUM_DECOMPRESSED_PACKET_LEN;
 mod ferry_zstd;
 #[cfg(feature = "zstd")]
 pub use ferry_zstd::{
-    AutoLevel, CompressionStats, MAX_DECOMPRESSED, Setting, WINDOW_LOG, ZstdCompressor,
-    ZstdDecompressor, ZstdLevel, ZstdSettings,
+    AutoLevel, CompressionStats, MAX_DECOMPRESSED, Setting, StoredPacket, WINDOW_LOG,
+    ZstdCompressor, ZstdDecompressor, ZstdLevel, ZstdSettings,
 };
 
 #[derive(Debug, Clone)]
@@ -235,6 +235,10 @@ impl Compress {
 
 #[cfg(not(feature = "flate2"))]
 impl Decompress {
+    pub(crate) fn stored_offset(&mut self, _: &[u8]) -> Result<Option<usize>, crate::Error> {
+        Ok(None)
+    }
+
     pub(crate) fn decompress_to_bytes(
         &mut self,
         input: &[u8],
@@ -435,6 +439,18 @@ impl Compress {
 
 #[cfg(feature = "flate2")]
 impl Decompress {
+    /// ferry: if this packet is a zstd stored packet, where its message
+    /// starts in it (the caller slices it out without a copy).
+    pub(crate) fn stored_offset(&mut self, input: &[u8]) -> Result<Option<usize>, crate::Error> {
+        #[cfg(feature = "zstd")]
+        if let Decompress::Zstd(z) = self {
+            return z.stored_offset(input);
+        }
+        #[cfg(not(feature = "zstd"))]
+        let _ = input;
+        Ok(None)
+    }
+
     /// ferry: one packet's payload decompressed into `Bytes`; zstd's output
     /// buffer becomes the `Bytes` without another copy.
     pub(crate) fn decompress_to_bytes(

@@ -522,6 +522,37 @@ impl PacketWriter {
         }
     }
 
+    /// ferry: `write_packet_in_place` for a zstd stored packet: the
+    /// stored header, then the message `f` appends, sealed where it lies.
+    #[cfg(feature = "zstd")]
+    fn write_stored_in_place<F: FnOnce(&mut Vec<u8>) -> Result<(), Error>>(
+        &mut self,
+        f: F,
+    ) -> Result<(), Error> {
+        let Compress::Zstd(z) = &mut self.compress else {
+            return Err(Error::Inconsistent);
+        };
+        let offset = self.write_buffer.buffer.len();
+        let buffer = &mut self.write_buffer.buffer;
+        buffer.resize(offset + Self::PACKET_PREFIX_LEN, 0);
+        let stored = z.begin_stored(buffer);
+        match f(buffer).and_then(|()| z.finish_stored(buffer, stored)) {
+            Ok(0) => {
+                self.write_buffer.buffer.truncate(offset);
+                Ok(())
+            }
+            Ok(payload_len) => {
+                self.cipher
+                    .finish_packet(offset, payload_len, &mut self.write_buffer);
+                Ok(())
+            }
+            Err(err) => {
+                self.write_buffer.buffer.truncate(offset);
+                Err(err)
+            }
+        }
+    }
+
     pub fn packet_raw(&mut self, buf: &[u8]) -> Result<(), Error> {
         if let Some(message_type) = buf.first() {
             debug!("> msg type {message_type:?}, len {}", buf.len());
@@ -548,6 +579,14 @@ impl PacketWriter {
     ) -> Result<(), Error> {
         if matches!(&self.compress, Compress::None) {
             return self.write_packet_in_place(f);
+        }
+        // ferry: a zstd packet that goes out stored is built and sealed in
+        // place too, behind an 8-byte header (compression/ferry_zstd.rs).
+        #[cfg(feature = "zstd")]
+        if let Compress::Zstd(z) = &mut self.compress
+            && z.next_is_stored()
+        {
+            return self.write_stored_in_place(f);
         }
         let buf = self.prepare_packet(f)?;
         let result = self.packet_raw(&buf);
@@ -662,6 +701,17 @@ impl SSHBuffer {
         let decompress =
             decompress.filter(|d| !matches!(d, crate::compression::Decompress::None));
         if let Some(d) = decompress {
+            // ferry: a zstd stored packet's message is handed on as a slice
+            // of the packet, like an uncompressed one.
+            #[allow(clippy::indexing_slicing)] // length checked
+            if let Some(start) = d.stored_offset(&self.incoming[5..])? {
+                return Ok(IncomingSshPacket {
+                    buffer: std::mem::take(&mut self.incoming)
+                        .freeze()
+                        .slice(5 + start..),
+                    seqn: self.seqn,
+                });
+            }
             // ferry: zstd inflates straight into the packet's buffer.
             #[allow(clippy::indexing_slicing)] // length checked
             let buffer = d.decompress_to_bytes(&self.incoming[5..])?;

@@ -12,11 +12,14 @@
 //! never a large allocation.
 //!
 //! The sender may change the level between packets. A level change ends the
-//! current zstd frame (a few bytes) and starts the next one at the new level;
-//! "stored" packets are whole zstd frames of raw blocks written here by hand,
-//! so they cost a copy and 12 bytes per 128 KiB, not a compressor pass. The
-//! receiver needs no notice of either: concatenated frames are one zstd
-//! stream. `AutoLevel` picks the level from what it measures (see there).
+//! current zstd frame (a few bytes) and starts the next one at the new level.
+//! A "stored" packet is one zstd skippable frame (RFC 8878 section 3.1.2)
+//! with the magic `STORED_MAGIC` whose user data is the SSH message itself:
+//! 8 bytes in front of the message and nothing behind it, so the sender
+//! seals it where the message was written and the receiver hands on a
+//! slice of the packet, with no copy and no compressor pass on either side
+//! (`ZstdCompressor::begin_stored`, `ZstdDecompressor::stored_offset`).
+//! `AutoLevel` picks the level from what it measures (see there).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
@@ -41,13 +44,19 @@ pub const MAX_DECOMPRESSED: usize = MAXIMUM_DECOMPRESSED_PACKET_LEN;
 /// The largest zstd block (RFC 8878 section 3.1.1.2.4, Block_Maximum_Size).
 const MAX_BLOCK: usize = 128 * 1024;
 
-/// zstd frame magic number (RFC 8878 section 3.1.1).
-const FRAME_MAGIC: u32 = 0xFD2F_B528;
+/// The magic of a stored packet's skippable frame (RFC 8878 section 3.1.2
+/// allows 0x184D2A50..=0x184D2A5F; ferry uses the last). A stock zstd
+/// decoder skips such a frame; ferry's receiver takes its user data as the
+/// packet's SSH message. ferry's sender writes no other skippable frames.
+const STORED_MAGIC: u32 = 0x184D_2A5F;
 
-/// Frame_Header_Descriptor of a stored frame: Frame_Content_Size_flag 2
-/// (four bytes of content size), Single_Segment_flag set (no window
-/// descriptor: the window is the content size), no checksum, no dictionary.
-const STORED_FRAME_DESCRIPTOR: u8 = 0b1010_0000;
+/// Magic and Frame_Size of a skippable frame.
+const STORED_HEADER_LEN: usize = 8;
+
+/// The last block of a frame when the stream is at a block boundary (after
+/// a flush): an empty raw block with Last_Block set. With no checksum
+/// (`ChecksumFlag` is off on the sender), this is the whole frame epilogue.
+const FRAME_END: [u8; 3] = [1, 0, 0];
 
 /// After a packet, the decoder's hint (the number of bytes it wants next)
 /// is 0 when the packet ended a frame, and exactly the size of a block
@@ -194,6 +203,11 @@ impl ZstdCompressor {
         encoder
             .set_parameter(CParameter::WindowLog(WINDOW_LOG))
             .map_err(|e| zstd_error("encoder window", e))?;
+        // A stored packet ends an open frame with `FRAME_END` alone, which
+        // is the whole epilogue only without a checksum.
+        encoder
+            .set_parameter(CParameter::ChecksumFlag(false))
+            .map_err(|e| zstd_error("encoder checksum", e))?;
         Ok(Self {
             encoder,
             frame_open: false,
@@ -226,6 +240,72 @@ impl ZstdCompressor {
         self.setting = setting;
     }
 
+    /// Whether the next packet goes out stored (what `AutoLevel` chooses now,
+    /// or the fixed setting). The packet writer then builds it in place
+    /// (`begin_stored`, the message, `finish_stored`).
+    pub fn next_is_stored(&mut self) -> bool {
+        if let Some(auto) = &self.auto {
+            self.setting = auto.setting();
+        }
+        self.setting == Setting::Stored
+    }
+
+    /// Appends the header of a stored packet to `output` (after ending an
+    /// open frame); the SSH message is to follow it, then `finish_stored`.
+    /// Nothing changes here until `finish_stored` succeeds, so a packet the
+    /// caller drops leaves the stream as it was.
+    pub fn begin_stored(&mut self, output: &mut Vec<u8>) -> StoredPacket {
+        let started = Instant::now();
+        let payload_start = output.len();
+        if self.frame_open {
+            output.extend_from_slice(&FRAME_END);
+        }
+        output.extend_from_slice(&STORED_MAGIC.to_le_bytes());
+        let size_at = output.len();
+        output.extend_from_slice(&[0; 4]);
+        StoredPacket {
+            started,
+            payload_start,
+            size_at,
+        }
+    }
+
+    /// Completes the stored packet `begin_stored` started in `output`, the
+    /// SSH message having been appended since. Returns the packet's payload
+    /// length (0, and `output` cut back, if the message is empty).
+    pub fn finish_stored(
+        &mut self,
+        output: &mut Vec<u8>,
+        packet: StoredPacket,
+    ) -> Result<usize, crate::Error> {
+        let message_start = packet.size_at + 4;
+        let message_len = output.len().saturating_sub(message_start);
+        if message_len == 0 {
+            output.truncate(packet.payload_start);
+            return Ok(0);
+        }
+        let size = u32::try_from(message_len).map_err(|_| crate::Error::PacketSize(message_len))?;
+        if let Some(field) = output.get_mut(packet.size_at..message_start) {
+            field.copy_from_slice(&size.to_le_bytes());
+        }
+        if self.frame_open {
+            // `FRAME_END` ended the frame on the wire; the encoder must
+            // start the next one afresh.
+            self.encoder
+                .reinit()
+                .map_err(|e| zstd_error("encoder reset", e))?;
+            self.frame_open = false;
+        }
+        let wire = output.len() - packet.payload_start;
+        self.after_packet(
+            Setting::Stored,
+            output.get(message_start..).unwrap_or_default(),
+            wire,
+            packet.started,
+        )?;
+        Ok(wire)
+    }
+
     /// Appends the compressed form of `input` to `output`, which is first
     /// cut to `start_len`; returns the number of bytes appended.
     pub fn compress_into(
@@ -234,34 +314,45 @@ impl ZstdCompressor {
         output: &mut Vec<u8>,
         start_len: usize,
     ) -> Result<usize, crate::Error> {
-        let started = Instant::now();
         output.truncate(start_len);
-        if let Some(auto) = &self.auto {
-            self.setting = auto.setting();
+        if self.next_is_stored() {
+            output.reserve(FRAME_END.len() + STORED_HEADER_LEN + input.len());
+            let packet = self.begin_stored(output);
+            output.extend_from_slice(input);
+            return self.finish_stored(output, packet);
         }
+        let started = Instant::now();
         let setting = self.setting;
-        match setting {
-            Setting::Stored => {
+        if let Setting::Level(level) = setting {
+            if level != self.encoder_level {
+                // zstd applies a new level at the next frame only.
                 self.end_frame(output)?;
-                write_stored_frame(input, output);
+                self.encoder
+                    .set_parameter(CParameter::CompressionLevel(level))
+                    .map_err(|e| zstd_error("level", e))?;
+                self.encoder_level = level;
             }
-            Setting::Level(level) => {
-                if level != self.encoder_level {
-                    // zstd applies a new level at the next frame only.
-                    self.end_frame(output)?;
-                    self.encoder
-                        .set_parameter(CParameter::CompressionLevel(level))
-                        .map_err(|e| zstd_error("level", e))?;
-                    self.encoder_level = level;
-                }
-                self.compress_flushed(input, output)?;
-            }
+            self.compress_flushed(input, output)?;
         }
         let wire = output.len() - start_len;
+        self.after_packet(setting, input, wire, started)?;
+        Ok(wire)
+    }
+
+    /// Counts one packet sent and lets `AutoLevel` see it (and sample it
+    /// while storing).
+    fn after_packet(
+        &mut self,
+        setting: Setting,
+        input: &[u8],
+        wire: usize,
+        started: Instant,
+    ) -> Result<(), crate::Error> {
         if let Some(stats) = &self.stats {
             stats.sent(setting, input.len(), wire);
         }
         if let Some(auto) = &mut self.auto {
+            let busy = started.elapsed();
             if auto.wants_sample(input.len()) {
                 let sampler = match &mut self.sampler {
                     Some(s) => s,
@@ -275,10 +366,9 @@ impl ZstdCompressor {
                     .map_err(|e| zstd_error("sample", e))?;
                 auto.record_sample(input.len(), sample.len(), t.elapsed());
             }
-            let now = Instant::now();
-            auto.observe(now, input.len(), wire, now.duration_since(started));
+            auto.observe(Instant::now(), input.len(), wire, busy);
         }
-        Ok(wire)
+        Ok(())
     }
 
     /// Ends the open frame, if any: its epilogue goes in front of this
@@ -335,32 +425,22 @@ impl ZstdCompressor {
     }
 }
 
-/// Appends `input` as one zstd frame of raw blocks (RFC 8878 3.1.1): the
-/// magic number, a single-segment header with the content size, then
-/// blocks of at most 128 KiB, each with a 3-byte header (bit 0: last
-/// block, bits 1-2: type 0 = raw, bits 3-23: size).
-fn write_stored_frame(input: &[u8], output: &mut Vec<u8>) {
-    let blocks = input.len().div_ceil(MAX_BLOCK).max(1);
-    output.reserve(4 + 1 + 4 + blocks * BLOCK_HEADER_LEN + input.len());
-    output.extend_from_slice(&FRAME_MAGIC.to_le_bytes());
-    output.push(STORED_FRAME_DESCRIPTOR);
-    // SSH packets are far below 4 GiB (the transport caps them at 256 KiB).
-    output.extend_from_slice(&(input.len() as u32).to_le_bytes());
-    let mut chunks = input.chunks(MAX_BLOCK).peekable();
-    if chunks.peek().is_none() {
-        output.extend_from_slice(&[1, 0, 0]);
-    }
-    while let Some(chunk) = chunks.next() {
-        let last = u32::from(chunks.peek().is_none());
-        let header = last | ((chunk.len() as u32) << 3);
-        output.extend_from_slice(&[header as u8, (header >> 8) as u8, (header >> 16) as u8]);
-        output.extend_from_slice(chunk);
-    }
+/// A stored packet being built in place (`ZstdCompressor::begin_stored`).
+#[derive(Debug)]
+pub struct StoredPacket {
+    started: Instant,
+    /// Where the packet's payload (the compressed form) starts in the output.
+    payload_start: usize,
+    /// Where the 4-byte Frame_Size goes; the SSH message follows it.
+    size_at: usize,
 }
 
 /// The receiving side of one direction.
 pub struct ZstdDecompressor {
     decoder: Decoder<'static>,
+    /// The last packet left a compressed frame open (it ended on a block
+    /// boundary, not at the end of a frame).
+    frame_open: bool,
     stats: Option<Arc<CompressionStats>>,
 }
 
@@ -378,22 +458,93 @@ impl ZstdDecompressor {
             .map_err(|e| zstd_error("decoder window", e))?;
         Ok(Self {
             decoder,
+            frame_open: false,
             stats: settings.stats.clone(),
         })
     }
 
     /// A new key exchange: the next packet starts a new stream.
     pub fn reset(&mut self) -> Result<(), crate::Error> {
+        self.frame_open = false;
         self.decoder
             .reinit()
             .map_err(|e| zstd_error("decoder reset", e))
+    }
+
+    /// If `input` (one packet's payload) is a stored packet, where its SSH
+    /// message starts in it: the caller takes the message as a slice of
+    /// the packet, without a copy. `None` for a compressed packet, which
+    /// goes to `decompress_to_vec`.
+    ///
+    /// A stored packet is `FRAME_END` (only while a compressed frame is
+    /// open), then a skippable frame with `STORED_MAGIC` whose Frame_Size
+    /// is exactly the rest of the packet, at least 1 byte (every SSH message
+    /// has a type) and at most the packet limit. Inside an open frame, a
+    /// compressed packet cannot begin with those 7 bytes from ferry's
+    /// sender: after `FRAME_END` a new frame begins with zstd's frame magic.
+    pub fn stored_offset(&mut self, input: &[u8]) -> Result<Option<usize>, crate::Error> {
+        let at = if self.frame_open {
+            if !input.starts_with(&FRAME_END) {
+                return Ok(None);
+            }
+            FRAME_END.len()
+        } else {
+            0
+        };
+        let Some(header) = input.get(at..at + STORED_HEADER_LEN) else {
+            return Ok(None);
+        };
+        let (magic, size) = header.split_at(4);
+        if magic != STORED_MAGIC.to_le_bytes() {
+            return Ok(None);
+        }
+        let size = size
+            .try_into()
+            .map(u32::from_le_bytes)
+            .map_err(|_| crate::Error::Zstd("stored packet header".into()))?
+            as usize;
+        let message_start = at + STORED_HEADER_LEN;
+        let message_len = input.len() - message_start;
+        if size != message_len {
+            return Err(crate::Error::Zstd(format!(
+                "stored packet says {size} bytes and holds {message_len}"
+            )));
+        }
+        if size == 0 {
+            return Err(crate::Error::Zstd("packet decodes to nothing".into()));
+        }
+        if size > MAX_DECOMPRESSED {
+            return Err(crate::Error::PacketSize(size));
+        }
+        if self.frame_open {
+            // `FRAME_END` closed the frame: the decoder starts the next one
+            // afresh, as it would after decoding those three bytes.
+            self.decoder
+                .reinit()
+                .map_err(|e| zstd_error("decoder reset", e))?;
+            self.frame_open = false;
+        }
+        if let Some(stats) = &self.stats {
+            stats
+                .received_wire
+                .fetch_add(input.len() as u64, Ordering::Relaxed);
+            stats
+                .received_plain
+                .fetch_add(size as u64, Ordering::Relaxed);
+        }
+        Ok(Some(message_start))
     }
 
     /// Decompresses one packet's payload. The output may not exceed
     /// `MAXIMUM_DECOMPRESSED_PACKET_LEN` (`Error::PacketSize` as soon as it
     /// would), and the packet must end on a block boundary, where the
     /// sender's flush leaves it (`Error::Zstd` otherwise).
+    /// A stored packet comes back as a copy of its message (the transport
+    /// slices it instead, see `stored_offset`).
     pub fn decompress_to_vec(&mut self, input: &[u8]) -> Result<Vec<u8>, crate::Error> {
+        if let Some(start) = self.stored_offset(input)? {
+            return Ok(input.get(start..).unwrap_or_default().to_vec());
+        }
         self.decompress_limited(input, MAXIMUM_DECOMPRESSED_PACKET_LEN)
     }
 
@@ -438,6 +589,7 @@ impl ZstdDecompressor {
                 "packet ends inside a block ({hint} more bytes expected): truncated or malformed"
             )));
         }
+        self.frame_open = hint != 0;
         if let Some(stats) = &self.stats {
             stats
                 .received_wire
@@ -761,12 +913,145 @@ mod tests {
     }
 
     #[test]
-    fn stored_frame_is_plain_zstd() {
-        let payload = random(300_000, 9);
-        let mut wire = Vec::new();
-        write_stored_frame(&payload, &mut wire);
-        assert_eq!(wire.len(), payload.len() + 9 + 3 * 3);
-        assert_eq!(::zstd::bulk::decompress(&wire, 1 << 20).unwrap(), payload);
+    fn stored_packet_is_a_skippable_frame_holding_the_message() {
+        let s = settings(ZstdLevel::Fixed(0));
+        let mut c = ZstdCompressor::new(&s).unwrap();
+        let payload = random(200_000, 9);
+        let wire = pack(&mut c, &payload);
+        // 8 bytes in front, nothing behind: the message is sealed where it
+        // was written and sliced where it is received.
+        assert_eq!(wire.len(), payload.len() + STORED_HEADER_LEN);
+        assert_eq!(&wire[..4], &STORED_MAGIC.to_le_bytes());
+        assert_eq!(&wire[4..8], &(payload.len() as u32).to_le_bytes());
+        assert_eq!(&wire[8..], &payload[..]);
+        let mut d = ZstdDecompressor::new(&s).unwrap();
+        assert_eq!(d.stored_offset(&wire).unwrap(), Some(STORED_HEADER_LEN));
+    }
+
+    #[test]
+    fn mixed_stream_is_valid_zstd_and_stored_packets_are_sliced() {
+        // Compressed, stored inside an open frame, stored, compressed,
+        // stored: each decoded alone by ferry's receiver; the whole stream
+        // is valid zstd, a stock decoder skipping the stored packets.
+        let s = settings(ZstdLevel::Fixed(1));
+        let mut c = ZstdCompressor::new(&s).unwrap();
+        let mut d = ZstdDecompressor::new(&s).unwrap();
+        let mut stream = Vec::new();
+        let mut compressed_plain = Vec::new();
+        for (i, setting) in [
+            Setting::Level(1),
+            Setting::Stored,
+            Setting::Stored,
+            Setting::Level(1),
+            Setting::Level(3),
+            Setting::Stored,
+            Setting::Level(1),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            c.set_setting(setting);
+            let payload = text(70_000 + i, i as u64 + 21);
+            let frame_was_open = d.frame_open;
+            let wire = pack(&mut c, &payload);
+            match setting {
+                Setting::Stored => {
+                    let at = d.stored_offset(&wire).unwrap().unwrap();
+                    assert_eq!(at, STORED_HEADER_LEN + if frame_was_open { 3 } else { 0 });
+                    assert_eq!(&wire[at..], &payload[..]);
+                }
+                Setting::Level(_) => {
+                    assert_eq!(d.stored_offset(&wire).unwrap(), None);
+                    assert_eq!(d.decompress_to_vec(&wire).unwrap(), payload);
+                    compressed_plain.extend_from_slice(&payload);
+                }
+            }
+            stream.extend_from_slice(&wire);
+        }
+        // Close the last frame so that a stock decoder sees a whole stream.
+        stream.extend_from_slice(&FRAME_END);
+        assert_eq!(
+            ::zstd::stream::decode_all(&stream[..]).unwrap(),
+            compressed_plain
+        );
+        let st = s.stats.unwrap();
+        assert_eq!(
+            st.sent_wire.load(Ordering::Relaxed),
+            st.received_wire.load(Ordering::Relaxed)
+        );
+        assert_eq!(
+            st.sent_plain.load(Ordering::Relaxed),
+            st.received_plain.load(Ordering::Relaxed)
+        );
+    }
+
+    #[test]
+    fn stored_packet_built_in_place_matches_and_an_empty_one_changes_nothing() {
+        let s = settings(ZstdLevel::Fixed(1));
+        let mut c = ZstdCompressor::new(&s).unwrap();
+        let mut d = ZstdDecompressor::new(&s).unwrap();
+        let first = text(10_000, 1);
+        assert_eq!(d.decompress_to_vec(&pack(&mut c, &first)).unwrap(), first);
+        c.set_setting(Setting::Stored);
+        assert!(c.next_is_stored());
+        // A packet whose message turns out empty is dropped whole: the
+        // frame stays open and the next compressed packet continues it.
+        let mut out = b"hdr".to_vec();
+        let p = c.begin_stored(&mut out);
+        assert_eq!(c.finish_stored(&mut out, p).unwrap(), 0);
+        assert_eq!(out, b"hdr");
+        c.set_setting(Setting::Level(1));
+        let second = text(10_000, 2);
+        assert_eq!(d.decompress_to_vec(&pack(&mut c, &second)).unwrap(), second);
+        // In place: header, then the message appended by the writer.
+        c.set_setting(Setting::Stored);
+        let mut out = b"hdr".to_vec();
+        let p = c.begin_stored(&mut out);
+        out.extend_from_slice(b"\x5emessage");
+        let n = c.finish_stored(&mut out, p).unwrap();
+        assert_eq!(out.len(), 3 + n);
+        assert_eq!(d.decompress_to_vec(&out[3..]).unwrap(), b"\x5emessage");
+    }
+
+    #[test]
+    fn malformed_stored_packets_are_refused() {
+        let s = settings(ZstdLevel::Fixed(0));
+        let mut c = ZstdCompressor::new(&s).unwrap();
+        let wire = pack(&mut c, &random(5000, 3));
+        // Cut short or padded: the size no longer matches.
+        for bad in [&wire[..wire.len() - 1], &wire[..9]] {
+            let mut d = ZstdDecompressor::new(&s).unwrap();
+            assert!(matches!(d.stored_offset(bad), Err(crate::Error::Zstd(_))));
+        }
+        let mut longer = wire.clone();
+        longer.push(0);
+        let mut d = ZstdDecompressor::new(&s).unwrap();
+        assert!(d.decompress_to_vec(&longer).is_err());
+        // Empty, and larger than any packet may be.
+        let mut empty = STORED_MAGIC.to_le_bytes().to_vec();
+        empty.extend_from_slice(&[0; 4]);
+        assert!(
+            ZstdDecompressor::new(&s)
+                .unwrap()
+                .decompress_to_vec(&empty)
+                .is_err()
+        );
+        let big = vec![7u8; MAX_DECOMPRESSED + 1];
+        let mut huge = STORED_MAGIC.to_le_bytes().to_vec();
+        huge.extend_from_slice(&(big.len() as u32).to_le_bytes());
+        huge.extend_from_slice(&big);
+        assert!(matches!(
+            ZstdDecompressor::new(&s).unwrap().decompress_to_vec(&huge),
+            Err(crate::Error::PacketSize(_))
+        ));
+        // Only a header: shorter than 8 bytes is not a stored packet and
+        // goes to zstd, which refuses it.
+        assert!(
+            ZstdDecompressor::new(&s)
+                .unwrap()
+                .decompress_to_vec(&wire[..6])
+                .is_err()
+        );
     }
 
     #[test]
@@ -838,8 +1123,10 @@ mod tests {
             let r = d.decompress_to_vec(&wire[..cut]);
             assert!(r.is_err(), "cut at {cut} of {} accepted", wire.len());
         }
-        let mut stored = Vec::new();
-        write_stored_frame(&payload, &mut stored);
+        let stored = pack(
+            &mut ZstdCompressor::new(&settings(ZstdLevel::Fixed(0))).unwrap(),
+            &payload,
+        );
         for cut in [5, 9, 12, 1000, stored.len() - 1] {
             let mut d = ZstdDecompressor::new(&s).unwrap();
             assert!(
