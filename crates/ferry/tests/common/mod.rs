@@ -454,8 +454,12 @@ pub struct FerryChild {
 
 impl FerryChild {
     pub fn spawn<S: AsRef<OsStr>>(home: &Path, args: &[S], envs: &[(&str, &str)]) -> FerryChild {
-        let what = describe_args(args);
-        let mut child = ferry_command(home, args, envs)
+        FerryChild::start(ferry_command(home, args, envs), describe_args(args))
+    }
+
+    /// Start `cmd` with its output drained as it comes.
+    fn start(mut cmd: Command, what: String) -> FerryChild {
+        let mut child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
         let out = Some(drain(child.stdout.take()));
@@ -478,18 +482,7 @@ impl FerryChild {
         envs: &[(&str, &str)],
     ) -> FerryChild {
         let what = format!("{} {}", describe_args(via), describe_args(args));
-        let mut child = ferry_command_via(via, home, args, envs)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
-        let out = Some(drain(child.stdout.take()));
-        let err = Some(drain(child.stderr.take()));
-        FerryChild {
-            child,
-            out,
-            err,
-            what,
-            done: false,
-        }
+        FerryChild::start(ferry_command_via(via, home, args, envs), what)
     }
 
     pub fn pid(&self) -> u32 {
