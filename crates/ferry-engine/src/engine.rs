@@ -876,11 +876,7 @@ async fn retry_after(
 }
 
 fn stalled(b: &dyn Backend, p: &[u8], stall: Duration) -> TransferError {
-    TransferError::Network(format!(
-        "{}: no progress for {} s: the connection stalled (--timeout)",
-        b.display(p),
-        stall.as_secs()
-    ))
+    TransferError::stalled(&b.display(p), "no progress", stall)
 }
 
 /// Where a part file can continue: its length, if its last bytes are the

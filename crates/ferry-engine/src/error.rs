@@ -70,6 +70,15 @@ impl TransferError {
         }
     }
 
+    /// `what` (no answer, no data, no progress) for `stall`: the
+    /// connection stalled (`--timeout`); another attempt may get through.
+    pub(crate) fn stalled(display: &str, what: &str, stall: std::time::Duration) -> TransferError {
+        TransferError::Network(format!(
+            "{display}: {what} for {} s: the connection stalled (--timeout)",
+            stall.as_secs()
+        ))
+    }
+
     /// The transfer was cancelled; part files are kept for `--resume`.
     pub fn cancelled() -> TransferError {
         TransferError::Cancelled(

@@ -833,6 +833,13 @@ impl Response {
                 Some(Ok(f)) => {
                     if let Ok(d) = f.into_data() {
                         if !d.is_empty() {
+                            // The last bytes of a body of known length:
+                            // its connection can serve the next request
+                            // even if the caller, having all it asked
+                            // for, never asks again.
+                            if self.body.is_end_stream() {
+                                self.mark_ended();
+                            }
                             return Ok(Some(d));
                         }
                     }

@@ -184,7 +184,7 @@ impl Http {
                 self.clients[i].send(method.clone(), &url, headers, None),
             )
             .await
-            .map_err(|_| stalled(&self.display(p), "no answer", stall))?;
+            .map_err(|_| TransferError::stalled(&self.display(p), "no answer", stall))?;
             match sent {
                 Err(ferry_http::HttpError::Network(m)) => match self.instead_of(i) {
                     Some(j) => {
@@ -225,8 +225,8 @@ impl Http {
         self.request(Method::HEAD, p, &HeaderMap::new()).await
     }
 
-    /// What a HEAD's headers say for `read_info`.
-    fn read_info_of(&self, resp: &ferry_http::Response) -> ReadInfo {
+    /// What a HEAD of `p` says for `read_info`, kept for the copy.
+    fn note_head(&self, p: &[u8], resp: &ferry_http::Response) -> ReadInfo {
         let ranges = resp
             .header("accept-ranges")
             .is_some_and(|v| v.to_ascii_lowercase().contains("bytes"))
@@ -239,11 +239,15 @@ impl Http {
             };
             (algo, e.sum.to_vec())
         });
-        ReadInfo {
+        let info = ReadInfo {
             ranges,
             version: validator(&resp.headers),
             digest,
+        };
+        if let Ok(mut heads) = self.heads.lock() {
+            heads.insert(p.to_vec(), info.clone());
         }
+        info
     }
 
     /// The URL of a decoded path.
@@ -352,10 +356,7 @@ impl Backend for Http {
         if resp.url.is_dir() {
             return Ok(Some(Entry::dir(name)));
         }
-        let info = self.read_info_of(&resp);
-        if let Ok(mut heads) = self.heads.lock() {
-            heads.insert(p.to_vec(), info);
-        }
+        self.note_head(p, &resp);
         Ok(Some(Entry {
             name,
             kind: EntryKind::File,
@@ -378,11 +379,7 @@ impl Backend for Http {
             return Ok(ReadInfo::default());
         }
         let resp = resp.error_for_status()?;
-        let info = self.read_info_of(&resp);
-        if let Ok(mut heads) = self.heads.lock() {
-            heads.insert(p.to_vec(), info.clone());
-        }
-        Ok(info)
+        Ok(self.note_head(p, &resp))
     }
 
     /// The digest a server announces on HEAD (`Repr-Digest`; ferry serve
@@ -474,11 +471,12 @@ impl Backend for Http {
         let coded = !decoder.is_identity();
         let total = if coded { None } else { resp.content_length() };
         let partial = resp.status == StatusCode::PARTIAL_CONTENT;
+        let got = resp
+            .header("content-range")
+            .and_then(ferry_http::range::parse_content_range)
+            .filter(|_| partial);
         if partial {
             // The range answered must be the one asked for.
-            let got = resp
-                .header("content-range")
-                .and_then(ferry_http::range::parse_content_range);
             let end_ok = |last: u64| len.is_none_or(|l| last + 1 == offset + l);
             if !got.is_some_and(|r| r.first == offset && end_ok(r.last)) {
                 return Err(TransferError::Remote(format!(
@@ -502,23 +500,16 @@ impl Backend for Http {
         // The whole file in one response: check it against the digest
         // the server announced (ferry serve's Repr-Digest), if any.
         let whole = if partial {
-            offset == 0
-                && resp
-                    .header("content-range")
-                    .and_then(ferry_http::range::parse_content_range)
-                    .is_some_and(|r| r.complete.is_some() && r.complete == len)
+            offset == 0 && got.is_some_and(|r| r.complete.is_some() && r.complete == len)
         } else {
             offset == 0 && !coded
         };
         let check = ferry_http::digest::expected(&resp.headers)
             .filter(|_| whole)
             .map(|e| (e, ferry_http::digest::Hasher::new(e.algo)));
-        // The body's own length: once read, the connection is reused.
-        let body_left = if coded { None } else { resp.content_length() };
         Ok(Box::new(HttpRead {
             resp: Some(resp),
             left,
-            body_left,
             display,
             check,
             decoder: coded.then_some(decoder),
@@ -687,8 +678,6 @@ struct HttpRead {
     resp: Option<ferry_http::Response>,
     /// File bytes still to hand out (`u64::MAX`: to the end of the body).
     left: u64,
-    /// Body bytes still to come, when the server said.
-    body_left: Option<u64>,
     display: String,
     /// The digest announced for the whole file, and the bytes' hash so far.
     check: Option<(ferry_http::digest::Expected, ferry_http::digest::Hasher)>,
@@ -704,7 +693,6 @@ impl HttpRead {
         HttpRead {
             resp: None,
             left: 0,
-            body_left: None,
             display,
             check: None,
             decoder: None,
@@ -739,13 +727,9 @@ impl HttpRead {
             return Ok(None);
         };
         let stall = self.stall;
-        let c = tokio::time::timeout(stall, resp.chunk())
+        Ok(tokio::time::timeout(stall, resp.chunk())
             .await
-            .map_err(|_| stalled(&self.display, "no data", stall))??;
-        if let (Some(c), Some(b)) = (&c, self.body_left.as_mut()) {
-            *b = b.saturating_sub(c.len() as u64);
-        }
-        Ok(c)
+            .map_err(|_| TransferError::stalled(&self.display, "no data", stall))??)
     }
 
     /// The next piece of the file: the body's, decoded when it was
@@ -783,23 +767,13 @@ impl HttpRead {
             }
         }
     }
-
-    /// Everything asked for arrived: read the body's end, so its
-    /// connection goes back to the pool (an HTTP/1.1 connection with an
-    /// unread end is closed).
-    async fn end(&mut self) {
-        if self.body_left == Some(0) {
-            let _ = self.body_chunk().await;
-        }
-        self.resp = None;
-    }
 }
 
 #[async_trait]
 impl ByteStream for HttpRead {
     async fn next(&mut self) -> Result<Option<Bytes>, TransferError> {
         if self.left == 0 {
-            self.end().await;
+            self.resp = None;
             self.verify()?;
             return Ok(None);
         }
@@ -815,10 +789,12 @@ impl ByteStream for HttpRead {
                     h.update(&b);
                 }
                 if self.left == 0 {
-                    // The last piece: checked, and the connection given
-                    // back, before it is handed out (a caller that stops
-                    // at the size it asked for never calls again).
-                    self.end().await;
+                    // The last piece: checked, and the response dropped
+                    // (its connection goes back to the pool when the body
+                    // ended with it: `Response::chunk`), before it is
+                    // handed out: a caller that stops at the size it
+                    // asked for never calls again.
+                    self.resp = None;
                     self.verify()?;
                 }
                 Ok(Some(b))
@@ -835,14 +811,6 @@ impl ByteStream for HttpRead {
     }
 }
 
-/// `what` (no answer, no data) for `stall`: the connection stalled.
-fn stalled(display: &str, what: &str, stall: Duration) -> TransferError {
-    TransferError::Network(format!(
-        "{display}: {what} for {} s: the connection stalled (--timeout)",
-        stall.as_secs()
-    ))
-}
-
 struct HttpPut {
     tx: Option<tokio::sync::mpsc::Sender<Bytes>>,
     task: Option<tokio::task::JoinHandle<Result<(), TransferError>>>,
@@ -857,9 +825,9 @@ impl HttpPut {
         let Some(t) = self.task.as_mut() else {
             return Ok(());
         };
-        let done = tokio::time::timeout(self.stall, t)
-            .await
-            .map_err(|_| stalled(&self.display, "no answer to the upload", self.stall))?;
+        let done = tokio::time::timeout(self.stall, t).await.map_err(|_| {
+            TransferError::stalled(&self.display, "no answer to the upload", self.stall)
+        })?;
         self.task = None;
         done.map_err(|e| {
             TransferError::Network(format!("{}: the upload task failed: {e}", self.display))
@@ -873,7 +841,7 @@ impl Sink for HttpPut {
         let sent = match &self.tx {
             Some(tx) => tokio::time::timeout(self.stall, tx.send(data))
                 .await
-                .map_err(|_| stalled(&self.display, "no progress", self.stall))?
+                .map_err(|_| TransferError::stalled(&self.display, "no progress", self.stall))?
                 .is_ok(),
             None => false,
         };
@@ -922,7 +890,7 @@ pub(crate) async fn list(
 ) -> Result<Option<(Url, Vec<listing::Entry>)>, TransferError> {
     tokio::time::timeout(stall, list_once(client, url))
         .await
-        .map_err(|_| stalled(&url.to_string(), "no answer", stall))?
+        .map_err(|_| TransferError::stalled(&url.to_string(), "no answer", stall))?
 }
 
 async fn list_once(
