@@ -853,26 +853,18 @@ async fn copy_whole(
     }
 }
 
-/// After a failed attempt: `Err` when it is final (not transient, out of
-/// attempts, not `restartable`, cancelled), else a warning and the
-/// backoff's wait (cut short by a cancel).
+/// After a failed attempt: `Err` when it is final (not `restartable`, or
+/// as `retry::wait_to_retry` says), else after the backoff's wait.
 async fn retry_after(
     r: &Run,
     e: TransferError,
     attempt: u32,
     restartable: bool,
 ) -> Result<(), TransferError> {
-    let again = crate::retry::transient(&e) && attempt + 1 < r.opts.retries;
-    if !again || !restartable || r.cancel.is_cancelled() {
+    if !restartable {
         return Err(e);
     }
-    let wait = crate::retry::backoff(attempt);
-    r.events
-        .warn(format!("{e}; retrying in {:.1} s", wait.as_secs_f64()));
-    tokio::select! {
-        _ = tokio::time::sleep(wait) => Ok(()),
-        _ = r.cancel.cancelled() => Err(TransferError::cancelled()),
-    }
+    crate::retry::wait_to_retry(e, attempt, r.opts.retries, &r.events, &r.cancel).await
 }
 
 fn stalled(b: &dyn Backend, p: &[u8], stall: Duration) -> TransferError {

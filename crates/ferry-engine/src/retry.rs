@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::error::TransferError;
+use crate::transfer::{Cancel, Emitter};
 
 /// Attempts per range (the first one included) unless the options say.
 pub const DEFAULT_ATTEMPTS: u32 = 4;
@@ -29,6 +30,27 @@ pub(crate) fn transient(e: &TransferError) -> bool {
             .any(|k| m.contains(k))
         }
         _ => false,
+    }
+}
+
+/// After failed attempt number `attempt` (from 0) of `attempts`: `Err`
+/// when it is final (not transient, out of attempts, cancelled), else a
+/// warning and the backoff's wait, cut short by a cancel.
+pub(crate) async fn wait_to_retry(
+    e: TransferError,
+    attempt: u32,
+    attempts: u32,
+    events: &Emitter,
+    cancel: &Cancel,
+) -> Result<(), TransferError> {
+    if !transient(&e) || attempt + 1 >= attempts || cancel.is_cancelled() {
+        return Err(e);
+    }
+    let wait = backoff(attempt);
+    events.warn(format!("{e}; retrying in {:.1} s", wait.as_secs_f64()));
+    tokio::select! {
+        _ = tokio::time::sleep(wait) => Ok(()),
+        _ = cancel.cancelled() => Err(TransferError::cancelled()),
     }
 }
 

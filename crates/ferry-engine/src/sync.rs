@@ -24,7 +24,7 @@ use std::time::Instant;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
-use crate::backend::{path, walk_tree, Entry, EntryKind, HashAlgo};
+use crate::backend::{key_of, path, walk_tree, Entry, EntryKind, HashAlgo};
 use crate::engine::{self, FilePlan, Place, Run};
 use crate::error::TransferError;
 use crate::filter::Filter;
@@ -189,16 +189,24 @@ async fn drive(s: Sync, stats: Arc<Stats>, events: Emitter, cancel: Cancel) -> S
             Ok((place(a), place(b)))
         }
         Ends::Locations(a, b) => {
+            // A server lost while connecting or logging in is tried again
+            // (`--retries`), as in a copy.
             let copy = &s.opts.copy;
-            match transfer::open_shared(&mut opened, crate::backend::key_of(&a), &a, copy).await {
-                Err(e) => Err(e),
-                Ok(pa) => {
-                    match transfer::open_shared(&mut opened, crate::backend::key_of(&b), &b, copy)
-                        .await
-                    {
-                        Ok(pb) => Ok((pa, pb)),
-                        Err(e) => Err(e),
-                    }
+            let mut attempt = 0;
+            loop {
+                let step = async {
+                    let pa = transfer::open_shared(&mut opened, key_of(&a), &a, copy).await?;
+                    let pb = transfer::open_shared(&mut opened, key_of(&b), &b, copy).await?;
+                    Ok((pa, pb))
+                };
+                let e = match step.await {
+                    Ok(ends) => break Ok(ends),
+                    Err(e) => e,
+                };
+                match crate::retry::wait_to_retry(e, attempt, copy.retries, &events, &cancel).await
+                {
+                    Ok(()) => attempt += 1,
+                    Err(e) => break Err(e),
                 }
             }
         }

@@ -395,55 +395,46 @@ pub fn block_on<R: EndReport>(
     })
 }
 
-async fn drive(mut t: Transfer, stats: Arc<Stats>, events: Emitter, cancel: Cancel) -> Report {
+async fn drive(t: Transfer, stats: Arc<Stats>, events: Emitter, cancel: Cancel) -> Report {
     let started = Instant::now();
     let mut opened: Vec<(String, Arc<dyn crate::backend::Backend>)> = Vec::new();
-    let (sources, dest) = if let Some((sources, dest)) = t.places.take() {
-        if sources.is_empty() {
-            return failed_report(TransferError::Usage("no source given".into()), started);
-        }
-        for p in sources.iter().chain(std::iter::once(&dest)) {
+    if let Some((sources, dest)) = &t.places {
+        for p in sources.iter().chain(std::iter::once(dest)) {
             let key = p.backend.endpoint_key();
             if !opened.iter().any(|(k, _)| *k == key) {
                 opened.push((key, p.backend.clone()));
             }
         }
-        (sources, dest)
-    } else {
-        if t.sources.is_empty() {
-            return failed_report(TransferError::Usage("no source given".into()), started);
-        }
-        let mut sources = Vec::new();
-        for s in &t.sources {
-            let key = crate::backend::key_of(s);
-            match open_shared(&mut opened, key, s, &t.opts).await {
-                Ok(p) => sources.push(p),
-                Err(e) => return failed_report(e, started),
+    }
+    if t.places
+        .as_ref()
+        .map_or(t.sources.is_empty(), |(s, _)| s.is_empty())
+    {
+        return failed_report(TransferError::Usage("no source given".into()), started);
+    }
+    let ticker = tokio::spawn(tick(stats.clone(), events.clone()));
+    // A server lost while ferry connects, logs in or lists is tried again
+    // (`--retries`), as a lost range is.
+    let mut attempt = 0;
+    let planned = loop {
+        let step = tokio::select! {
+            p = open_and_plan(&t, &mut opened, &stats, &events, &cancel) => p,
+            _ = cancel.cancelled() => Err(TransferError::cancelled()),
+        };
+        match step {
+            Ok(p) => break Ok(p),
+            Err(e) => {
+                match crate::retry::wait_to_retry(e, attempt, t.opts.retries, &events, &cancel)
+                    .await
+                {
+                    Ok(()) => attempt += 1,
+                    Err(e) => break Err(e),
+                }
             }
         }
-        let key = crate::backend::key_of(&t.dest);
-        let dest = match open_shared(&mut opened, key, &t.dest, &t.opts).await {
-            Ok(p) => p,
-            Err(e) => return failed_report(e, started),
-        };
-        (sources, dest)
-    };
-    let run = Arc::new(Run {
-        sources,
-        dest,
-        opts: t.opts.clone(),
-        stats: stats.clone(),
-        events: events.clone(),
-        cancel: cancel.clone(),
-        prepared: Default::default(),
-    });
-    let ticker = tokio::spawn(tick(stats.clone(), events.clone()));
-    let planned = tokio::select! {
-        p = engine::plan(&run.sources, &run.dest, &run.opts, &events) => p,
-        _ = cancel.cancelled() => Err(TransferError::cancelled()),
     };
     let files = match planned {
-        Ok(p) => engine::run(run.clone(), p).await,
+        Ok((run, plan)) => engine::run(run, plan).await,
         Err(e) => {
             ticker.abort();
             close_all(&opened).await;
@@ -489,6 +480,39 @@ async fn drive(mut t: Transfer, stats: Arc<Stats>, events: Emitter, cancel: Canc
         files,
         error,
     }
+}
+
+/// Open the transfer's locations (or take the application's backends)
+/// and plan the copy.
+async fn open_and_plan(
+    t: &Transfer,
+    opened: &mut Vec<(String, Arc<dyn crate::backend::Backend>)>,
+    stats: &Arc<Stats>,
+    events: &Emitter,
+    cancel: &Cancel,
+) -> Result<(Arc<Run>, engine::Plan), TransferError> {
+    let (sources, dest) = match &t.places {
+        Some((sources, dest)) => (sources.clone(), dest.clone()),
+        None => {
+            let mut sources = Vec::new();
+            for s in &t.sources {
+                sources.push(open_shared(opened, crate::backend::key_of(s), s, &t.opts).await?);
+            }
+            let key = crate::backend::key_of(&t.dest);
+            (sources, open_shared(opened, key, &t.dest, &t.opts).await?)
+        }
+    };
+    let plan = engine::plan(&sources, &dest, &t.opts, events).await?;
+    let run = Arc::new(Run {
+        sources,
+        dest,
+        opts: t.opts.clone(),
+        stats: stats.clone(),
+        events: events.clone(),
+        cancel: cancel.clone(),
+        prepared: Default::default(),
+    });
+    Ok((run, plan))
 }
 
 /// One backend per server and account, shared by every source and the

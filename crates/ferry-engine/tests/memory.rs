@@ -186,6 +186,35 @@ async fn transient_failures_are_retried_and_said() {
 }
 
 #[tokio::test]
+async fn a_server_lost_while_planning_is_tried_again() {
+    let (a, b) = (Memory::new("a"), Memory::new("b"));
+    a.put("/f", b"body", 0);
+    b.set_faults(Faults {
+        lost_stats: 2,
+        ..Faults::default()
+    });
+    let (r, ev) = run(Transfer::between(vec![at(&a, "/f")], at(&b, "/g"), opts())).await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(b.get("/g").as_deref(), Some(&b"body"[..]));
+    let said = ev
+        .iter()
+        .filter(|e| matches!(e, Event::Warning(w) if w.contains("connection lost") && w.contains("retrying")))
+        .count();
+    assert_eq!(said, 2);
+
+    // Out of attempts: the network error is the copy's, nothing written.
+    b.set_faults(Faults {
+        lost_stats: 3,
+        ..Faults::default()
+    });
+    let mut o = opts();
+    o.retries = 3;
+    let (r, _) = run(Transfer::between(vec![at(&a, "/f")], at(&b, "/h"), o)).await;
+    assert_eq!(r.error.map(|e| e.kind()), Some(ErrorKind::Network));
+    assert!(b.get("/h").is_none());
+}
+
+#[tokio::test]
 async fn one_refused_file_fails_alone_and_is_reported_once() {
     let (a, b) = (Memory::new("a"), Memory::new("b"));
     for i in 0..5 {

@@ -45,6 +45,9 @@ pub struct Faults {
     pub fail_rename: bool,
     /// Listing this directory fails (a server refusal mid-walk).
     pub refuse_list: Option<Vec<u8>>,
+    /// The next this many `stat`s fail with a network error: a server
+    /// lost while ferry connects and plans.
+    pub lost_stats: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -193,6 +196,16 @@ impl Backend for Memory {
     }
 
     async fn stat(&self, p: &[u8]) -> Result<Option<Entry>, TransferError> {
+        {
+            let mut f = lock(&self.faults);
+            if f.lost_stats > 0 {
+                f.lost_stats -= 1;
+                return Err(TransferError::Network(format!(
+                    "{}: connection lost (injected)",
+                    self.display(p)
+                )));
+            }
+        }
         let s = lock(&self.state);
         let name = path::basename(p).to_vec();
         if let Some(f) = s.files.get(p) {
