@@ -1064,8 +1064,37 @@ async fn pump(
     sink.finish().await.map_err(|e| (e, None))
 }
 
-/// Check the size, set times and modes, rename into place.
+/// Check the size, set times and modes, rename into place; again after a
+/// lost connection (`--retries`), as a range is sent again.
 async fn finalize(
+    r: &Run,
+    f: &FilePlan,
+    target: &Target,
+    size: u64,
+    size_known: bool,
+) -> Result<(), TransferError> {
+    let dst = &r.dest.backend;
+    let mut attempt = 0;
+    loop {
+        let e = match finalize_once(r, f, target, size, size_known).await {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        crate::retry::wait_to_retry(e, attempt, r.opts.retries, &r.events, &r.cancel).await?;
+        attempt += 1;
+        // The rename may have been done before the answer was lost: the
+        // part is gone and the final name holds the file's size.
+        if target.renamed && dst.stat(&target.write).await?.is_none() {
+            if let Some(e) = dst.stat(&f.dst).await? {
+                if e.size == Some(size) {
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+async fn finalize_once(
     r: &Run,
     f: &FilePlan,
     target: &Target,

@@ -928,10 +928,11 @@ fn run_cell(peer: &mut Peer, dir: Dir, shape: Shape, fault: Fault, local: &Path)
             };
             peer.proxy.release();
             eprintln!(
-                "{ctx}: fired {} time(s); ended in {:.1} s: {}",
+                "{ctx}: fired {} time(s); ended in {:.1} s: {}: {}",
                 peer.proxy.fired(),
                 took.as_secs_f64(),
-                o.status
+                o.status,
+                String::from_utf8_lossy(&o.stderr).trim()
             );
             assert!(peer.proxy.fired() > 0, "{ctx}: the fault never fired");
             assert!(took < END_WITHIN, "{ctx}: took {took:?}");
@@ -1320,7 +1321,6 @@ matrix! {
     sftp_serve_up_kill_client: SftpServe, Up, KillClient;
     sftp_serve_up_kill_server: SftpServe, Up, KillServer;
     sftp_serve_up_reset: SftpServe, Up, Reset;
-    #[ignore = "engine bug, intermittent (2 of 4 runs on 2026-11-26): a tree upload to ferry serve hangs after the stall: every file fails over to one new connection, which moves data for ~130 ms, then its russh session is dropped (`drop handle`) and nothing moves again; not diagnosed yet, reliability.md Findings 1"]
     sftp_serve_up_stall: SftpServe, Up, Stall;
     sftp_serve_up_disk_full: SftpServe, Up, DiskFull;
     sftp_serve_up_denied: SftpServe, Up, Denied;

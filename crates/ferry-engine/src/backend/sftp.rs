@@ -119,6 +119,10 @@ pub struct Sftp {
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
+/// How long a connection's goodbye (SSH_MSG_DISCONNECT) may take before
+/// the connection is simply dropped.
+const GOODBYE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// A connection thread: the client when it is up, what keeps the thread
 /// alive, and the thread.
 type Spawned = (Ready, oneshot::Sender<()>, std::thread::JoinHandle<()>);
@@ -158,19 +162,26 @@ fn spawn_connection(
                         return;
                     }
                 };
-                match conn.sftp(max_in_flight).await {
+                let sftp = match conn.sftp(max_in_flight).await {
                     Ok(s) => {
                         s.set_stall_timeout(stall);
                         let here = tokio::runtime::Handle::current();
-                        let _ = ready_tx.send(Ok((s, here)));
+                        let _ = ready_tx.send(Ok((s.clone(), here)));
+                        s
                     }
                     Err(e) => {
                         let _ = ready_tx.send(Err(e.into()));
                         return;
                     }
-                }
+                };
                 let _ = hold_rx.await;
-                conn.close().await;
+                // A goodbye, not a wait: a session given up as stalled
+                // takes no more bytes (its goodbye would wait for ever, and
+                // the copy's end with it), so it gets none, and any other
+                // gets a short while.
+                if !sftp.is_closed() {
+                    let _ = tokio::time::timeout(GOODBYE, conn.close()).await;
+                }
             });
         })
         .map_err(|e| TransferError::Local(format!("cannot start a connection thread: {e}")))?;
