@@ -867,9 +867,10 @@ fn run_cell(peer: &mut Peer, dir: Dir, shape: Shape, fault: Fault, local: &Path)
             assert_no_bad_finals(&cell.src, &cell.dst(), &ctx);
             resume_ends_identical(peer, &cell, &ctx);
         }
-        Fault::KillBeforeRename | Fault::KillRecord if dir == Dir::Up => {
-            eprintln!("{ctx}: skipped: the rename and the record are the server's side");
+        Fault::KillRecord if dir == Dir::Up => {
+            eprintln!("{ctx}: skipped: an upload's record is the server's part file");
         }
+        Fault::KillBeforeRename if dir == Dir::Up => kill_before_server_rename(peer, &cell, &ctx),
         Fault::KillBeforeRename => kill_before_rename(peer, &cell, &ctx),
         Fault::KillRecord => kill_in_record(peer, &cell, &ctx),
         Fault::KillServer => {
@@ -1124,6 +1125,90 @@ fn kill_before_rename(peer: &Peer, cell: &Cell, ctx: &str) {
         complete.display(),
         o.status
     );
+    let d = cell.dst_dir.join(&complete);
+    assert!(
+        !d.exists() || hash_file(&d) == hash_file(&src_of(&complete)),
+        "{ctx}: {} is under its final name but differs",
+        d.display()
+    );
+    assert_no_bad_finals(&cell.src, &cell.dst(), ctx);
+    resume_ends_identical(peer, cell, ctx);
+}
+
+/// An upload's client killed once a part file on the server is complete
+/// and the server's rename of it (asked by ferry over SFTP or FTP) is
+/// held by strace attached to the server: the final name holds the
+/// source or nothing, and `--resume` completes. An HTTP PUT has no part
+/// file of ferry's (the server keeps the body under its own name until
+/// the request ends): mid-copy kills cover it.
+fn kill_before_server_rename(peer: &Peer, cell: &Cell, ctx: &str) {
+    if matches!(peer.proto, Proto::HttpsNginx | Proto::HttpsServe) {
+        eprintln!("{ctx}: skipped: an HTTP PUT has no part file to rename");
+        return;
+    }
+    if !have("strace") {
+        eprintln!("SKIP: strace not installed");
+        return;
+    }
+    let pids: Vec<u32> = match &peer.server {
+        Server::Sshd(s) => s.pids(),
+        Server::Serve(s) => vec![s.pid()],
+        Server::Vsftpd(f) => f.pid().into_iter().collect(),
+        Server::Nginx(_) => Vec::new(),
+    };
+    let calls = "rename,renameat,renameat2";
+    let mut strace = Command::new("strace");
+    strace.args(["-f", "-qq", "-o", "/dev/null", "-e"]);
+    strace.arg(format!("trace={calls}"));
+    strace
+        .arg("-e")
+        .arg(format!("inject={calls}:delay_enter=3000000"));
+    for p in &pids {
+        strace.arg("-p").arg(p.to_string());
+    }
+    let mut tracer = strace
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // strace says nothing once attached (-qq): give it time.
+    thread::sleep(Duration::from_millis(500));
+    let rels = source_files(cell);
+    let src_of = |rel: &Path| -> PathBuf {
+        match cell.shape {
+            Shape::File => cell.src.clone(),
+            Shape::Tree => cell.src.join(rel.strip_prefix(&cell.name).unwrap()),
+        }
+    };
+    let mut child = peer.spawn(&cell.args(peer, false, &[]));
+    let end = Instant::now() + Duration::from_secs(60);
+    let complete = loop {
+        let found = rels.iter().find(|r| {
+            let want = file_len(&src_of(r));
+            let d = cell.dst_dir.join(r);
+            want > 0 && fs::metadata(part_of(&d)).is_ok_and(|m| m.len() == want) && !d.exists()
+        });
+        if let Some(r) = found {
+            break r.clone();
+        }
+        if let Some(st) = child.try_wait() {
+            let _ = tracer.kill();
+            panic!("{ctx}: the copy ended ({st}) before a part file was complete");
+        }
+        assert!(Instant::now() < end, "{ctx}: no part file completed");
+        thread::sleep(Duration::from_millis(2));
+    };
+    thread::sleep(Duration::from_millis(200));
+    let o = child.kill();
+    eprintln!(
+        "{ctx}: killed with {} complete on the server: {}",
+        complete.display(),
+        o.status
+    );
+    // Let the held rename finish (or not) and the server go on untraced.
+    thread::sleep(Duration::from_millis(3500));
+    signal(tracer.id(), "TERM");
+    let _ = tracer.wait();
     let d = cell.dst_dir.join(&complete);
     assert!(
         !d.exists() || hash_file(&d) == hash_file(&src_of(&complete)),
@@ -1442,4 +1527,14 @@ matrix! {
     ftps_serve_up_kill_server_login: FtpsServe, Up, KillServerLogin;
     ftps_serve_down_kill_before_rename: FtpsServe, Down, KillBeforeRename;
     ftps_serve_down_kill_record: FtpsServe, Down, KillRecord;
+}
+
+// The client killed while the server's rename of a complete part is held
+// (uploads: ferry asks the server to rename; strace on the server holds
+// it). HTTP PUTs have no part file of ferry's.
+matrix! {
+    sftp_sshd_up_kill_before_rename: SftpSshd, Up, KillBeforeRename;
+    sftp_serve_up_kill_before_rename: SftpServe, Up, KillBeforeRename;
+    ftp_vsftpd_up_kill_before_rename: FtpVsftpd, Up, KillBeforeRename;
+    ftps_serve_up_kill_before_rename: FtpsServe, Up, KillBeforeRename;
 }

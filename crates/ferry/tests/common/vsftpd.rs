@@ -51,6 +51,11 @@ pub fn vsftpd_or_skip(test: &str, opts: VsftpdOptions) -> Option<Ftpd> {
 }
 
 impl Ftpd {
+    /// The listener's PID (it forks a process per session).
+    pub fn pid(&self) -> Option<u32> {
+        self.server.as_ref().map(|s| s.guard.pid() as u32)
+    }
+
     pub fn root(&self) -> &Path {
         self.root.path()
     }
