@@ -545,8 +545,7 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
                 // The server's own word against its bytes (a digest that
                 // does not match): what arrived is not worth keeping.
                 if info.digest.is_some() && e.kind() == ErrorKind::Remote {
-                    let _ = dst.remove(&target.write).await;
-                    let _ = dst.remove(&record).await;
+                    discard(dst.as_ref(), &target.write, &record).await;
                 }
                 return Err(e);
             }
@@ -618,7 +617,7 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
     }
     // Split or resumed: no one response carried the whole file, so the
     // part is checked where it lies.
-    check_digest(r, f, &target, &info).await?;
+    check_digest(r, f, &target, &record, &info).await?;
     finalize(r, f, &target, size, false).await?;
     if split || !fresh {
         let _ = dst.remove(&record).await;
@@ -770,6 +769,7 @@ async fn check_digest(
     r: &Run,
     f: &FilePlan,
     target: &Target,
+    record: &[u8],
     info: &ReadInfo,
 ) -> Result<(), TransferError> {
     let Some((algo, want)) = &info.digest else {
@@ -782,13 +782,19 @@ async fn check_digest(
     if &got == want {
         return Ok(());
     }
-    let _ = dst.remove(&target.write).await;
-    let _ = dst.remove(&path::side_name(&f.dst, b".ferry-resume")).await;
+    discard(dst.as_ref(), &target.write, record).await;
     Err(TransferError::Remote(format!(
         "{}: the data does not match the server's digest ({}); nothing was kept",
         r.sources[f.source].backend.display(&f.src),
         algo.name()
     )))
+}
+
+/// Remove a part file and its resume record: their bytes are not the
+/// source's, so a `--resume` must not continue them.
+async fn discard(dst: &dyn Backend, part: &[u8], record: &[u8]) {
+    let _ = dst.remove(part).await;
+    let _ = dst.remove(record).await;
 }
 
 /// Files up to this size are read whole and written with one

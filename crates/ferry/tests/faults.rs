@@ -883,7 +883,11 @@ fn run_cell(peer: &mut Peer, dir: Dir, shape: Shape, fault: Fault, local: &Path)
                 let_go(peer, &held);
             }
             let o = child.wait();
-            eprintln!("{ctx}: client after the server's death: {}", o.status);
+            eprintln!(
+                "{ctx}: client after the server's death: {}: {}",
+                o.status,
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
             // A restarted nginx has a new self-signed certificate, so a
             // client that reconnects is refused by its --pin: exit 3.
             let new_cert = peer.proto == Proto::HttpsNginx && o.status.code() == Some(3);
