@@ -317,7 +317,7 @@ fn bench_wan_cell_runs_through_the_packet_level_link() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let json = tmp.path().join("bench.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_ferry"))
+    let child = Command::new(env!("CARGO_BIN_EXE_ferry"))
         .args([
             "bench",
             "--quick",
@@ -337,8 +337,13 @@ fn bench_wan_cell_runs_through_the_packet_level_link() {
         .arg("--json")
         .arg(&json)
         .stdin(Stdio::null())
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("run ferry bench");
+    // Its namespaces are named by its PID (another bench may be running).
+    let ours = format!("ferry-bench-{}-", child.id());
+    let out = child.wait_with_output().expect("run ferry bench");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     println!("{stdout}");
@@ -365,7 +370,7 @@ fn bench_wan_cell_runs_through_the_packet_level_link() {
     let ns = Command::new("ip").args(["netns", "list"]).output().unwrap();
     let ns = String::from_utf8_lossy(&ns.stdout);
     assert!(
-        !ns.lines().any(|l| l.starts_with("ferry-bench-")),
+        !ns.lines().any(|l| l.starts_with(&ours)),
         "left behind: {ns}"
     );
 }
