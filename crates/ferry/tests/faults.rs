@@ -867,9 +867,7 @@ fn run_cell(peer: &mut Peer, dir: Dir, shape: Shape, fault: Fault, local: &Path)
             assert_no_bad_finals(&cell.src, &cell.dst(), &ctx);
             resume_ends_identical(peer, &cell, &ctx);
         }
-        Fault::KillRecord if dir == Dir::Up => {
-            eprintln!("{ctx}: skipped: an upload's record is the server's part file");
-        }
+        Fault::KillRecord if dir == Dir::Up => kill_in_server_record(peer, &cell, &ctx),
         Fault::KillBeforeRename if dir == Dir::Up => kill_before_server_rename(peer, &cell, &ctx),
         Fault::KillBeforeRename => kill_before_rename(peer, &cell, &ctx),
         Fault::KillRecord => kill_in_record(peer, &cell, &ctx),
@@ -1139,6 +1137,42 @@ fn kill_before_rename(peer: &Peer, cell: &Cell, ctx: &str) {
     resume_ends_identical(peer, cell, ctx);
 }
 
+/// strace attached to the server's processes (sshd and its children,
+/// ferry serve's threads, vsftpd's sessions), holding `calls` 3 s each
+/// (on `paths` only, when given); stopped with SIGTERM, which detaches.
+fn strace_server(peer: &Peer, calls: &str, paths: &[PathBuf]) -> Option<std::process::Child> {
+    if !have("strace") {
+        eprintln!("SKIP: strace not installed");
+        return None;
+    }
+    let pids: Vec<u32> = match &peer.server {
+        Server::Sshd(s) => s.pids(),
+        Server::Serve(s) => vec![s.pid()],
+        Server::Vsftpd(f) => f.pid().into_iter().collect(),
+        Server::Nginx(_) => Vec::new(),
+    };
+    let mut strace = Command::new("strace");
+    strace.args(["-f", "-qq", "-o", "/dev/null", "-e"]);
+    strace.arg(format!("trace={calls}"));
+    strace
+        .arg("-e")
+        .arg(format!("inject={calls}:delay_enter=3000000"));
+    for p in paths {
+        strace.arg("-P").arg(p);
+    }
+    for p in &pids {
+        strace.arg("-p").arg(p.to_string());
+    }
+    let tracer = strace
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // strace says nothing once attached (-qq): give it time.
+    thread::sleep(Duration::from_millis(500));
+    Some(tracer)
+}
+
 /// An upload's client killed once a part file on the server is complete
 /// and the server's rename of it (asked by ferry over SFTP or FTP) is
 /// held by strace attached to the server: the final name holds the
@@ -1150,33 +1184,9 @@ fn kill_before_server_rename(peer: &Peer, cell: &Cell, ctx: &str) {
         eprintln!("{ctx}: skipped: an HTTP PUT has no part file to rename");
         return;
     }
-    if !have("strace") {
-        eprintln!("SKIP: strace not installed");
+    let Some(mut tracer) = strace_server(peer, "rename,renameat,renameat2", &[]) else {
         return;
-    }
-    let pids: Vec<u32> = match &peer.server {
-        Server::Sshd(s) => s.pids(),
-        Server::Serve(s) => vec![s.pid()],
-        Server::Vsftpd(f) => f.pid().into_iter().collect(),
-        Server::Nginx(_) => Vec::new(),
     };
-    let calls = "rename,renameat,renameat2";
-    let mut strace = Command::new("strace");
-    strace.args(["-f", "-qq", "-o", "/dev/null", "-e"]);
-    strace.arg(format!("trace={calls}"));
-    strace
-        .arg("-e")
-        .arg(format!("inject={calls}:delay_enter=3000000"));
-    for p in &pids {
-        strace.arg("-p").arg(p.to_string());
-    }
-    let mut tracer = strace
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    // strace says nothing once attached (-qq): give it time.
-    thread::sleep(Duration::from_millis(500));
     let rels = source_files(cell);
     let src_of = |rel: &Path| -> PathBuf {
         match cell.shape {
@@ -1262,6 +1272,57 @@ fn kill_in_record(peer: &Peer, cell: &Cell, ctx: &str) {
         len_of(&staged),
         o.status
     );
+    assert_no_bad_finals(&cell.src, &cell.dst(), ctx);
+    resume_ends_identical(peer, cell, ctx);
+}
+
+/// A split upload over SFTP (`--streams 4`) killed while the server
+/// writes its resume record (ferry keeps it beside the part, on the
+/// server; the server's writes to it held by strace): `--resume` must not
+/// trust a record cut short, and completes. HTTP and FTP uploads keep no
+/// record (ferry serve's ranged PUT asks the server what it has; FTP
+/// appends in order). sshd only: strace's hold did not take on ferry
+/// serve's writes of the record in one run of two (the copy ended first),
+/// which would make the cell check nothing.
+fn kill_in_server_record(peer: &Peer, cell: &Cell, ctx: &str) {
+    if cell.shape == Shape::Tree || peer.proto != Proto::SftpSshd {
+        eprintln!("{ctx}: skipped: a split SFTP upload to sshd only (file cell)");
+        return;
+    }
+    let record = cell.dst_dir.join(format!(".{}.ferry-resume", cell.name));
+    let Some(mut tracer) = strace_server(
+        peer,
+        "write,pwrite64,writev,pwritev,pwritev2",
+        &[record.clone()],
+    ) else {
+        return;
+    };
+    let mut child = peer.spawn(&cell.args(peer, false, &["--streams", "4"]));
+    let end = Instant::now() + Duration::from_secs(60);
+    while !record.exists() {
+        if let Some(st) = child.try_wait() {
+            let _ = tracer.kill();
+            let o = child.wait();
+            panic!(
+                "{ctx}: the copy ended ({st}) without writing {}: {}",
+                record.display(),
+                describe(&o)
+            );
+        }
+        assert!(Instant::now() < end, "{ctx}: no resume record");
+        thread::sleep(Duration::from_millis(2));
+    }
+    thread::sleep(Duration::from_millis(200));
+    let o = child.kill();
+    let len = fs::metadata(&record).map(|m| m.len()).ok();
+    eprintln!(
+        "{ctx}: killed while the server wrote the record ({len:?} bytes): {}",
+        o.status
+    );
+    assert!(!o.status.success(), "{ctx}: the copy ended before the kill");
+    thread::sleep(Duration::from_millis(3500));
+    signal(tracer.id(), "TERM");
+    let _ = tracer.wait();
     assert_no_bad_finals(&cell.src, &cell.dst(), ctx);
     resume_ends_identical(peer, cell, ctx);
 }
@@ -1541,4 +1602,5 @@ matrix! {
     sftp_serve_up_kill_before_rename: SftpServe, Up, KillBeforeRename;
     ftp_vsftpd_up_kill_before_rename: FtpVsftpd, Up, KillBeforeRename;
     ftps_serve_up_kill_before_rename: FtpsServe, Up, KillBeforeRename;
+    sftp_sshd_up_kill_record: SftpSshd, Up, KillRecord;
 }
