@@ -1293,7 +1293,7 @@ fn kill_in_server_record(peer: &Peer, cell: &Cell, ctx: &str) {
     let Some(mut tracer) = strace_server(
         peer,
         "write,pwrite64,writev,pwritev,pwritev2",
-        &[record.clone()],
+        std::slice::from_ref(&record),
     ) else {
         return;
     };
