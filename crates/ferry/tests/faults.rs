@@ -868,7 +868,6 @@ fn run_cell(peer: &mut Peer, dir: Dir, shape: Shape, fault: Fault, local: &Path)
             resume_ends_identical(peer, &cell, &ctx);
         }
         Fault::KillRecord if dir == Dir::Up => kill_in_server_record(peer, &cell, &ctx),
-        Fault::KillBeforeRename if dir == Dir::Up => kill_before_server_rename(peer, &cell, &ctx),
         Fault::KillBeforeRename => kill_before_rename(peer, &cell, &ctx),
         Fault::KillRecord => kill_in_record(peer, &cell, &ctx),
         Fault::KillServer => {
@@ -1084,10 +1083,34 @@ fn part_of(final_path: &Path) -> PathBuf {
     final_path.with_file_name(format!(".{name}.ferry-part"))
 }
 
-/// A download's client killed once a part file is complete and its
-/// rename to the final name is being held: nothing under a final name
-/// differs, and `--resume` completes.
+/// The client killed once a part file is complete and its rename to the
+/// final name is held 3 s by strace: for a download the client renames
+/// (strace runs it), for an upload over SFTP or FTP the server does, as
+/// ferry asks (strace attached to the server; the held rename may still
+/// finish after the client died, whole). Nothing under a final name
+/// differs, and `--resume` completes. An HTTP PUT has no part file of
+/// ferry's (the server keeps the body under its own name until the
+/// request ends): mid-copy kills cover it.
 fn kill_before_rename(peer: &Peer, cell: &Cell, ctx: &str) {
+    let calls = "rename,renameat,renameat2";
+    let (mut child, mut tracer) = match cell.dir {
+        Dir::Down => {
+            let Some(via) = strace_hold(calls, &[]) else {
+                return;
+            };
+            (spawn_held(peer, cell, &via, &[]), None)
+        }
+        Dir::Up if matches!(peer.proto, Proto::HttpsNginx | Proto::HttpsServe) => {
+            eprintln!("{ctx}: skipped: an HTTP PUT has no part file to rename");
+            return;
+        }
+        Dir::Up => {
+            let Some(t) = strace_server(peer, calls, &[]) else {
+                return;
+            };
+            (peer.spawn(&cell.args(peer, false, &[])), Some(t))
+        }
+    };
     let rels = source_files(cell);
     let src_of = |rel: &Path| -> PathBuf {
         match cell.shape {
@@ -1095,12 +1118,6 @@ fn kill_before_rename(peer: &Peer, cell: &Cell, ctx: &str) {
             Shape::Tree => cell.src.join(rel.strip_prefix(&cell.name).unwrap()),
         }
     };
-    // Every rename is held (a download renames only its part files and,
-    // in the HTTP loop, its resume records).
-    let Some(via) = strace_hold("rename,renameat,renameat2", &[]) else {
-        return;
-    };
-    let mut child = spawn_held(peer, cell, &via, &[]);
     let end = Instant::now() + Duration::from_secs(60);
     // A part file as long as its source (not empty: an empty file's part
     // is complete at once), its final name not there yet.
@@ -1114,6 +1131,9 @@ fn kill_before_rename(peer: &Peer, cell: &Cell, ctx: &str) {
             break r.clone();
         }
         if let Some(st) = child.try_wait() {
+            if let Some(t) = tracer.as_mut() {
+                let _ = t.kill();
+            }
             panic!("{ctx}: the copy ended ({st}) before a part file was complete");
         }
         assert!(Instant::now() < end, "{ctx}: no part file completed");
@@ -1121,7 +1141,18 @@ fn kill_before_rename(peer: &Peer, cell: &Cell, ctx: &str) {
     };
     // The rename is held for 3 s: it has not happened when we kill.
     thread::sleep(Duration::from_millis(200));
-    let o = kill_traced(child);
+    let o = match tracer.as_mut() {
+        None => kill_traced(child),
+        Some(t) => {
+            let o = child.kill();
+            // Let the held rename finish (or not) and the server go on
+            // untraced.
+            thread::sleep(Duration::from_millis(3500));
+            signal(t.id(), "TERM");
+            let _ = t.wait();
+            o
+        }
+    };
     eprintln!(
         "{ctx}: killed with {} complete: {}",
         complete.display(),
@@ -1171,66 +1202,6 @@ fn strace_server(peer: &Peer, calls: &str, paths: &[PathBuf]) -> Option<std::pro
     // strace says nothing once attached (-qq): give it time.
     thread::sleep(Duration::from_millis(500));
     Some(tracer)
-}
-
-/// An upload's client killed once a part file on the server is complete
-/// and the server's rename of it (asked by ferry over SFTP or FTP) is
-/// held by strace attached to the server: the final name holds the
-/// source or nothing, and `--resume` completes. An HTTP PUT has no part
-/// file of ferry's (the server keeps the body under its own name until
-/// the request ends): mid-copy kills cover it.
-fn kill_before_server_rename(peer: &Peer, cell: &Cell, ctx: &str) {
-    if matches!(peer.proto, Proto::HttpsNginx | Proto::HttpsServe) {
-        eprintln!("{ctx}: skipped: an HTTP PUT has no part file to rename");
-        return;
-    }
-    let Some(mut tracer) = strace_server(peer, "rename,renameat,renameat2", &[]) else {
-        return;
-    };
-    let rels = source_files(cell);
-    let src_of = |rel: &Path| -> PathBuf {
-        match cell.shape {
-            Shape::File => cell.src.clone(),
-            Shape::Tree => cell.src.join(rel.strip_prefix(&cell.name).unwrap()),
-        }
-    };
-    let mut child = peer.spawn(&cell.args(peer, false, &[]));
-    let end = Instant::now() + Duration::from_secs(60);
-    let complete = loop {
-        let found = rels.iter().find(|r| {
-            let want = file_len(&src_of(r));
-            let d = cell.dst_dir.join(r);
-            want > 0 && fs::metadata(part_of(&d)).is_ok_and(|m| m.len() == want) && !d.exists()
-        });
-        if let Some(r) = found {
-            break r.clone();
-        }
-        if let Some(st) = child.try_wait() {
-            let _ = tracer.kill();
-            panic!("{ctx}: the copy ended ({st}) before a part file was complete");
-        }
-        assert!(Instant::now() < end, "{ctx}: no part file completed");
-        thread::sleep(Duration::from_millis(2));
-    };
-    thread::sleep(Duration::from_millis(200));
-    let o = child.kill();
-    eprintln!(
-        "{ctx}: killed with {} complete on the server: {}",
-        complete.display(),
-        o.status
-    );
-    // Let the held rename finish (or not) and the server go on untraced.
-    thread::sleep(Duration::from_millis(3500));
-    signal(tracer.id(), "TERM");
-    let _ = tracer.wait();
-    let d = cell.dst_dir.join(&complete);
-    assert!(
-        !d.exists() || hash_file(&d) == hash_file(&src_of(&complete)),
-        "{ctx}: {} is under its final name but differs",
-        d.display()
-    );
-    assert_no_bad_finals(&cell.src, &cell.dst(), ctx);
-    resume_ends_identical(peer, cell, ctx);
 }
 
 /// A split download (`--streams 4`) killed while its resume record is
