@@ -867,7 +867,6 @@ fn run_cell(peer: &mut Peer, dir: Dir, shape: Shape, fault: Fault, local: &Path)
             assert_no_bad_finals(&cell.src, &cell.dst(), &ctx);
             resume_ends_identical(peer, &cell, &ctx);
         }
-        Fault::KillRecord if dir == Dir::Up => kill_in_server_record(peer, &cell, &ctx),
         Fault::KillBeforeRename => kill_before_rename(peer, &cell, &ctx),
         Fault::KillRecord => kill_in_record(peer, &cell, &ctx),
         Fault::KillServer => {
@@ -1204,10 +1203,16 @@ fn strace_server(peer: &Peer, calls: &str, paths: &[PathBuf]) -> Option<std::pro
     Some(tracer)
 }
 
-/// A split download (`--streams 4`) killed while its resume record is
-/// being written (created, its write held; the HTTP loop writes
-/// `RECORD.new` and renames it): `--resume` must not trust a record cut
-/// short, and completes.
+/// A split copy (`--streams 4`) killed while its resume record is being
+/// written (created, its writes held by strace): `--resume` must not
+/// trust a record cut short, and completes. A download's record is the
+/// client's (strace runs it; the HTTP loop wrote `RECORD.new` and renamed
+/// it); a split upload's lies beside the part on the server (strace
+/// attached to it). Uploads: SFTP to sshd only. HTTP and FTP uploads keep
+/// no record (ferry serve's ranged PUT asks the server what it has; FTP
+/// appends in order), and strace's hold did not take on ferry serve's
+/// record writes in one run of two (the copy ended first), which would
+/// make the cell check nothing.
 fn kill_in_record(peer: &Peer, cell: &Cell, ctx: &str) {
     if cell.shape == Shape::Tree {
         eprintln!("{ctx}: skipped: the file cell covers it (only the tree's 2 MiB file is split)");
@@ -1217,13 +1222,32 @@ fn kill_in_record(peer: &Peer, cell: &Cell, ctx: &str) {
     let staged = cell
         .dst_dir
         .join(format!(".{}.ferry-resume.new", cell.name));
-    let Some(via) = strace_hold("write,pwrite64,writev", &[record.clone(), staged.clone()]) else {
-        return;
+    let calls = "write,pwrite64,writev,pwritev,pwritev2";
+    let (mut child, mut tracer) = match cell.dir {
+        Dir::Down => {
+            let Some(via) = strace_hold(calls, &[record.clone(), staged.clone()]) else {
+                return;
+            };
+            (spawn_held(peer, cell, &via, &["--streams", "4"]), None)
+        }
+        Dir::Up if peer.proto != Proto::SftpSshd => {
+            eprintln!("{ctx}: skipped: a split SFTP upload to sshd only");
+            return;
+        }
+        Dir::Up => {
+            let Some(t) = strace_server(peer, calls, std::slice::from_ref(&record)) else {
+                return;
+            };
+            let args = cell.args(peer, false, &["--streams", "4"]);
+            (peer.spawn(&args), Some(t))
+        }
     };
-    let mut child = spawn_held(peer, cell, &via, &["--streams", "4"]);
     let end = Instant::now() + Duration::from_secs(60);
     while !record.exists() && !staged.exists() {
         if let Some(st) = child.try_wait() {
+            if let Some(t) = tracer.as_mut() {
+                let _ = t.kill();
+            }
             let o = child.wait();
             panic!(
                 "{ctx}: the copy ended ({st}) without writing {}: {}",
@@ -1235,65 +1259,26 @@ fn kill_in_record(peer: &Peer, cell: &Cell, ctx: &str) {
         thread::sleep(Duration::from_millis(2));
     }
     thread::sleep(Duration::from_millis(200));
-    let o = kill_traced(child);
     let len_of = |p: &Path| fs::metadata(p).map(|m| m.len()).ok();
+    let (o, lens) = match tracer.as_mut() {
+        None => {
+            let o = kill_traced(child);
+            (o, (len_of(&record), len_of(&staged)))
+        }
+        Some(t) => {
+            let o = child.kill();
+            let lens = (len_of(&record), len_of(&staged));
+            assert!(!o.status.success(), "{ctx}: the copy ended before the kill");
+            thread::sleep(Duration::from_millis(3500));
+            signal(t.id(), "TERM");
+            let _ = t.wait();
+            (o, lens)
+        }
+    };
     eprintln!(
         "{ctx}: killed while writing the record (record {:?} bytes, staged {:?}): {}",
-        len_of(&record),
-        len_of(&staged),
-        o.status
+        lens.0, lens.1, o.status
     );
-    assert_no_bad_finals(&cell.src, &cell.dst(), ctx);
-    resume_ends_identical(peer, cell, ctx);
-}
-
-/// A split upload over SFTP (`--streams 4`) killed while the server
-/// writes its resume record (ferry keeps it beside the part, on the
-/// server; the server's writes to it held by strace): `--resume` must not
-/// trust a record cut short, and completes. HTTP and FTP uploads keep no
-/// record (ferry serve's ranged PUT asks the server what it has; FTP
-/// appends in order). sshd only: strace's hold did not take on ferry
-/// serve's writes of the record in one run of two (the copy ended first),
-/// which would make the cell check nothing.
-fn kill_in_server_record(peer: &Peer, cell: &Cell, ctx: &str) {
-    if cell.shape == Shape::Tree || peer.proto != Proto::SftpSshd {
-        eprintln!("{ctx}: skipped: a split SFTP upload to sshd only (file cell)");
-        return;
-    }
-    let record = cell.dst_dir.join(format!(".{}.ferry-resume", cell.name));
-    let Some(mut tracer) = strace_server(
-        peer,
-        "write,pwrite64,writev,pwritev,pwritev2",
-        std::slice::from_ref(&record),
-    ) else {
-        return;
-    };
-    let mut child = peer.spawn(&cell.args(peer, false, &["--streams", "4"]));
-    let end = Instant::now() + Duration::from_secs(60);
-    while !record.exists() {
-        if let Some(st) = child.try_wait() {
-            let _ = tracer.kill();
-            let o = child.wait();
-            panic!(
-                "{ctx}: the copy ended ({st}) without writing {}: {}",
-                record.display(),
-                describe(&o)
-            );
-        }
-        assert!(Instant::now() < end, "{ctx}: no resume record");
-        thread::sleep(Duration::from_millis(2));
-    }
-    thread::sleep(Duration::from_millis(200));
-    let o = child.kill();
-    let len = fs::metadata(&record).map(|m| m.len()).ok();
-    eprintln!(
-        "{ctx}: killed while the server wrote the record ({len:?} bytes): {}",
-        o.status
-    );
-    assert!(!o.status.success(), "{ctx}: the copy ended before the kill");
-    thread::sleep(Duration::from_millis(3500));
-    signal(tracer.id(), "TERM");
-    let _ = tracer.wait();
     assert_no_bad_finals(&cell.src, &cell.dst(), ctx);
     resume_ends_identical(peer, cell, ctx);
 }
