@@ -58,8 +58,9 @@ echo "workspace: ${passed:-0} passed, ${failed:-0} failed"
 # include/ferry.h must be what cbindgen makes of src/lib.rs now (cbindgen
 # comes from crates.io when missing); then libferry is installed into a
 # prefix under the target directory and examples/c/seedsets.c is built
-# against it through pkg-config, shared and static. The Python suite below
-# runs both against its sshd (bindings/python/tests/test_capi.py).
+# against it through pkg-config, shared and static, and
+# examples/c/credentials.c (the credentials callback). The Python suite
+# below runs them against its sshd (bindings/python/tests/test_capi.py).
 # FERRY_CAPI=0 skips it.
 if [ "$rc" -eq 0 ] && [ "${FERRY_CAPI:-1}" != 0 ]; then
     echo "== crates/ferry-capi: ferry.h up to date, seedsets.c builds" >&2
@@ -85,7 +86,11 @@ if [ "$rc" -eq 0 ] && [ "${FERRY_CAPI:-1}" != 0 ]; then
     # shellcheck disable=SC2046
     cc -Wall -Wextra -Werror -O2 examples/c/seedsets.c $(pkg-config --cflags ferry) "$prefix/lib/libferry.a" \
         $(pkg-config --static --libs-only-l ferry | sed 's/-lferry//') -o "$CARGO_TARGET_DIR/seedsets-static"
+    # shellcheck disable=SC2046
+    cc -Wall -Wextra -Werror -O2 examples/c/credentials.c $(pkg-config --cflags --libs ferry) \
+        -Wl,-rpath,"$prefix/lib" -o "$CARGO_TARGET_DIR/credentials"
     export FERRY_SEEDSETS="$CARGO_TARGET_DIR/seedsets" FERRY_SEEDSETS_STATIC="$CARGO_TARGET_DIR/seedsets-static"
+    export FERRY_CREDENTIALS="$CARGO_TARGET_DIR/credentials"
 fi
 
 # --- Python bindings (bindings/python) -------------------------------------

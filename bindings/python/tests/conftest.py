@@ -4,8 +4,9 @@ Each fixture starts its server with its own configuration, keys and
 directories under a temporary directory, on a free port, and stops it by
 PID (its whole process group) when the session ends: OpenSSH's sshd,
 `ferry serve` (the binary built by `cargo build -p ferry`, found through
-$FERRY_BIN or $CARGO_TARGET_DIR), and nginx with a self-signed
-certificate. The same shape as crates/ferry/tests/common/ (Rust).
+$FERRY_BIN or $CARGO_TARGET_DIR), nginx with a self-signed certificate,
+and vsftpd (anonymous logins with uploads, as the Rust tests' harness
+configures it in crates/ferry-bench/src/servers.rs). The same shape as crates/ferry/tests/common/ (Rust).
 """
 
 from __future__ import annotations
@@ -273,6 +274,52 @@ def nginx(tmp_path_factory: pytest.TempPathFactory):
     try:
         wait_port(port, proc, "nginx", log)
         yield Nginx(d / "www", port, d / "cert.pem")
+    finally:
+        stop(proc)
+
+
+@dataclass
+class Ftpd:
+    root: Path
+    port: int
+
+    def url(self, path: str) -> str:
+        """`ftp://127.0.0.1:PORT/path`, the path relative to the login
+        directory (`root`)."""
+        return f"ftp://127.0.0.1:{self.port}/{path.lstrip('/')}"
+
+
+@pytest.fixture(scope="session")
+def vsftpd(tmp_path_factory: pytest.TempPathFactory):
+    exe = "/usr/sbin/vsftpd"
+    if not os.path.exists(exe):
+        pytest.skip("vsftpd is not installed (scripts/install-peers.sh)")
+    d = tmp_path_factory.mktemp("vsftpd")
+    root = d / "root"
+    root.mkdir()
+    port = free_port()
+    # Anonymous login as the launching user (vsftpd refuses local users
+    # when it runs as the launching user), uploads allowed, passive mode
+    # on 127.0.0.1: the configuration of ferry_bench::servers::Vsftpd.
+    (d / "vsftpd.conf").write_text(
+        f"listen=YES\nlisten_address=127.0.0.1\nlisten_port={port}\nbackground=NO\n"
+        f"run_as_launching_user=YES\nanonymous_enable=YES\nanon_root={root}\nlocal_enable=NO\n"
+        "write_enable=YES\nanon_upload_enable=YES\nanon_mkdir_write_enable=YES\n"
+        "anon_other_write_enable=YES\nanon_umask=022\npasv_enable=YES\npasv_address=127.0.0.1\n"
+        "seccomp_sandbox=NO\nxferlog_enable=NO\nmax_clients=50\nmax_per_ip=50\n"
+        f"dirmessage_enable=NO\nconnect_from_port_20=NO\nno_anon_password=YES\nvsftpd_log_file={d / 'vsftpd.log'}\n"
+    )
+    log = d / "vsftpd.err"
+    proc = subprocess.Popen(
+        [exe, str(d / "vsftpd.conf")],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=open(log, "wb"),
+        start_new_session=True,
+    )
+    try:
+        wait_port(port, proc, "vsftpd", log)
+        yield Ftpd(root, port)
     finally:
         stop(proc)
 

@@ -2,12 +2,17 @@
 against the installed libferry (pkg-config), uploads the four scaled data
 sets to the test sshd and downloads them back, verifying every file. The
 binaries come from $FERRY_SEEDSETS (shared libferry) and
-$FERRY_SEEDSETS_STATIC (libferry.a); without them the test skips."""
+$FERRY_SEEDSETS_STATIC (libferry.a); without them the test skips.
+examples/c/credentials.c ($FERRY_CREDENTIALS) logs in with a password
+that its credentials callback gives, against a second sshd with password
+logins on."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -43,3 +48,87 @@ def test_a_bad_option_is_a_usage_code(sshd, work: Path) -> None:
                        text=True, timeout=60)
     assert p.returncode == 1
     assert "parallel" in p.stderr and "usage error" in p.stderr
+
+
+# --- the credentials callback (examples/c/credentials.c) -------------------
+
+# The password user the Rust harness makes (crates/ferry/tests/common/mod.rs,
+# ensure_password_user): the same name and password, so either creates it.
+PASSWORD_USER = "ferrytest"
+PASSWORD = "Ferry-test-pw-7"
+
+
+def ensure_password_user() -> bool:
+    """As root: the system user `ferrytest` with password PASSWORD (made
+    once, idempotently). Not root: False."""
+    if os.geteuid() != 0:
+        return False
+    if subprocess.run(["id", "-u", PASSWORD_USER], capture_output=True).returncode != 0:
+        p = subprocess.run(["useradd", "-m", "-d", f"/home/{PASSWORD_USER}", "-s", "/bin/sh", PASSWORD_USER],
+                           capture_output=True, text=True)
+        assert p.returncode in (0, 9), p.stderr  # 9: made meanwhile by another run
+    subprocess.run(["chpasswd"], input=f"{PASSWORD_USER}:{PASSWORD}\n", text=True, check=True)
+    return True
+
+
+@pytest.fixture(scope="module")
+def password_sshd(sshd, tmp_path_factory: pytest.TempPathFactory):
+    """A second sshd, like the session's but with password logins on."""
+    from conftest import SSHD, stop, wait_port, free_port
+
+    if not ensure_password_user():
+        pytest.skip("password logins need the user ferrytest, made as root")
+    d = tmp_path_factory.mktemp("sshd-pw")
+    port = free_port()
+    config = (sshd.dir / "sshd_config").read_text().replace(f"Port {sshd.port}\n", f"Port {port}\n")
+    config = config.replace("PasswordAuthentication no", "PasswordAuthentication yes")
+    config = config.replace(f"PidFile {sshd.dir / 'sshd.pid'}", f"PidFile {d / 'sshd.pid'}")
+    (d / "sshd_config").write_text(config)
+    log = d / "sshd.log"
+    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(d / "sshd_config")], stdin=subprocess.DEVNULL,
+                            stdout=open(log, "ab"), stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_port(port, proc, "sshd", log)
+        (d / "known_hosts").write_text(sshd.host_key_line.replace(f"]:{sshd.port} ", f"]:{port} "))
+        yield port, d
+    finally:
+        stop(proc)
+
+
+def credentials_run(password_sshd, src: str, dst: str, password) -> subprocess.CompletedProcess:
+    exe = os.environ.get("FERRY_CREDENTIALS")
+    if not exe:
+        pytest.skip("$FERRY_CREDENTIALS is not set (scripts/test.sh builds examples/c/credentials.c)")
+    port, d = password_sshd
+    (d / "empty_config").write_text("")
+    opts = [f"ssh_config={d / 'empty_config'}", f"option=UserKnownHostsFile={d / 'known_hosts'}",
+            "option=GlobalKnownHostsFile=/dev/null", "option=StrictHostKeyChecking=yes",
+            "option=IdentityAgent=none", "option=PubkeyAuthentication=no"]
+    env = {k: v for k, v in os.environ.items() if k not in ("FERRY_PASSWORD", "FERRY_TEST_PASSWORD")}
+    if password is not None:
+        env["FERRY_TEST_PASSWORD"] = password
+    args = [exe, *[x for o in opts for x in ("-O", o)], src.replace("PORT", str(port)), dst]
+    return subprocess.run(args, capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_c_credentials_callback_answers_the_password(password_sshd, tmp_path: Path) -> None:
+    # A directory the password user can read (pytest's are 0700, root's).
+    shared = Path(tempfile.mkdtemp(prefix="ferry-capi-pw-"))
+    try:
+        shared.chmod(0o755)
+        (shared / "f.bin").write_bytes(b"through a password login\n" * 1000)
+        (shared / "f.bin").chmod(0o644)
+        p = credentials_run(password_sshd, f"sftp://{PASSWORD_USER}@127.0.0.1:PORT{shared}/f.bin",
+                            f"{tmp_path}/", PASSWORD)
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert f"asked password {PASSWORD_USER}@127.0.0.1" in p.stdout
+        assert (tmp_path / "f.bin").read_bytes() == (shared / "f.bin").read_bytes()
+
+        # Declining (no password to give) is an authentication failure.
+        p = credentials_run(password_sshd, f"sftp://{PASSWORD_USER}@127.0.0.1:PORT{shared}/f.bin",
+                            f"{tmp_path}/again.bin", None)
+        assert p.returncode == 1
+        assert "asked password" in p.stdout and "result 3 " in p.stdout, p.stdout + p.stderr
+        assert not (tmp_path / "again.bin").exists()
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)

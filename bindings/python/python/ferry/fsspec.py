@@ -11,14 +11,19 @@ read through ferry::
 
 ``get``/``put`` of whole files run ``ferry.copy`` (pipelined, parallel);
 ``ls``, ``info``, ``cat_file`` and ``open(mode="rb")`` (ranged reads) go
-through one connection held by the filesystem object. Writing through
-``open`` is not offered: use ``put``. Options are ``ferry.copy``'s
-(``identity=``, ``option=[...]``, ``pin=``, ``cacert=``, ``token=``...).
+through one connection held by the filesystem object. ``open(mode="wb")``
+spools what is written to a local temporary file and uploads it with
+``ferry.copy`` when the file is closed, so the server sees the whole file
+appear at once under its name (ferry's part file and rename) or not at
+all: an exception inside ``with fs.open(p, "wb")`` uploads nothing.
+Options are ``ferry.copy``'s (``identity=``, ``option=[...]``, ``pin=``,
+``cacert=``, ``token=``...).
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 from typing import Any, Dict, List, Optional, Union
 from urllib.parse import urlsplit
@@ -118,6 +123,16 @@ class FerryFileSystem(AbstractFileSystem):
                     raise UsageError(str(e)) from None
             return self._native
 
+    def _remote(self, path: str) -> str:
+        """The server's path for fsspec's ``path``. FTP URLs name paths
+        relative to the login directory (as ``ferry cp`` and curl read
+        them), and so do this filesystem's paths; the connection speaks
+        the server's absolute paths, so FTP paths are put under the login
+        directory the server reported. SFTP and HTTP paths are absolute."""
+        if self.scheme in ("ftp", "ftps"):
+            return self._fs().root.rstrip("/") + path
+        return path
+
     def _entry(self, path: str, t: tuple) -> Dict[str, Any]:
         _, kind, size, mtime, mode = t
         return {
@@ -133,7 +148,7 @@ class FerryFileSystem(AbstractFileSystem):
     def info(self, path: str, **kwargs: Any) -> Dict[str, Any]:
         p = self._strip_protocol(path)
         try:
-            t = self._fs().stat(p)
+            t = self._fs().stat(self._remote(p))
         except _ferry.FsError as e:
             _raise(e)
         if t is None:
@@ -146,7 +161,7 @@ class FerryFileSystem(AbstractFileSystem):
         if info["type"] != "directory":
             return [info] if detail else [p]
         try:
-            entries = self._fs().list(p)
+            entries = self._fs().list(self._remote(p))
         except _ferry.FsError as e:
             _raise(e)
         base = p.rstrip("/")
@@ -169,7 +184,7 @@ class FerryFileSystem(AbstractFileSystem):
         if length == 0:
             return b""
         try:
-            return self._fs().read(p, s, length)
+            return self._fs().read(self._remote(p), s, length)
         except _ferry.FsError as err:
             _raise(err)
         raise AssertionError("unreachable")
@@ -192,9 +207,12 @@ class FerryFileSystem(AbstractFileSystem):
             raise FileExistsError(path)
 
     def _open(self, path: str, mode: str = "rb", block_size: Any = None, autocommit: bool = True,
-              cache_options: Any = None, **kwargs: Any) -> "FerryFile":
-        if "r" not in mode or "+" in mode:
-            raise NotImplementedError("ferry+ filesystems open files for reading only; use put() to write")
+              cache_options: Any = None, **kwargs: Any) -> Union["FerryFile", "FerryWriteFile"]:
+        if mode == "wb":
+            return FerryWriteFile(self, self._strip_protocol(path), mode=mode, block_size=block_size,
+                                  autocommit=autocommit, **kwargs)
+        if mode != "rb":
+            raise NotImplementedError(f"ferry+ filesystems open files with mode 'rb' or 'wb', not {mode!r}")
         return FerryFile(self, self._strip_protocol(path), mode=mode, block_size=block_size,
                          cache_options=cache_options, **kwargs)
 
@@ -211,6 +229,55 @@ class FerryFile(AbstractBufferedFile):
 
     def _fetch_range(self, start: int, end: int) -> bytes:
         return self.fs.cat_file(self.path, start, end)
+
+
+class FerryWriteFile(AbstractBufferedFile):
+    """A file opened with ``"wb"``: fsspec's buffer is spooled in blocks to
+    a local temporary file (memory stays at one block), and closing the
+    file uploads the spool with ``ferry.copy``, which writes
+    ``.NAME.ferry-part`` on the server and renames it over NAME once every
+    byte is there. Leaving the ``with`` block by an exception discards the
+    spool instead, so no final file appears. With ``autocommit=False``
+    (``fs.transaction``) the upload waits for the transaction's commit."""
+
+    _spool: Optional[Any] = None
+
+    def _initiate_upload(self) -> None:
+        self._spool = tempfile.NamedTemporaryFile(prefix="ferry-spool-", suffix=".part", delete=False)
+
+    def _upload_chunk(self, final: bool = False) -> bool:
+        assert self._spool is not None
+        self._spool.write(self.buffer.getbuffer())
+        if final and self.autocommit:
+            self.commit()
+        return True
+
+    def commit(self) -> None:
+        """Upload the spool to the file's path (and remove the spool)."""
+        spool, self._spool = self._spool, None
+        if spool is None:
+            return
+        try:
+            spool.close()
+            copy(spool.name, self.fs.url(self.path), credentials=self.fs._credentials, **self.fs._options)
+        finally:
+            os.unlink(spool.name)
+
+    def discard(self) -> None:
+        """Drop what was written; nothing is uploaded."""
+        spool, self._spool = self._spool, None
+        if spool is not None:
+            spool.close()
+            os.unlink(spool.name)
+
+    def __exit__(self, exc_type: Any, *args: Any) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        # An exception inside `with`: upload nothing (fsspec's default
+        # would close, that is upload, the half-written file).
+        self.discard()
+        self.closed = True
 
 
 class FerrySFTPFileSystem(FerryFileSystem):
