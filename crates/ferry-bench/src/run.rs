@@ -425,7 +425,8 @@ pub fn run_local(args: &BenchArgs) -> Result<Report> {
         }
     }
     notes.push(format!(
-        "work directory {} on {work_fs}; a plain local copy into it (the file system's ceiling,          best of 2): {}",
+        "work directory {} on {work_fs}; a plain local copy into it (the file system's ceiling, \
+         best of 2): {}",
         work.display(),
         fs_ceiling
             .iter()

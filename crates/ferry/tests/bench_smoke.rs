@@ -401,7 +401,10 @@ fn bench_on_a_disk_directory_reports_its_ceiling_and_cpu_per_gb() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     println!("{stdout}");
-    assert!(out.status.success(), "ferry bench failed:\n{stdout}\n{stderr}");
+    assert!(
+        out.status.success(),
+        "ferry bench failed:\n{stdout}\n{stderr}"
+    );
     let doc: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&json).unwrap()).expect("JSON parses");
     let params = &doc["parameters"];
@@ -416,9 +419,15 @@ fn bench_on_a_disk_directory_reports_its_ceiling_and_cpu_per_gb() {
     for c in ok {
         assert!(c["cpu_s_per_gb"].as_f64().unwrap() > 0.0, "{c:#}");
         assert!(c.get("server_cpu_s_per_gb").is_some(), "{c:#}");
-        assert!(c.get("limit").is_some() && c.get("ceiling").is_some(), "{c:#}");
+        assert!(
+            c.get("limit").is_some() && c.get("ceiling").is_some(),
+            "{c:#}"
+        );
     }
-    assert!(stdout.contains("CPU/GB") && stdout.contains("srv/GB"), "{stdout}");
+    assert!(
+        stdout.contains("CPU/GB") && stdout.contains("srv/GB"),
+        "{stdout}"
+    );
     assert!(stdout.contains(&format!("on {fs}")), "{stdout}");
     // The temporary work directory is gone with the run.
     let left: Vec<_> = std::fs::read_dir(base.path())
