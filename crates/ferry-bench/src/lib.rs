@@ -10,6 +10,7 @@
 //! - [`clients`]: the clients and the command line of each cell.
 //! - [`run`]: profiles, cells, runs, medians.
 //! - [`report`]: the table, machine description, ratios and the plot.
+//! - [`ceiling`]: the work directory's file system and its ceiling.
 //! - [`remote`]: `ferry bench sftp://host/dir` (or `https://`), the settings sweep, and
 //!   [`hosts`], where `--save` keeps the result for `ferry cp`.
 //! - [`proc`]: process groups, `wait4` measurements, Ctrl-C clean-up.
@@ -18,6 +19,7 @@
 //! docs/internals/bench.md explains what is measured and how to read it.
 use std::path::PathBuf;
 
+pub mod ceiling;
 pub mod clients;
 pub mod data;
 pub mod hosts;
@@ -125,6 +127,12 @@ pub struct BenchArgs {
     /// reused) [default: a temp dir under /dev/shm, removed after].
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
+    /// Where the temporary work directory is made when --dir is not given
+    /// [default: /dev/shm, a tmpfs]; e.g. /var/tmp for a disk file system.
+    /// The report names the file system and measures its ceiling (a plain
+    /// local copy of each set into it).
+    #[arg(long, value_name = "DIR", conflicts_with = "dir")]
+    pub tmpdir: Option<PathBuf>,
     /// Write every cell, the machine and the tool versions here.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,

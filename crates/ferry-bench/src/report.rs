@@ -41,6 +41,64 @@ pub fn ratios(cells: &mut [Cell]) {
     }
 }
 
+/// Two cells within this share of each other ran alike.
+pub const SAME_WITHIN: f64 = 0.10;
+/// A cell at this share of a measured limit (or more) ran at that limit.
+pub const NEAR_LIMIT: f64 = 0.85;
+
+/// The limit a cell ran at: "disk" when it reached [`NEAR_LIMIT`] of the
+/// set's plain local copy into the work directory, "cpu" when client and
+/// server together kept that share of every core busy.
+pub fn limit_of(c: &Cell, fs_ceiling: &BTreeMap<String, f64>, cores: usize) -> Option<String> {
+    let v = c.mb_per_s.filter(|v| *v > 0.0 && c.status == "ok")?;
+    if fs_ceiling
+        .get(&c.set)
+        .is_some_and(|limit| v >= NEAR_LIMIT * limit)
+    {
+        return Some("disk".into());
+    }
+    let seconds = c.bytes as f64 / 1e6 / v;
+    let busy = c.cpu_s? + c.server_cpu_s.unwrap_or(0.0);
+    (busy / seconds >= NEAR_LIMIT * cores as f64).then(|| "cpu".into())
+}
+
+/// Every cell's [`limit_of`], and on ferry's cells the verdict "same
+/// ceiling" when ferry and the best peer (the cell its ratio compares
+/// with) are within [`SAME_WITHIN`] of each other at the same limit: the
+/// ratio then measures the disk or the CPU, not the tools.
+pub fn ceilings(cells: &mut [Cell], fs_ceiling: &BTreeMap<String, f64>, cores: usize) {
+    for c in cells.iter_mut() {
+        c.limit = limit_of(c, fs_ceiling, cores);
+    }
+    let key = |c: &Cell| {
+        (
+            c.profile.clone(),
+            c.set.clone(),
+            c.direction,
+            c.protocol.name(),
+        )
+    };
+    let mut best: Vec<(_, f64, Option<String>)> = Vec::new();
+    for c in cells.iter().filter(|c| !c.ferry && c.status == "ok") {
+        let (k, v) = (key(c), c.mb_per_s.unwrap_or(0.0));
+        match best.iter_mut().find(|(bk, _, _)| *bk == k) {
+            Some(b) if b.1 >= v => {}
+            Some(b) => *b = (k, v, c.limit.clone()),
+            None => best.push((k, v, c.limit.clone())),
+        }
+    }
+    for c in cells.iter_mut().filter(|c| c.ferry) {
+        let k = key(c);
+        let peer_limit = best.iter().find(|(bk, _, _)| *bk == k).map(|b| &b.2);
+        c.ceiling = match (c.ratio, &c.limit, peer_limit) {
+            (Some(r), Some(l), Some(Some(pl))) if l == pl && (r - 1.0).abs() <= SAME_WITHIN => {
+                Some(l.clone())
+            }
+            _ => None,
+        };
+    }
+}
+
 fn set_desc(r: &Report, set: &str) -> String {
     r.sets
         .iter()
@@ -101,7 +159,11 @@ pub fn table(r: &Report) -> String {
     let _ = writeln!(
         s,
         "ferry bench: {variant} data, median of {runs} run(s); MB/s = 10^6 bytes/s wall clock; \
-         CPU s and RSS of the client; ratio = ferry / best peer on the same protocol"
+         CPU s and RSS of the client; CPU/GB and srv/GB = CPU seconds per 10^9 bytes of the \
+         client and the server; ratio = ferry / best peer on the same protocol, or \
+         \"same ceiling\" when both ran within {:.0} % of each other at the disk's or the CPU's \
+         limit",
+        SAME_WITHIN * 100.0
     );
     let mut footnotes: Vec<String> = Vec::new();
     for ((profile, set, dir), cells) in groups(r) {
@@ -124,10 +186,10 @@ pub fn table(r: &Report) -> String {
             .max(16);
         let _ = writeln!(
             s,
-            "{:<w$} | {:>9} | {:>6} | {:>6} | {:>7} | {:>6}",
-            "client -> server", "MB/s", "CPU s", "RSS MB", "srv CPU", "ratio"
+            "{:<w$} | {:>9} | {:>6} | {:>6} | {:>6} | {:>7} | {:>6} | ratio",
+            "client -> server", "MB/s", "CPU s", "CPU/GB", "RSS MB", "srv CPU", "srv/GB"
         );
-        let _ = writeln!(s, "{}", "-".repeat(w + 50));
+        let _ = writeln!(s, "{}", "-".repeat(w + 68));
         for c in rows {
             let f2 = |v: Option<f64>| v.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into());
             let speed = match c.status.as_str() {
@@ -154,20 +216,23 @@ pub fn table(r: &Report) -> String {
                     format!("{} [{n}]", other.to_uppercase())
                 }
             };
-            let ratio = c
-                .ratio
-                .map(|v| format!("{v:.2}x"))
-                .unwrap_or_else(|| "-".into());
+            let ratio = match (&c.ceiling, c.ratio) {
+                (Some(l), Some(v)) => format!("same ceiling ({l}; {v:.2}x)"),
+                (None, Some(v)) => format!("{v:.2}x"),
+                _ => "-".into(),
+            };
             let _ = writeln!(
                 s,
-                "{:<w$} | {:>9} | {:>6} | {:>6} | {:>7} | {:>6}",
+                "{:<w$} | {:>9} | {:>6} | {:>6} | {:>6} | {:>7} | {:>6} | {}",
                 row_label(c),
                 speed,
                 f2(c.cpu_s),
+                f2(c.cpu_s_per_gb),
                 c.rss_mb
                     .map(|v| format!("{v:.1}"))
                     .unwrap_or_else(|| "-".into()),
                 f2(c.server_cpu_s),
+                f2(c.server_cpu_s_per_gb),
                 ratio
             );
         }
@@ -502,7 +567,55 @@ const GOALS: &[Goal] = &[
         directions: DOWN,
         profiles: &["wan"],
     },
+    // Issue 26, at 100 ms RTT with 0.1 % loss.
+    Goal {
+        issue: 26,
+        num: ("ferry", ServerKind::Sshd),
+        den: ("sftp", ServerKind::Sshd),
+        want: 10.0,
+        sets: &["huge", "small"],
+        directions: DOWN,
+        profiles: LOSS100,
+    },
+    Goal {
+        issue: 26,
+        num: ("ferry", ServerKind::Sshd),
+        den: ("lftp-pget", ServerKind::Sshd),
+        want: 1.5,
+        sets: &["huge"],
+        directions: DOWN,
+        profiles: LOSS100,
+    },
+    Goal {
+        issue: 26,
+        num: ("ferry", ServerKind::Sshd),
+        den: ("rclone", ServerKind::Sshd),
+        want: 1.5,
+        sets: &["huge", "small"],
+        directions: DOWN,
+        profiles: LOSS100,
+    },
+    Goal {
+        issue: 26,
+        num: ("ferry-https", ServerKind::Nginx),
+        den: ("curl", ServerKind::Nginx),
+        want: 2.0,
+        sets: &["huge", "small"],
+        directions: DOWN,
+        profiles: LOSS100,
+    },
+    Goal {
+        issue: 26,
+        num: ("ferry-https", ServerKind::Nginx),
+        den: ("aria2c", ServerKind::Nginx),
+        want: 1.2,
+        sets: &["huge", "small"],
+        directions: DOWN,
+        profiles: LOSS100,
+    },
 ];
+
+const LOSS100: &[&str] = &["loss100"];
 
 /// One goal checked against one run.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -523,6 +636,10 @@ pub struct GoalResult {
     /// median is from what the two programs do undisturbed. `met` is
     /// decided by the median alone.
     pub best_ratio: Option<f64>,
+    /// Both cells ran at this limit ("disk" or "cpu") within
+    /// [`SAME_WITHIN`] of each other: the goal is then not decided by
+    /// this run (`met` stays as the ratio says, the text says why not).
+    pub ceiling: Option<String>,
 }
 
 /// The fastest successful run of a cell, in seconds.
@@ -592,6 +709,12 @@ pub fn goals(cells: &[Cell]) -> Vec<GoalResult> {
                 ratio,
                 met: ratio.map(|r| r >= g.want),
                 best_ratio,
+                ceiling: match (&n.limit, &m.limit, ratio) {
+                    (Some(a), Some(b), Some(r)) if a == b && (r - 1.0).abs() <= SAME_WITHIN => {
+                        Some(a.clone())
+                    }
+                    _ => None,
+                },
             });
         }
     }
@@ -609,10 +732,11 @@ pub fn goals_text(goals: &[GoalResult]) -> String {
         "\ngoals from the issues (ratios of two cells of this run, medians; in brackets the ratio of each side's fastest run):"
     );
     for g in goals {
-        let (got, verdict) = match (g.ratio, g.met) {
-            (Some(r), Some(true)) => (format!("{r:.2}x"), "met"),
-            (Some(r), _) => (format!("{r:.2}x"), "NOT met"),
-            _ => ("-".to_string(), "not measured"),
+        let (got, verdict) = match (g.ratio, g.met, &g.ceiling) {
+            (Some(r), _, Some(l)) => (format!("{r:.2}x"), format!("same ceiling ({l})")),
+            (Some(r), Some(true), None) => (format!("{r:.2}x"), "met".into()),
+            (Some(r), _, None) => (format!("{r:.2}x"), "NOT met".into()),
+            _ => ("-".to_string(), "not measured".into()),
         };
         let best = g
             .best_ratio
@@ -630,4 +754,116 @@ pub fn goals_text(goals: &[GoalResult]) -> String {
         );
     }
     s
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::clients::Proto;
+
+    /// A verified cell: `mbps` MB/s moving 1 GB, client and server CPU s.
+    fn cell(client: &str, ferry: bool, mbps: f64, cpu: f64, srv: f64) -> Cell {
+        Cell {
+            profile: "loopback".into(),
+            set: "small".into(),
+            direction: Direction::Download,
+            client: client.into(),
+            client_label: client.into(),
+            ferry,
+            server: ServerKind::Nginx,
+            protocol: Proto::Https,
+            status: "ok".into(),
+            reason: None,
+            verified: true,
+            files: 800,
+            bytes: 1_000_000_000,
+            mb_per_s: Some(mbps),
+            cpu_s: Some(cpu),
+            rss_mb: Some(10.0),
+            server_cpu_s: Some(srv),
+            cpu_s_per_gb: Some(cpu),
+            server_cpu_s_per_gb: Some(srv),
+            ratio: None,
+            limit: None,
+            ceiling: None,
+            runs: Vec::new(),
+        }
+    }
+
+    fn verdicts(mut cells: Vec<Cell>, disk: f64, cores: usize) -> Vec<Cell> {
+        ratios(&mut cells);
+        let fs: BTreeMap<String, f64> = [("small".to_string(), disk)].into();
+        ceilings(&mut cells, &fs, cores);
+        cells
+    }
+
+    #[test]
+    fn tools_alike_at_the_disks_limit_get_same_ceiling_not_a_ratio() {
+        // Issue 26's case: 48 MB/s for ferry and curl alike on ext4, where
+        // a plain local copy makes 50.
+        let c = verdicts(
+            vec![
+                cell("ferry-https", true, 48.0, 3.0, 3.0),
+                cell("curl", false, 47.0, 3.0, 3.0),
+            ],
+            50.0,
+            2,
+        );
+        assert_eq!(c[0].ceiling.as_deref(), Some("disk"));
+        assert_eq!(c[1].limit.as_deref(), Some("disk"));
+        let r = Report {
+            machine: serde_json::json!({}),
+            parameters: serde_json::json!({"variant": "incompressible", "runs": 1}),
+            sets: Vec::new(),
+            notes: Vec::new(),
+            goals: Vec::new(),
+            cells: c,
+        };
+        let t = table(&r);
+        assert!(t.contains("same ceiling (disk; 1.02x)"), "{t}");
+        assert!(t.contains("CPU/GB") && t.contains("srv/GB"), "{t}");
+    }
+
+    #[test]
+    fn a_real_difference_or_no_limit_keeps_the_ratio() {
+        // ferry 1.5x curl, ferry at the disk: a win, not a ceiling.
+        let c = verdicts(
+            vec![
+                cell("ferry-https", true, 48.0, 1.0, 1.0),
+                cell("curl", false, 32.0, 1.0, 1.0),
+            ],
+            50.0,
+            2,
+        );
+        assert_eq!(c[0].ceiling, None);
+        assert_eq!(c[0].ratio, Some(1.5));
+        // Alike, far below the disk, CPU mostly idle: no ceiling either.
+        let c = verdicts(
+            vec![
+                cell("ferry-https", true, 20.0, 1.0, 1.0),
+                cell("curl", false, 20.0, 1.0, 1.0),
+            ],
+            500.0,
+            2,
+        );
+        assert_eq!(
+            (c[0].limit.as_deref(), c[0].ceiling.as_deref()),
+            (None, None)
+        );
+    }
+
+    #[test]
+    fn tools_alike_with_every_core_busy_get_same_ceiling_cpu() {
+        // 1 GB at 100 MB/s = 10 s; 10 + 9 CPU s of 2 cores = 95 % busy.
+        let c = verdicts(
+            vec![
+                cell("ferry-https", true, 100.0, 10.0, 9.0),
+                cell("curl", false, 97.0, 10.5, 9.0),
+            ],
+            2000.0,
+            2,
+        );
+        assert_eq!(c[0].ceiling.as_deref(), Some("cpu"));
+    }
 }

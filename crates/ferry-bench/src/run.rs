@@ -1,6 +1,7 @@
 //! The local scorecard: data sets, servers, profiles, and every cell run
 //! `--runs` times, interleaved run by run so that a slow minute of the
 //! machine hurts every tool alike.
+use std::collections::BTreeMap;
 use std::fs;
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -11,6 +12,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
+use crate::ceiling;
 use crate::clients::{self, Client, Direction, Endpoint, Paths, Proto, ServerKind, CLIENTS};
 use crate::data::{self, DataSet};
 use crate::proc::{self, which};
@@ -199,9 +201,22 @@ pub struct Cell {
     pub rss_mb: Option<f64>,
     /// Median CPU seconds of the server's processes.
     pub server_cpu_s: Option<f64>,
+    /// The client's and the server's CPU seconds per GB (10^9 bytes) moved.
+    pub cpu_s_per_gb: Option<f64>,
+    pub server_cpu_s_per_gb: Option<f64>,
     /// ferry's MB/s over the best peer's for the same profile, set,
     /// direction and protocol (ferry cells only).
     pub ratio: Option<f64>,
+    /// The limit this cell ran at, if any: "disk" (at least
+    /// [`crate::report::NEAR_LIMIT`] of a plain local copy into the work
+    /// directory) or "cpu" (client and server together kept that share of
+    /// every core busy).
+    pub limit: Option<String>,
+    /// Set on a ferry cell when it and the best peer ran within a few % of
+    /// each other at a measured limit: "disk" (the work directory's file
+    /// system, as fast as a plain local copy) or "cpu" (both ends together
+    /// used every core). The ratio then says nothing about the tools.
+    pub ceiling: Option<String>,
     pub runs: Vec<RunResult>,
 }
 
@@ -333,10 +348,13 @@ pub fn run_local(args: &BenchArgs) -> Result<Report> {
             d.canonicalize()?
         }
         None => {
-            let base = if Path::new("/dev/shm").is_dir() {
-                PathBuf::from("/dev/shm")
-            } else {
-                std::env::temp_dir()
+            let base = match &args.tmpdir {
+                Some(b) => {
+                    fs::create_dir_all(b)?;
+                    b.clone()
+                }
+                None if Path::new("/dev/shm").is_dir() => PathBuf::from("/dev/shm"),
+                None => std::env::temp_dir(),
             };
             let t = tempfile::Builder::new()
                 .prefix("ferry-bench-")
@@ -391,8 +409,33 @@ pub fn run_local(args: &BenchArgs) -> Result<Report> {
         sets.push(data::prepare(&data_parent, s, args.compressible)?);
     }
 
-    // Which clients run, which are skipped.
+    // The file system's own ceiling per set: what a plain local copy into
+    // the work directory reaches, so the report can tell "every tool hit the
+    // disk" from a win or a loss.
     let mut notes = Vec::new();
+    let work_fs = ceiling::fs_type(&work);
+    let mut fs_ceiling: BTreeMap<String, f64> = BTreeMap::new();
+    for ds in &sets {
+        status_line(&format!(
+            "ferry bench: local copy of {} into the work directory ({work_fs})",
+            ds.name
+        ));
+        if let Ok(v) = ceiling::local_copy_mb_per_s(ds, &scratch) {
+            fs_ceiling.insert(ds.name.clone(), v);
+        }
+    }
+    notes.push(format!(
+        "work directory {} on {work_fs}; a plain local copy into it (the file system's ceiling, \
+         best of 2): {}",
+        work.display(),
+        fs_ceiling
+            .iter()
+            .map(|(s, v)| format!("{s} {v:.0} MB/s"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+
+    // Which clients run, which are skipped.
     let base = |c: &Client| clients::baseline_twin(c.id).is_some();
     let wanted: Vec<&Client> = CLIENTS
         .iter()
@@ -495,6 +538,8 @@ pub fn run_local(args: &BenchArgs) -> Result<Report> {
         "clients": wanted.iter().map(|c| c.id).collect::<Vec<_>>(),
         "timeout_s": timeout.as_secs(),
         "work_dir": work,
+        "work_fs": work_fs,
+        "fs_ceiling_mb_per_s": fs_ceiling,
         "argv": std::env::args().collect::<Vec<_>>(),
     });
     let set_info: Vec<serde_json::Value> = sets
@@ -586,7 +631,11 @@ pub fn run_local(args: &BenchArgs) -> Result<Report> {
                             cpu_s: None,
                             rss_mb: None,
                             server_cpu_s: None,
+                            cpu_s_per_gb: None,
+                            server_cpu_s_per_gb: None,
                             ratio: None,
+                            limit: None,
+                            ceiling: None,
                             runs: Vec::new(),
                         };
                         let ep = match ep {
@@ -728,6 +777,8 @@ pub fn run_local(args: &BenchArgs) -> Result<Report> {
         eprintln!();
     }
     crate::report::ratios(&mut cells);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    crate::report::ceilings(&mut cells, &fs_ceiling, cores);
     // Stop the servers before reporting (Drop does it too on error paths).
     drop(servers);
     if let Some(n) = net_side {
@@ -1205,5 +1256,11 @@ fn summarize(cell: &mut Cell) {
     cell.mb_per_s = median(&mut mbps);
     cell.cpu_s = median(&mut cpu);
     cell.server_cpu_s = median(&mut srv);
+    let gb = cell.bytes as f64 / 1e9;
+    if gb > 0.0 {
+        let per_gb = |v: f64| (v / gb * 100.0).round() / 100.0;
+        cell.cpu_s_per_gb = cell.cpu_s.map(per_gb);
+        cell.server_cpu_s_per_gb = cell.server_cpu_s.map(per_gb);
+    }
     cell.rss_mb = cell.runs.iter().map(|r| r.rss_mb).reduce(f64::max);
 }

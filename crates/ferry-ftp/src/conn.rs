@@ -152,6 +152,7 @@ impl Conn {
             (None, None) => return Err(FtpError::Network(format!("{what}: no address"))),
         };
         let _ = tcp.set_nodelay(true);
+        ferry_tcp::apply(&tcp);
         let _ = tcp.set_read_timeout(Some(ep.timeout));
         let _ = tcp.set_write_timeout(Some(ep.timeout));
         let mut s = match ep.security {
@@ -164,6 +165,7 @@ impl Conn {
                 {
                     let sock = s.get_ref();
                     let _ = sock.set_nodelay(true);
+                    ferry_tcp::apply(&*sock);
                     let _ = sock.set_read_timeout(Some(ep.timeout));
                     let _ = sock.set_write_timeout(Some(ep.timeout));
                 }
@@ -196,6 +198,7 @@ impl Conn {
         s = s.passive_stream_builder(move |addr| {
             let t = TcpStream::connect_timeout(&addr, timeout)
                 .map_err(suppaftp::FtpError::ConnectionError)?;
+            ferry_tcp::apply(&t);
             let _ = t.set_read_timeout(Some(timeout));
             let _ = t.set_write_timeout(Some(timeout));
             Ok(t)

@@ -655,6 +655,7 @@ impl Client {
         let mut tcp =
             tcp.ok_or_else(|| HttpError::Network(format!("{label}: cannot connect ({last})")))?;
         let _ = tcp.set_nodelay(true);
+        ferry_tcp::apply(&tcp);
         if let Some(p) = &via {
             proxy::tunnel(&mut tcp, p, origin).await?;
         }

@@ -46,6 +46,7 @@ use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
+pub mod gso;
 pub mod net;
 pub mod netem;
 pub mod pace;

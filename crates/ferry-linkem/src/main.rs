@@ -159,7 +159,7 @@ const NET_USAGE: &str = "\
 usage: ferry-linkem net up --name NAME [--delay-ms MS] [--jitter-ms MS]
                            [--loss PCT] [--loss-burst N] [--rate-mbps N]
                            [--queue-kb N] [--reorder PCT] [--reorder-ms MS]
-                           [--mtu N] [--seed N] [--cc NAME]
+                           [--mtu N] [--seed N] [--cc NAME] [--no-offload]
        ferry-linkem net down --name NAME
        ferry-linkem net cleanup
 
@@ -184,6 +184,9 @@ Settings apply to each direction:
   --seed N          seed of the random draws (default 1)
   --cc NAME         TCP congestion control in both namespaces (bbr, cubic,
                     ...; default: what a new namespace inherits)
+  --no-offload      move one MTU-sized packet per system call instead of
+                    taking TCP super-packets (GSO) from the kernel; slower,
+                    for comparison
 
 `net down` stops the link NAME (its process, then its namespaces, even when
 that process was killed); `net cleanup` removes every link whose process is
@@ -197,6 +200,7 @@ fn net_config(mut it: impl Iterator<Item = String>) -> Result<NetConfig, String>
     let mut mtu = 1500u32;
     let mut seed = 1u64;
     let mut congestion = None;
+    let mut offload = true;
     while let Some(arg) = it.next() {
         let (flag, inline) = match arg.split_once('=') {
             Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
@@ -235,6 +239,7 @@ fn net_config(mut it: impl Iterator<Item = String>) -> Result<NetConfig, String>
             }
             "--seed" => seed = value()?.parse().map_err(|_| "--seed: a number")?,
             "--cc" => congestion = Some(value()?),
+            "--no-offload" => offload = false,
             other => return Err(format!("unknown argument: {other}")),
         }
     }
@@ -247,6 +252,7 @@ fn net_config(mut it: impl Iterator<Item = String>) -> Result<NetConfig, String>
     cfg.mtu = mtu;
     cfg.seed = seed;
     cfg.congestion = congestion;
+    cfg.offload = offload;
     Ok(cfg)
 }
 

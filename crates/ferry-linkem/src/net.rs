@@ -35,6 +35,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::gso::{cut_tcp4, Gso, VnetHdr, VNET_HDR_LEN};
 use crate::netem::{DirConfig, Direction, Stats};
 
 /// The client side's address (inside its namespace only).
@@ -66,6 +67,10 @@ pub struct NetConfig {
     /// (`net.ipv4.tcp_congestion_control`, e.g. "bbr", "cubic"); `None`
     /// keeps what a new namespace inherits.
     pub congestion: Option<String>,
+    /// Take TCP super-packets (GSO, up to 64 kB) from the TUN devices and
+    /// hand them on whole unless the link must cut them (see [`crate::gso`]);
+    /// `false` moves one 1500-byte packet per system call, as before.
+    pub offload: bool,
 }
 
 impl NetConfig {
@@ -78,6 +83,7 @@ impl NetConfig {
             mtu: 1500,
             seed: 1,
             congestion: None,
+            offload: true,
         }
     }
 }
@@ -243,8 +249,10 @@ pub fn enter_netns(ns: &str) -> io::Result<()> {
     Ok(())
 }
 
-/// A TUN device (IP packets, no packet-info header), non-blocking.
-fn open_tun() -> io::Result<(OwnedFd, String)> {
+/// A TUN device (IP packets, no packet-info header), non-blocking; with
+/// `offload`, each packet comes and goes behind a `virtio_net_hdr` and the
+/// kernel may hand us TCP/IPv4 super-packets (checksum and TSO offloads on).
+fn open_tun(offload: bool) -> io::Result<(OwnedFd, String)> {
     // SAFETY: open(2) of a fixed path; the result is checked.
     let fd = unsafe {
         libc::open(
@@ -259,12 +267,32 @@ fn open_tun() -> io::Result<(OwnedFd, String)> {
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     // struct ifreq: 16 bytes of name, then the flags (a short) in the union.
     let mut ifr = [0u8; 40];
-    let flags = (libc::IFF_TUN | libc::IFF_NO_PI) as i16;
+    let mut flags = libc::IFF_TUN | libc::IFF_NO_PI;
+    if offload {
+        flags |= libc::IFF_VNET_HDR;
+    }
+    let flags = flags as i16;
     ifr[16..18].copy_from_slice(&flags.to_ne_bytes());
     // SAFETY: TUNSETIFF reads and writes a struct ifreq, which ifr is as
     // large as; the kernel fills in the name it picked.
     if unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, ifr.as_mut_ptr()) } != 0 {
         return Err(io::Error::last_os_error());
+    }
+    if offload {
+        // No TSO_ECN or TSO6: the link is IPv4, and an ECN super-packet
+        // would need CWR handling we leave to the kernel.
+        let features = libc::TUN_F_CSUM | libc::TUN_F_TSO4;
+        // SAFETY: TUNSETOFFLOAD takes the feature bits as its argument.
+        if unsafe {
+            libc::ioctl(
+                fd.as_raw_fd(),
+                libc::TUNSETOFFLOAD,
+                features as libc::c_ulong,
+            )
+        } != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
     }
     let name: Vec<u8> = ifr[..16].iter().copied().take_while(|b| *b != 0).collect();
     Ok((fd, String::from_utf8_lossy(&name).into_owned()))
@@ -398,8 +426,8 @@ impl NetLink {
             torn_down: false,
         };
         // On any error below, dropping `link` removes what was made.
-        let (tun_c, dev_c) = open_tun()?;
-        let (tun_s, dev_s) = open_tun()?;
+        let (tun_c, dev_c) = open_tun(cfg.offload)?;
+        let (tun_s, dev_s) = open_tun(cfg.offload)?;
         make_side(
             &client_netns(&cfg.name),
             &dev_c,
@@ -421,7 +449,12 @@ impl NetLink {
         }
         let tun_c = Arc::new(tun_c);
         let tun_s = Arc::new(tun_s);
-        let buf_len = usize::try_from(cfg.mtu).unwrap_or(65535).clamp(576, 65535) + 64;
+        let buf_len = if cfg.offload {
+            // A super-packet is at most an IPv4 packet's 64 kB.
+            VNET_HDR_LEN + 65536
+        } else {
+            usize::try_from(cfg.mtu).unwrap_or(65535).clamp(576, 65535) + 64
+        };
         let dirs = [
             (&tun_c, &tun_s, cfg.to_server.clone(), "to-server"),
             (&tun_s, &tun_c, cfg.to_client.clone(), "to-client"),
@@ -441,6 +474,7 @@ impl NetLink {
                             input: from.as_raw_fd(),
                             output: to.as_raw_fd(),
                             buf_len,
+                            offload: cfg.offload,
                         },
                         Direction::new(dcfg, seed),
                         seed,
@@ -579,14 +613,14 @@ impl fmt::Display for Report {
 const READ_BATCH: usize = 64;
 /// Longest sleep, so `stop` is seen within this.
 const MAX_SLEEP: Duration = Duration::from_millis(50);
-/// Spare buffers kept for reuse.
-const POOL_MAX: usize = 4096;
 
 /// The descriptors one forwarder moves packets between.
 struct Ends {
     input: RawFd,
     output: RawFd,
     buf_len: usize,
+    /// Packets carry a `virtio_net_hdr` and may be super-packets.
+    offload: bool,
 }
 
 /// What a forwarder shares with its [`NetLink`].
@@ -597,6 +631,49 @@ struct Control<'a> {
     origin: Instant,
 }
 
+/// Hand one packet read from an offloading TUN (virtio header first) to
+/// the link. A TCP super-packet goes on whole when the wire loses none of
+/// its segments, else it is cut and each segment meets its own fate; with
+/// reordering on, it is always cut (a held-back super-packet would reorder
+/// 44 segments at once).
+fn arrive_offloaded(dir: &mut Direction<Packet>, now: Duration, data: &[u8]) {
+    let len = data.len();
+    let (Some(h), Some(ip)) = (VnetHdr::parse(data), data.get(VNET_HDR_LEN..)) else {
+        return;
+    };
+    let Some(g) = Gso::of(&h, ip) else {
+        let _ = dir.arrive(
+            now,
+            ip.len(),
+            Packet {
+                buf: data.to_vec(),
+                len,
+            },
+        );
+        return;
+    };
+    let must_cut = dir.config().reorder > 0.0;
+    let fates = if must_cut {
+        None
+    } else {
+        dir.draw_losses(g.segments())
+    };
+    if !must_cut && fates.is_none() {
+        let whole = Packet {
+            buf: data.to_vec(),
+            len,
+        };
+        let _ = dir.arrive_fated(now, g.wire_bytes(), g.segments(), whole, Some(false));
+        return;
+    }
+    cut_tcp4(&g, ip, |i, buf| {
+        let lost = fates.as_ref().and_then(|f| f.get(i).copied());
+        let len = buf.len();
+        let seg = Packet { buf, len };
+        let _ = dir.arrive_fated(now, len - VNET_HDR_LEN, 1, seg, lost);
+    });
+}
+
 /// One direction's loop: read packets from `input`, pass them through
 /// `dir`, write them to `output` when due.
 fn forward(ends: Ends, mut dir: Direction<Packet>, seed: u64, ctl: &Control<'_>) {
@@ -604,6 +681,7 @@ fn forward(ends: Ends, mut dir: Direction<Packet>, seed: u64, ctl: &Control<'_>)
         input,
         output,
         buf_len,
+        offload,
     } = ends;
     let Control {
         stop,
@@ -615,7 +693,9 @@ fn forward(ends: Ends, mut dir: Direction<Packet>, seed: u64, ctl: &Control<'_>)
     // 1 Gbit/s a 1500-byte packet is 12 us of link time.
     // SAFETY: prctl(PR_SET_TIMERSLACK) takes a plain number.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000u64) };
-    let mut pool: Vec<Vec<u8>> = Vec::new();
+    // One read buffer of a super-packet's size; each packet is copied out
+    // at its own size, so the ACKs of a fast transfer do not each pin 64 kB.
+    let mut scratch = vec![0u8; buf_len];
     let mut write_errors = 0u64;
     let mut last_publish = Duration::ZERO;
     let publish = |dir: &Direction<Packet>, write_errors: u64| {
@@ -643,26 +723,33 @@ fn forward(ends: Ends, mut dir: Direction<Packet>, seed: u64, ctl: &Control<'_>)
             if n < 0 {
                 write_errors += 1;
             }
-            if pool.len() < POOL_MAX {
-                pool.push(p.buf);
-            }
         }
         let mut read = 0;
         while read < READ_BATCH {
-            let mut buf = pool.pop().unwrap_or_else(|| vec![0u8; buf_len]);
-            // SAFETY: reading at most buf.len() bytes into buf.
-            let n = unsafe { libc::read(input, buf.as_mut_ptr().cast(), buf.len()) };
-            let Ok(len) = usize::try_from(n) else {
-                pool.push(buf);
-                break; // EAGAIN (nothing more now) or an error
-            };
-            if len == 0 {
-                pool.push(buf);
+            // SAFETY: reading at most scratch.len() bytes into scratch.
+            let n = unsafe { libc::read(input, scratch.as_mut_ptr().cast(), scratch.len()) };
+            // EAGAIN (nothing more now), an error, or nothing.
+            let Some(data) = usize::try_from(n)
+                .ok()
+                .filter(|l| *l > 0)
+                .and_then(|l| scratch.get(..l))
+            else {
                 break;
-            }
+            };
             read += 1;
-            if let Err((p, _)) = dir.arrive(origin.elapsed(), len, Packet { buf, len }) {
-                pool.push(p.buf);
+            let now = origin.elapsed();
+            if offload {
+                arrive_offloaded(&mut dir, now, data);
+            } else {
+                let len = data.len();
+                let _ = dir.arrive(
+                    now,
+                    len,
+                    Packet {
+                        buf: data.to_vec(),
+                        len,
+                    },
+                );
             }
         }
         let now = origin.elapsed();

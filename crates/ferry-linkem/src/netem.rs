@@ -169,6 +169,7 @@ struct Held<P> {
     release: Duration,
     seq: u64,
     size: usize,
+    segments: u64,
     packet: P,
 }
 
@@ -198,9 +199,11 @@ pub struct Direction<P> {
     bad: bool,
     /// When the bottleneck has finished serialising everything admitted.
     next_free: Duration,
-    /// Admitted packets not yet serialised: (when it leaves the queue, size).
-    backlog: VecDeque<(Duration, usize)>,
+    /// Admitted packets not yet serialised: (when it leaves the queue,
+    /// size, segments).
+    backlog: VecDeque<(Duration, usize, u64)>,
     backlog_bytes: usize,
+    backlog_packets: u64,
     /// Release time of the latest in-order packet (FIFO on the path).
     last_release: Duration,
     seq: u64,
@@ -217,6 +220,7 @@ impl<P> Direction<P> {
             next_free: Duration::ZERO,
             backlog: VecDeque::new(),
             backlog_bytes: 0,
+            backlog_packets: 0,
             last_release: Duration::ZERO,
             seq: 0,
             line: BinaryHeap::new(),
@@ -240,42 +244,76 @@ impl<P> Direction<P> {
     /// A packet of `size` bytes arrives at `now`. Returns it back with the
     /// cause when it is dropped; otherwise it is held until its release.
     pub fn arrive(&mut self, now: Duration, size: usize, packet: P) -> Result<(), (P, DropCause)> {
-        self.stats.packets_in += 1;
+        self.arrive_fated(now, size, 1, packet, None)
+    }
+
+    /// The wire's verdict on the next `n` packets, drawn now: `None` when
+    /// none of them is lost (always, without loss), else which ones are.
+    /// For a super-packet of `n` segments: without a loss it goes on whole
+    /// ([`Direction::arrive_fated`] with `Some(false)`); with one, the caller
+    /// cuts it and hands in each segment with its verdict.
+    pub fn draw_losses(&mut self, n: usize) -> Option<Vec<bool>> {
+        if self.cfg.loss <= 0.0 {
+            return None;
+        }
+        let fates: Vec<bool> = (0..n).map(|_| self.lost()).collect();
+        fates.contains(&true).then_some(fates)
+    }
+
+    /// [`Direction::arrive`] for a packet that stands for `segments`
+    /// packets on the wire (a GSO super-packet: `size` counts all their
+    /// bytes) and whose loss may have been drawn already (`lost`; `None`
+    /// draws it here, after the bottleneck, as `arrive` does). The
+    /// bottleneck and the delay line treat it as one packet of `size`
+    /// bytes; the counters count `segments`. Reordering holds it back whole,
+    /// so callers cut super-packets when reordering is on.
+    pub fn arrive_fated(
+        &mut self,
+        now: Duration,
+        size: usize,
+        segments: usize,
+        packet: P,
+        lost: Option<bool>,
+    ) -> Result<(), (P, DropCause)> {
+        let segments = segments.max(1) as u64;
+        self.stats.packets_in += segments;
         self.stats.bytes_in += size as u64;
 
         // 1. The bottleneck: what has left the queue by now is gone.
         let departure = match self.cfg.rate {
             None => now,
             Some(rate) => {
-                while let Some(&(leaves, bytes)) = self.backlog.front() {
+                while let Some(&(leaves, bytes, segs)) = self.backlog.front() {
                     if leaves > now {
                         break;
                     }
                     self.backlog.pop_front();
                     self.backlog_bytes = self.backlog_bytes.saturating_sub(bytes);
+                    self.backlog_packets = self.backlog_packets.saturating_sub(segs);
                 }
                 if !self.backlog.is_empty()
                     && self.backlog_bytes.saturating_add(size) > self.cfg.queue_bytes
                 {
-                    self.stats.drops_queue += 1;
+                    self.stats.drops_queue += segments;
                     return Err((packet, DropCause::Queue));
                 }
                 let start = self.next_free.max(now);
                 let leaves = start.saturating_add(transmit_time(rate, size as u64));
                 self.next_free = leaves;
-                self.backlog.push_back((leaves, size));
+                self.backlog.push_back((leaves, size, segments));
                 self.backlog_bytes = self.backlog_bytes.saturating_add(size);
                 self.stats.queue_peak_bytes =
                     self.stats.queue_peak_bytes.max(self.backlog_bytes as u64);
+                self.backlog_packets += segments;
                 self.stats.queue_peak_packets =
-                    self.stats.queue_peak_packets.max(self.backlog.len() as u64);
+                    self.stats.queue_peak_packets.max(self.backlog_packets);
                 leaves
             }
         };
 
         // 2. The wire.
-        if self.lost() {
-            self.stats.drops_loss += 1;
+        if lost.unwrap_or_else(|| self.lost()) {
+            self.stats.drops_loss += segments;
             return Err((packet, DropCause::Loss));
         }
 
@@ -304,6 +342,7 @@ impl<P> Direction<P> {
             release,
             seq: self.seq,
             size,
+            segments,
             packet,
         });
         Ok(())
@@ -341,7 +380,7 @@ impl<P> Direction<P> {
     pub fn pop_due(&mut self, now: Duration) -> Option<P> {
         if self.line.peek().is_some_and(|h| h.release <= now) {
             let h = self.line.pop()?;
-            self.stats.packets_out += 1;
+            self.stats.packets_out += h.segments;
             self.stats.bytes_out += h.size as u64;
             Some(h.packet)
         } else {
@@ -580,6 +619,60 @@ mod tests {
         };
         assert_eq!(run(4), run(4));
         assert_ne!(run(4), run(5));
+    }
+
+    #[test]
+    fn a_super_packet_is_serialised_whole_and_counted_per_segment() {
+        // 3 segments, 4500 bytes on the wire at 1.5 MB/s: 3 ms of link time,
+        // one release, three packets in the counters.
+        let mut d = Direction::new(
+            DirConfig {
+                delay: ms(10),
+                rate: Some(1_500_000),
+                queue_bytes: 100_000,
+                ..DirConfig::default()
+            },
+            1,
+        );
+        d.arrive_fated(ms(0), 4500, 3, 1, Some(false)).unwrap();
+        d.arrive(ms(0), 1500, 2).unwrap();
+        assert_eq!(d.next_release(), Some(ms(13)));
+        assert_eq!(due(&mut d, ms(13)), vec![1]);
+        assert_eq!(due(&mut d, ms(14)), vec![2]);
+        let s = d.stats();
+        assert_eq!((s.packets_in, s.packets_out, s.bytes_out), (4, 4, 6000));
+        assert_eq!(s.queue_peak_packets, 4);
+        // A verdict drawn beforehand is obeyed, and counts its segments.
+        assert_eq!(
+            d.arrive_fated(ms(20), 1500, 1, 3, Some(true)),
+            Err((3, DropCause::Loss))
+        );
+        assert_eq!(d.stats().drops_loss, 1);
+    }
+
+    #[test]
+    fn losses_drawn_for_segments_keep_the_loss_rate() {
+        let mut none = Direction::<u64>::new(DirConfig::default(), 1);
+        assert_eq!(none.draw_losses(44), None);
+        let mut d = Direction::<u64>::new(
+            DirConfig {
+                loss: 0.01,
+                ..DirConfig::default()
+            },
+            3,
+        );
+        let (mut lost, mut split, n) = (0, 0, 20_000);
+        for _ in 0..n {
+            if let Some(f) = d.draw_losses(44) {
+                split += 1;
+                lost += f.iter().filter(|l| **l).count();
+            }
+        }
+        let rate = lost as f64 / (n * 44) as f64;
+        assert!((rate - 0.01).abs() < 0.001, "{rate}");
+        // 1 - 0.99^44 = 36 % of super-packets need cutting.
+        let share = split as f64 / n as f64;
+        assert!((share - 0.357).abs() < 0.02, "{share}");
     }
 
     #[test]

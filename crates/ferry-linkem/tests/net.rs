@@ -227,6 +227,58 @@ fn tcp_bulk_runs_at_the_bottleneck_rate() {
     assert!((0.95..=1.02).contains(&share), "{share}");
 }
 
+/// Through a lossy link the forwarder cuts TCP super-packets into their
+/// segments and drops single ones: what arrives must still be every byte,
+/// in order (a wrong sequence number, length or checksum in a cut segment
+/// would stall or corrupt the stream).
+#[test]
+fn tcp_through_a_lossy_link_delivers_every_byte() {
+    if skip("tcp_lossy") {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let link = NetLink::up(NetConfig::symmetric(
+        "t-cut",
+        DirConfig {
+            delay: ms(2.0),
+            loss: 0.01,
+            ..DirConfig::default()
+        },
+    ))
+    .unwrap();
+    let listener = in_ns(link.server_netns(), || {
+        TcpListener::bind((SERVER_ADDR, 0)).unwrap()
+    });
+    let to = listener.local_addr().unwrap();
+    let pattern = |i: u64| (i.wrapping_mul(2_654_435_761) >> 13) as u8;
+    let sink = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut buf = vec![0u8; 1 << 16];
+        let (mut total, mut bad) = (0u64, 0u64);
+        loop {
+            let n = s.read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            for b in &buf[..n] {
+                bad += u64::from(*b != pattern(total));
+                total += 1;
+            }
+        }
+        (total, bad)
+    });
+    let size = 24u64 << 20;
+    let mut client = in_ns(link.client_netns(), move || TcpStream::connect(to).unwrap());
+    let data: Vec<u8> = (0..size).map(pattern).collect();
+    client.write_all(&data).unwrap();
+    drop(client);
+    let (total, bad) = sink.join().unwrap();
+    let report = link.down();
+    eprintln!("lossy tcp: {total} B, {bad} wrong\n{report}");
+    assert_eq!((total, bad), (size, 0));
+    assert!(report.to_server.drops_loss > 0, "{report}");
+}
+
 fn ns_exists(ns: &str) -> bool {
     let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
     String::from_utf8_lossy(&out.stdout)

@@ -358,6 +358,7 @@ impl Server {
                                             return;
                                         };
                                         let _ = s.set_nodelay(true);
+                                        ferry_tcp::apply(&s);
                                         login::enforce_grace(&s, &login, login_grace, peer, "ssh");
                                         drop(login);
                                         match russh::server::run_stream(cfg, s, handler).await {
@@ -382,6 +383,7 @@ impl Server {
                                             return;
                                         };
                                         let _ = s.set_nodelay(true);
+                                        ferry_tcp::apply(&s);
                                         svc.serve(s, peer).await;
                                     });
                                 }
@@ -397,6 +399,7 @@ impl Server {
                                             return;
                                         };
                                         let _ = s.set_nodelay(true);
+                                        ferry_tcp::apply(&s);
                                         login::enforce_grace(&s, &login, login_grace, peer, "ftp");
                                         svc.serve(s, peer, login).await;
                                     });

@@ -531,6 +531,7 @@ impl Connector {
             source,
         })?;
         let _ = stream.set_nodelay(true);
+        ferry_tcp::apply(&stream);
         Ok(stream)
     }
 

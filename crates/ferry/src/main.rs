@@ -168,6 +168,19 @@ struct ConnArgs {
     /// stalled: it is cut and the file or range is tried again.
     #[arg(long, value_name = "SECS", default_value_t = 60)]
     timeout: u64,
+    /// TCP congestion control of ferry's connections: auto (BBR when the
+    /// kernel lets us, else the system's), system (the system default,
+    /// net.ipv4.tcp_congestion_control), or an algorithm the kernel offers
+    /// (bbr, cubic, reno, ...; if it refuses, ferry warns and uses the
+    /// system default). BBR keeps its rate on links that lose packets at
+    /// random, where cubic halves it on every loss.
+    #[arg(
+        long,
+        value_name = "auto|system|NAME",
+        default_value = "auto",
+        env = "FERRY_CONGESTION"
+    )]
+    congestion: ferry_tcp::Congestion,
     /// Attempts per file or range for failures another try may cure (a
     /// lost connection, HTTP 5xx, FTP 421), with backoff and jitter.
     #[arg(long, value_name = "N", default_value_t = CopyOptions::default().retries)]
@@ -209,6 +222,9 @@ impl ConnArgs {
         if self.timeout == 0 {
             return Err("--timeout takes a number of seconds of at least 1".into());
         }
+        // Process-wide: every socket ferry makes from here on (SSH, HTTP,
+        // FTP, in whichever crate) picks it up.
+        ferry_tcp::set_congestion(self.congestion);
         let mut opts = CopyOptions {
             parallel: self.parallel,
             streams: self.streams,

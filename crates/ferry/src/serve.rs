@@ -75,6 +75,18 @@ pub struct ServeArgs {
     /// A real TLS certificate chain (PEM) instead of the self-signed one.
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
+    /// TCP congestion control of the connections ferry serve accepts:
+    /// auto (BBR when the kernel lets us, else the system's), system, or an
+    /// algorithm the kernel offers (bbr, cubic, ...; if it refuses, ferry
+    /// warns and uses the system default). FTP data connections keep the
+    /// system default (libunftp opens them).
+    #[arg(
+        long,
+        value_name = "auto|system|NAME",
+        default_value = "auto",
+        env = "FERRY_CONGESTION"
+    )]
+    congestion: ferry_tcp::Congestion,
     /// The private key (PEM) for --tls-cert.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
@@ -114,6 +126,8 @@ pub struct ServeArgs {
 }
 
 pub fn run(args: ServeArgs) -> i32 {
+    // Process-wide: every connection ferry serve accepts picks it up.
+    ferry_tcp::set_congestion(args.congestion.clone());
     let mut opts = ferry_server::ServeOptions::new(args.dir.clone());
     opts.sftp = (!args.no_sftp).then_some(args.sftp);
     opts.https = (!args.no_https).then_some(args.https);

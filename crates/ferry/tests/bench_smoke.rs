@@ -374,3 +374,71 @@ fn bench_wan_cell_runs_through_the_packet_level_link() {
         "left behind: {ns}"
     );
 }
+
+/// Issue 26: the work directory on a disk file system (`--tmpdir`), the
+/// file system named and its ceiling measured per set, every verified cell
+/// with both ends' CPU seconds per GB, and the table's columns for them.
+/// The report's shape only: no speed is checked.
+#[test]
+fn bench_on_a_disk_directory_reports_its_ceiling_and_cpu_per_gb() {
+    let base = tempfile::tempdir_in("/var/tmp").unwrap();
+    let json = base.path().join("bench.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_ferry"))
+        .args([
+            "bench",
+            "--quick",
+            "--sets",
+            "small",
+            "--scale",
+            "0.05",
+            "--clients",
+            "ferry,ferry-https",
+            "--timeout",
+            "120",
+        ])
+        .arg("--tmpdir")
+        .arg(base.path())
+        .arg("--json")
+        .arg(&json)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run ferry bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "ferry bench failed:\n{stdout}\n{stderr}"
+    );
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).expect("JSON parses");
+    let params = &doc["parameters"];
+    let work = params["work_dir"].as_str().unwrap();
+    assert!(work.starts_with(base.path().to_str().unwrap()), "{work}");
+    let fs = params["work_fs"].as_str().unwrap();
+    assert!(!fs.is_empty() && fs != "tmpfs", "{fs}");
+    assert!(params["fs_ceiling_mb_per_s"]["small"].as_f64().unwrap() > 0.0);
+    let cells = doc["cells"].as_array().unwrap();
+    let ok: Vec<_> = cells.iter().filter(|c| c["status"] == "ok").collect();
+    assert!(!ok.is_empty(), "{stdout}");
+    for c in ok {
+        assert!(c["cpu_s_per_gb"].as_f64().unwrap() > 0.0, "{c:#}");
+        assert!(c.get("server_cpu_s_per_gb").is_some(), "{c:#}");
+        assert!(
+            c.get("limit").is_some() && c.get("ceiling").is_some(),
+            "{c:#}"
+        );
+    }
+    assert!(
+        stdout.contains("CPU/GB") && stdout.contains("srv/GB"),
+        "{stdout}"
+    );
+    assert!(stdout.contains(&format!("on {fs}")), "{stdout}");
+    // The temporary work directory is gone with the run.
+    let left: Vec<_> = std::fs::read_dir(base.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name() != "bench.json")
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
