@@ -1079,25 +1079,40 @@ async fn finalize(
     size: u64,
     size_known: bool,
 ) -> Result<(), TransferError> {
-    let dst = &r.dest.backend;
     let mut attempt = 0;
     loop {
-        let e = match finalize_once(r, f, target, size, size_known).await {
-            Ok(()) => return Ok(()),
-            Err(e) => e,
-        };
-        crate::retry::wait_to_retry(e, attempt, r.opts.retries, &r.events, &r.cancel).await?;
-        attempt += 1;
-        // The rename may have been done before the answer was lost: the
-        // part is gone and the final name holds the file's size.
-        if target.renamed && dst.stat(&target.write).await?.is_none() {
-            if let Some(e) = dst.stat(&f.dst).await? {
-                if e.size == Some(size) {
-                    return Ok(());
-                }
+        // After a lost answer the rename may have been done: then the
+        // part is gone and the final name holds the file's size. That
+        // look is part of the attempt, so a server still away is retried.
+        let step = async {
+            if attempt > 0 && target.renamed && renamed_already(r, f, target, size).await? {
+                return Ok(());
             }
+            finalize_once(r, f, target, size, size_known).await
+        };
+        match step.await {
+            Ok(()) => return Ok(()),
+            Err(e) => retry_after(r, e, attempt, true).await?,
         }
+        attempt += 1;
     }
+}
+
+/// The part is gone and the final name holds `size` bytes.
+async fn renamed_already(
+    r: &Run,
+    f: &FilePlan,
+    target: &Target,
+    size: u64,
+) -> Result<bool, TransferError> {
+    let dst = &r.dest.backend;
+    if dst.stat(&target.write).await?.is_some() {
+        return Ok(false);
+    }
+    Ok(dst
+        .stat(&f.dst)
+        .await?
+        .is_some_and(|e| e.size == Some(size)))
 }
 
 async fn finalize_once(
