@@ -27,7 +27,8 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::Semaphore;
 
 use crate::backend::{
-    path, Backend, Entry, EntryKind, ReadInfo, Role, Sink, Unfinished, WriteMode,
+    path, Backend, ByteStream, Entry, EntryKind, IntoFile, RangeProgress, RangeTask, ReadInfo,
+    Role, Sink, Unfinished, WriteMode,
 };
 use crate::error::{ErrorKind, TransferError};
 use crate::journal;
@@ -996,6 +997,20 @@ async fn pump(
         Ok(s) => s,
         Err(e) => return Err((e, None)),
     };
+    // A local file on one side and a connection's thread on the other:
+    // the whole range runs on that thread.
+    if let Some(to) = sink.local_file() {
+        let progress = Arc::new(RangeProgress::default());
+        let into = IntoFile {
+            to,
+            len,
+            shown: src.display(&f.src),
+            progress: progress.clone(),
+        };
+        if let Some(task) = stream.write_into(into) {
+            return pump_into_file(r, f, task, progress, sink, moved).await;
+        }
+    }
     let cancelled = || (TransferError::cancelled(), None);
     let stall = r.opts.timeout;
     // From a local file into an SFTP WRITE: read into the sink's own
@@ -1041,13 +1056,7 @@ async fn pump(
         let Some(piece) = piece else { break };
         let n = piece.len() as u64;
         if *moved + n > len {
-            return Err((
-                TransferError::Remote(format!(
-                    "{}: the source sent more bytes than its size said (it changed during the copy?)",
-                    src.display(&f.src)
-                )),
-                None,
-            ));
+            return Err((too_long(&src.display(&f.src)), None));
         }
         tokio::select! {
             biased;
@@ -1058,16 +1067,130 @@ async fn pump(
         r.stats.bytes_done.fetch_add(n, Ordering::Relaxed);
     }
     if *moved != len {
-        return Err((
-            TransferError::Remote(format!(
-                "{}: {} bytes arrived where {len} were expected (the file changed during the copy?)",
-                src.display(&f.src),
-                *moved
-            )),
-            None,
-        ));
+        return Err((too_short(&src.display(&f.src), *moved, len), None));
     }
     sink.finish().await.map_err(|e| (e, None))
+}
+
+fn too_long(src: &str) -> TransferError {
+    TransferError::Remote(format!(
+        "{src}: the source sent more bytes than its size said (it changed during the copy?)"
+    ))
+}
+
+pub(crate) fn too_short(src: &str, got: u64, len: u64) -> TransferError {
+    TransferError::Remote(format!(
+        "{src}: {got} bytes arrived where {len} were expected (the file changed during the copy?)"
+    ))
+}
+
+/// A download into a local file, run whole on the thread its bytes
+/// arrive on ([`ByteStream::write_into`]); this task watches it.
+async fn pump_into_file(
+    r: &Run,
+    f: &FilePlan,
+    task: RangeTask,
+    progress: Arc<RangeProgress>,
+    mut sink: Box<dyn Sink>,
+    moved: &mut u64,
+) -> Pumped {
+    let (res, n) = on_home(r, f, task, progress).await;
+    *moved += n;
+    sink.wrote(n);
+    match res {
+        Ok(Ok(())) => sink.finish().await.map_err(|e| (e, None)),
+        Ok(Err((e, source))) => Err((e, source.then_some(sink))),
+        Err((e, stalled)) => Err((e, stalled.then_some(sink))),
+    }
+}
+
+/// [`ByteStream::write_into`] for a stream whose bytes arrive on a
+/// runtime's thread: spawned there, it writes each piece as it comes.
+pub(crate) async fn drain_into(
+    mut stream: Box<dyn ByteStream>,
+    into: IntoFile,
+) -> Result<(), (TransferError, bool)> {
+    let IntoFile {
+        mut to,
+        len,
+        shown,
+        progress,
+    } = into;
+    let mut n = 0u64;
+    while let Some(piece) = stream.next().await.map_err(|e| (e, true))? {
+        if n + piece.len() as u64 > len {
+            return Err((too_long(&shown), false));
+        }
+        to.write(&piece).map_err(|e| (e, false))?;
+        n += piece.len() as u64;
+        progress.add(piece.len() as u64);
+    }
+    if n != len {
+        return Err((too_short(&shown, n, len), false));
+    }
+    Ok(())
+}
+
+/// Watch `task`, a range run on a backend's thread: its byte count feeds
+/// the progress and the stall timeout; a cancel or a stall tells it to
+/// stop (and aborts it where it is async). Returns its output, or the
+/// cancel or stall (`true`: a stall or a lost thread, which a retry may
+/// continue), and the bytes counted, which are then in `stats`.
+async fn on_home(
+    r: &Run,
+    f: &FilePlan,
+    task: RangeTask,
+    progress: Arc<RangeProgress>,
+) -> (
+    Result<Result<(), (TransferError, bool)>, (TransferError, bool)>,
+    u64,
+) {
+    let src = &r.sources[f.source].backend;
+    let mut task = StopOnDrop(task, progress.clone());
+    let stall = r.opts.timeout;
+    let mut tick = tokio::time::interval(PROGRESS_TICK.min(stall).max(Duration::from_millis(1)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let (mut seen, mut last) = (0u64, Instant::now());
+    let res = loop {
+        tokio::select! {
+            biased;
+            _ = r.cancel.cancelled() => break Err((TransferError::cancelled(), false)),
+            done = &mut task.0 => {
+                break done.map_err(|e| {
+                    let lost = format!("{}: the connection's thread ended: {e}", src.display(&f.src));
+                    (TransferError::Network(lost), true)
+                })
+            }
+            _ = tick.tick() => {
+                let now = progress.bytes.load(Ordering::Relaxed);
+                if now != seen {
+                    r.stats.bytes_done.fetch_add(now - seen, Ordering::Relaxed);
+                    (seen, last) = (now, Instant::now());
+                } else if last.elapsed() >= stall {
+                    break Err((stalled(src.as_ref(), &f.src, stall), true));
+                }
+            }
+        }
+    };
+    drop(task);
+    let now = progress.bytes.load(Ordering::Relaxed).max(seen);
+    r.stats.bytes_done.fetch_add(now - seen, Ordering::Relaxed);
+    (res, now)
+}
+
+/// How often a range run on a backend's thread reports its bytes.
+const PROGRESS_TICK: Duration = Duration::from_millis(100);
+
+/// A range's task, told to stop (and aborted, where it is async) when
+/// its watcher lets go of it: a cancelled or stalled range must not go
+/// on writing.
+struct StopOnDrop(RangeTask, Arc<RangeProgress>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.1.stop.store(true, Ordering::Relaxed);
+        self.0.abort();
+    }
 }
 
 /// Check the size, set times and modes, rename into place; again after a

@@ -653,3 +653,157 @@ fn local_to_local_through_the_library() {
         data(3_000_000, 2)
     );
 }
+
+/// A temporary local directory, removed at the end of the test.
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let d = std::env::temp_dir().join(format!("ferry-mem-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        TempDir(d)
+    }
+    fn at(&self, name: &str) -> BackendPath {
+        BackendPath {
+            backend: Arc::new(ferry_engine::backend::local::Local),
+            path: self.0.join(name).to_string_lossy().into_owned(),
+        }
+    }
+    fn names(&self) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&self.0)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn on_own_thread(f: Faults) -> Faults {
+    Faults {
+        own_thread: true,
+        ..f
+    }
+}
+
+#[tokio::test]
+async fn ranges_into_a_local_file_run_on_the_source_thread() {
+    // A download into a local file goes whole to the source's thread
+    // (as an SSH connection's): ranges, reordered, every byte in place.
+    let a = Memory::new("a");
+    let d = TempDir::new("own-down");
+    let body = data(9_000_000, 3);
+    a.put("/big", &body, 0);
+    a.set_faults(on_own_thread(Faults {
+        reorder: true,
+        ..Faults::default()
+    }));
+    let o = CopyOptions {
+        streams: Some(4),
+        ..opts()
+    };
+    let (r, events) = run(Transfer::between(vec![at(&a, "/big")], d.at("big"), o)).await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(std::fs::read(d.0.join("big")).unwrap(), body);
+    assert_eq!(d.names(), vec!["big".to_string()]);
+    let last = events.iter().rev().find_map(|e| match e {
+        Event::Progress { bytes_done, .. } => Some(*bytes_done),
+        _ => None,
+    });
+    assert!(last.unwrap_or(0) <= body.len() as u64);
+}
+
+#[tokio::test]
+async fn a_transient_failure_on_the_source_thread_keeps_what_was_written() {
+    let a = Memory::new("a");
+    let d = TempDir::new("own-retry");
+    let body = data(3_000_000, 4);
+    a.put("/f", &body, 0);
+    a.set_faults(on_own_thread(Faults {
+        fail_read_after: Some(1_000_000),
+        transient_reads: 1,
+        ..Faults::default()
+    }));
+    let (r, _) = run(Transfer::between(vec![at(&a, "/f")], d.at("f"), opts())).await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(std::fs::read(d.0.join("f")).unwrap(), body);
+    // The retry read only the rest: 1 MB failed, then 2 MB.
+    let read = a
+        .counters
+        .bytes_read
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(read <= 3_000_000 + 64 * 1024, "{read}");
+}
+
+#[tokio::test]
+async fn a_stall_on_the_source_thread_ends_within_its_timeout() {
+    let a = Memory::new("a");
+    let d = TempDir::new("own-stall");
+    a.put("/f", &data(500_000, 1), 0);
+    a.set_faults(on_own_thread(Faults {
+        stall_after: Some(100_000),
+        ..Faults::default()
+    }));
+    let o = CopyOptions {
+        timeout: Duration::from_millis(300),
+        retries: 2,
+        ..opts()
+    };
+    let t0 = Instant::now();
+    let (r, _) = run(Transfer::between(vec![at(&a, "/f")], d.at("g"), o)).await;
+    let e = r.error.expect("a stall must fail");
+    assert!(e.to_string().contains("stalled"), "{e}");
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    assert!(!d.0.join("g").exists());
+}
+
+#[tokio::test]
+async fn cancel_stops_a_download_on_the_source_thread() {
+    let a = Memory::new("a");
+    let d = TempDir::new("own-cancel");
+    for i in 0..20 {
+        a.put(&format!("/d/f{i:02}"), &data(400_000, i), 0);
+    }
+    a.set_faults(on_own_thread(Faults {
+        reorder: true,
+        ..Faults::default()
+    }));
+    let o = CopyOptions {
+        recursive: true,
+        parallel: Some(2),
+        ..opts()
+    };
+    let mut h = Transfer::between(vec![at(&a, "/d")], d.at("e"), o).start();
+    let t0 = Instant::now();
+    while let Some(e) = h.next_event().await {
+        if let Event::FileDone(_) = e {
+            h.cancel();
+        }
+    }
+    let r = h.wait().await;
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    assert_eq!(r.error.expect("cancelled").kind(), ErrorKind::Cancelled);
+    // Every file under a final name is complete.
+    let e = d.0.join("e");
+    for name in std::fs::read_dir(&e)
+        .unwrap()
+        .map(|x| x.unwrap().file_name())
+    {
+        let name = name.to_string_lossy().into_owned();
+        if name.contains(".ferry-") {
+            continue;
+        }
+        assert_eq!(
+            std::fs::read(e.join(&name)).ok(),
+            a.get(&format!("/d/{name}")),
+            "{name}"
+        );
+    }
+}

@@ -15,7 +15,8 @@ use bytes::Bytes;
 use ferry_ftp::{Conn, Endpoint, FtpError, Security};
 
 use super::{
-    path, Backend, BackendInfo, ByteStream, Capabilities, Entry, EntryKind, Sink, WriteMode,
+    path, Backend, BackendInfo, ByteStream, Capabilities, Entry, EntryKind, IntoFile, RangeTask,
+    Sink, WriteMode,
 };
 use crate::error::TransferError;
 use crate::location::FtpSpec;
@@ -335,74 +336,18 @@ impl Backend for Ftp {
         offset: u64,
         len: Option<u64>,
     ) -> Result<Box<dyn ByteStream>, TransferError> {
-        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, TransferError>>(QUEUE);
-        let ps = s(p);
-        let display = self.display(p);
-        let pool = self.pool.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut c = match pool.take() {
-                Ok(c) => c,
-                Err(e) => {
-                    let _ = tx.blocking_send(Err(e.into()));
-                    return;
-                }
-            };
-            let mut t = match c.retr(&ps, offset) {
-                Ok(t) => t,
-                Err(e) => {
-                    let net = e.is_network();
-                    let _ = tx.blocking_send(Err(e.into()));
-                    if !net {
-                        pool.give_back(c);
-                    }
-                    return;
-                }
-            };
-            let mut left = len.unwrap_or(u64::MAX);
-            let mut ok = true;
-            while left > 0 {
-                // Whole pieces: a data connection (a TLS one in 16 KiB
-                // records) gives a read what it has, and each piece
-                // costs a hand-off to the engine and a write.
-                let mut buf = vec![0u8; (left.min(PIECE as u64)) as usize];
-                let (k, failed) = fill(&mut t, &mut buf);
-                if k > 0 {
-                    buf.truncate(k);
-                    if len.is_some() {
-                        left = left.saturating_sub(k as u64);
-                    }
-                    if tx.blocking_send(Ok(Bytes::from(buf))).is_err() {
-                        ok = false;
-                        break;
-                    }
-                }
-                if let Some(e) = failed {
-                    let _ =
-                        tx.blocking_send(Err(TransferError::Network(format!("{display}: {e}"))));
-                    return;
-                }
-                if k == 0 {
-                    break;
-                }
-            }
-            let end = if left > 0 && len.is_some() {
-                Err(FtpError::Network(format!(
-                    "{display}: the file ended {left} bytes early"
-                )))
-            } else if left == 0 && len.is_some() {
-                c.close_early(t, &ps)
-            } else {
-                c.finish(t, &ps)
-            };
-            match end {
-                Ok(()) => pool.give_back(c),
-                Err(e) if ok => {
-                    let _ = tx.blocking_send(Err(e.into()));
-                }
-                Err(_) => {}
-            }
-        });
-        Ok(Box::new(FtpRead { rx }))
+        // Started by the first `next` (pieces through a channel) or by
+        // `write_into` (written from the data connection's thread).
+        Ok(Box::new(FtpRead {
+            retr: Some(Retr {
+                pool: self.pool.clone(),
+                path: s(p),
+                display: self.display(p),
+                offset,
+                len,
+            }),
+            rx: None,
+        }))
     }
 
     async fn write(
@@ -652,17 +597,154 @@ fn stat_on(
     }
 }
 
+/// One RETR, not started yet.
+struct Retr {
+    pool: Arc<Pool>,
+    path: String,
+    display: String,
+    offset: u64,
+    len: Option<u64>,
+}
+
+/// Where a RETR's bytes go.
+enum Out {
+    /// Whole pieces to the engine's task.
+    Pieces(tokio::sync::mpsc::Sender<Result<Bytes, TransferError>>),
+    /// Straight into a local file, from the data connection's thread.
+    File(IntoFile),
+}
+
+impl Out {
+    /// Hand on `piece`; `false` when nobody takes it any more.
+    fn put(&mut self, piece: &mut Vec<u8>) -> Result<bool, TransferError> {
+        match self {
+            Out::Pieces(tx) => Ok(tx
+                .blocking_send(Ok(Bytes::from(std::mem::take(piece))))
+                .is_ok()),
+            Out::File(into) => {
+                if into.progress.stopped() {
+                    return Ok(false);
+                }
+                into.to.write(piece)?;
+                into.progress.add(piece.len() as u64);
+                Ok(true)
+            }
+        }
+    }
+}
+
+impl Retr {
+    /// Run the RETR on this (blocking) thread into `out`. `Err`'s flag:
+    /// the source failed (what was handed on before is good).
+    fn run(self, out: &mut Out) -> Result<(), (TransferError, bool)> {
+        let Retr {
+            pool,
+            path: ps,
+            display,
+            offset,
+            len,
+        } = self;
+        let mut c = pool.take().map_err(|e| (e.into(), true))?;
+        let mut t = match c.retr(&ps, offset) {
+            Ok(t) => t,
+            Err(e) => {
+                if !e.is_network() {
+                    pool.give_back(c);
+                }
+                return Err((e.into(), true));
+            }
+        };
+        let mut left = len.unwrap_or(u64::MAX);
+        let mut taken = true;
+        let mut buf = Vec::new();
+        while left > 0 {
+            // Whole pieces: a data connection (a TLS one in 16 KiB
+            // records) gives a read what it has, and each piece costs a
+            // hand-off to the engine and a write. Written into a file, the
+            // one buffer is used again.
+            buf.resize((left.min(PIECE as u64)) as usize, 0);
+            let (k, failed) = fill(&mut t, &mut buf);
+            if k > 0 {
+                buf.truncate(k);
+                if len.is_some() {
+                    left = left.saturating_sub(k as u64);
+                }
+                if !out.put(&mut buf).map_err(|e| (e, false))? {
+                    taken = false;
+                    break;
+                }
+            }
+            if let Some(e) = failed {
+                return Err((TransferError::Network(format!("{display}: {e}")), true));
+            }
+            if k == 0 {
+                break;
+            }
+        }
+        let end = if left > 0 && len.is_some() {
+            Err(FtpError::Network(format!(
+                "{display}: the file ended {left} bytes early"
+            )))
+        } else if left == 0 && len.is_some() {
+            c.close_early(t, &ps)
+        } else {
+            c.finish(t, &ps)
+        };
+        match end {
+            Ok(()) => {
+                pool.give_back(c);
+                Ok(())
+            }
+            Err(e) if taken => Err((e.into(), true)),
+            Err(_) => Ok(()),
+        }
+    }
+}
+
 struct FtpRead {
-    rx: tokio::sync::mpsc::Receiver<Result<Bytes, TransferError>>,
+    retr: Option<Retr>,
+    rx: Option<tokio::sync::mpsc::Receiver<Result<Bytes, TransferError>>>,
 }
 
 #[async_trait]
 impl ByteStream for FtpRead {
     async fn next(&mut self) -> Result<Option<Bytes>, TransferError> {
-        match self.rx.recv().await {
+        if let Some(retr) = self.retr.take() {
+            let (tx, rx) = tokio::sync::mpsc::channel(QUEUE);
+            self.rx = Some(rx);
+            tokio::task::spawn_blocking(move || {
+                let mut out = Out::Pieces(tx);
+                if let Err((e, _)) = retr.run(&mut out) {
+                    if let Out::Pieces(tx) = out {
+                        let _ = tx.blocking_send(Err(e));
+                    }
+                }
+            });
+        }
+        let Some(rx) = self.rx.as_mut() else {
+            return Ok(None);
+        };
+        match rx.recv().await {
             Some(r) => r.map(Some),
             None => Ok(None),
         }
+    }
+
+    fn write_into(&mut self, to: IntoFile) -> Option<RangeTask> {
+        let retr = self.retr.take()?;
+        Some(tokio::task::spawn_blocking(move || {
+            let len = to.len;
+            let mut out = Out::File(to);
+            retr.run(&mut out)?;
+            let Out::File(into) = out else {
+                return Ok(());
+            };
+            let n = into.progress.bytes.load(Ordering::Relaxed);
+            if n != len && !into.progress.stopped() {
+                return Err((crate::engine::too_short(&into.shown, n, len), false));
+            }
+            Ok(())
+        }))
     }
 }
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 
-use super::{Backend, ByteStream, Capabilities, Entry, EntryKind, Sink, WriteMode};
+use super::{Backend, ByteStream, Capabilities, Entry, EntryKind, LocalFile, Sink, WriteMode};
 use crate::error::TransferError;
 
 /// Bytes read per piece: large enough that a blocking-thread hand-off per
@@ -500,6 +500,36 @@ impl Sink for LocalWrite {
 
     async fn finish(mut self: Box<Self>) -> Result<(), TransferError> {
         self.flush().await
+    }
+
+    fn local_file(&mut self) -> Option<LocalFile> {
+        // Only with nothing waiting: the lender writes from `at` on.
+        if !self.pending.is_empty() || !self.queued.is_empty() {
+            return None;
+        }
+        Some(LocalFile {
+            file: self.file.clone(),
+            path: self.path.clone(),
+            at: self.at,
+        })
+    }
+
+    fn wrote(&mut self, n: u64) {
+        self.at += n;
+    }
+}
+
+/// Writes into a lent file, from the borrower's thread (blocking: the
+/// borrower is a thread of its own, as a copy loop's was).
+impl LocalFile {
+    /// Write `data` at the file's position and move past it.
+    pub(crate) fn write(&mut self, data: &[u8]) -> Result<(), TransferError> {
+        use std::os::unix::fs::FileExt;
+        self.file
+            .write_all_at(data, self.at)
+            .map_err(|e| TransferError::local(&self.path, "cannot write", e))?;
+        self.at += data.len() as u64;
+        Ok(())
     }
 }
 

@@ -16,7 +16,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use super::{path, Backend, ByteStream, Capabilities, Entry, EntryKind, Sink, WriteMode};
+use super::{
+    path, Backend, ByteStream, Capabilities, Entry, EntryKind, IntoFile, RangeTask, Sink, WriteMode,
+};
 use crate::error::TransferError;
 
 /// What goes wrong, and when.
@@ -48,6 +50,32 @@ pub struct Faults {
     /// The next this many `stat`s fail with a network error: a server
     /// lost while ferry connects and plans.
     pub lost_stats: usize,
+    /// Reads run on a thread of the backend's own, as an SSH connection's
+    /// do: a copy from this backend into a local file goes whole to that
+    /// thread (`ByteStream::write_into`).
+    pub own_thread: bool,
+}
+
+/// The thread of every in-memory backend with `own_thread`: a
+/// current-thread runtime, as an SSH connection has.
+fn own_thread() -> tokio::runtime::Handle {
+    static RT: std::sync::OnceLock<tokio::runtime::Handle> = std::sync::OnceLock::new();
+    RT.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            let _ = tx.send(rt.handle().clone());
+            rt.block_on(std::future::pending::<()>());
+        });
+        rx.recv()
+            .unwrap_or_else(|_| tokio::runtime::Handle::current())
+    })
+    .clone()
 }
 
 #[derive(Debug, Clone)]
@@ -320,6 +348,7 @@ impl Backend for Memory {
             delay,
             display: self.display(p),
             store: self.clone(),
+            own_thread: faults.own_thread,
         }))
     }
 
@@ -471,6 +500,7 @@ struct MemRead {
     delay: Option<Duration>,
     display: String,
     store: Memory,
+    own_thread: bool,
 }
 
 #[async_trait]
@@ -511,6 +541,21 @@ impl ByteStream for MemRead {
             .fetch_add(b.len() as u64, Ordering::Relaxed);
         tokio::task::yield_now().await;
         Ok(Some(b))
+    }
+
+    fn write_into(&mut self, to: IntoFile) -> Option<RangeTask> {
+        if !self.own_thread {
+            return None;
+        }
+        let spent = MemRead {
+            data: Bytes::new(),
+            delay: None,
+            display: self.display.clone(),
+            store: self.store.clone(),
+            ..*self
+        };
+        let me = std::mem::replace(self, spent);
+        Some(own_thread().spawn(crate::engine::drain_into(Box::new(me), to)))
     }
 }
 

@@ -17,8 +17,8 @@ use futures_util::FutureExt;
 use tokio::sync::oneshot;
 
 use super::{
-    path, Backend, BackendInfo, ByteStream, Capabilities, Entry, EntryKind, HashAlgo, Role, Sink,
-    WriteMode,
+    path, Backend, BackendInfo, ByteStream, Capabilities, Entry, EntryKind, HashAlgo, IntoFile,
+    RangeTask, Role, Sink, WriteMode,
 };
 use crate::error::TransferError;
 use crate::location::{RemotePath, RemoteSpec};
@@ -451,7 +451,7 @@ impl Backend for Sftp {
         offset: u64,
         len: Option<u64>,
     ) -> Result<Box<dyn ByteStream>, TransferError> {
-        let c = self.client().await?;
+        let (c, rt) = self.conn().await?;
         let h = c
             .open(p, OpenFlags::READ, FileAttrs::default())
             .await
@@ -465,6 +465,7 @@ impl Backend for Sftp {
         };
         Ok(Box::new(SftpRead {
             c,
+            rt,
             h: Some(h),
             host: self.host.clone(),
             path: p.to_vec(),
@@ -802,6 +803,8 @@ impl Backend for Sftp {
 /// them are on the wire at once.
 struct SftpRead {
     c: SftpClient,
+    /// The connection's runtime: its replies arrive on that thread.
+    rt: tokio::runtime::Handle,
     h: Option<Handle>,
     host: String,
     path: Vec<u8>,
@@ -861,6 +864,26 @@ impl ByteStream for SftpRead {
             ))),
             Err(e) => Err(TransferError::sftp(&self.host, &self.path, e)),
         }
+    }
+
+    fn write_into(&mut self, to: IntoFile) -> Option<RangeTask> {
+        // The replies arrive on the connection's thread: the whole range
+        // runs there (the reads are sent when first polled, so nothing is
+        // on the wire yet to move).
+        let spent = SftpRead {
+            c: self.c.clone(),
+            rt: self.rt.clone(),
+            h: None,
+            host: self.host.clone(),
+            path: self.path.clone(),
+            next: self.end,
+            end: self.end,
+            chunk: self.chunk,
+            depth: self.depth,
+            queue: FuturesOrdered::new(),
+        };
+        let me = std::mem::replace(self, spent);
+        Some(self.rt.spawn(crate::engine::drain_into(Box::new(me), to)))
     }
 }
 
