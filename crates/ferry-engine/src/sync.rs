@@ -392,8 +392,12 @@ impl Walk {
             ));
             opts.compare = Compare::SizeOnly;
         }
-        let hash = (opts.compare == Compare::Checksum)
-            .then(|| crate::hash::choose(&src.backend.hashes(), &dst.backend.hashes()));
+        let hash = (opts.compare == Compare::Checksum).then(|| {
+            crate::hash::choose(
+                &crate::hash::offered(src.backend.as_ref()),
+                &crate::hash::offered(dst.backend.as_ref()),
+            )
+        });
         let run = copy_run(&src, &dst, &opts.copy, &stats, &events, &cancel);
         let approx = [
             listed_times_approx(src.backend.as_ref()),

@@ -57,6 +57,13 @@ fn field(o: &std::process::Output, k: &str) -> u64 {
         .unwrap_or_else(|| panic!("{k}: {}", describe(o)))
 }
 
+fn text_field(o: &std::process::Output, k: &str) -> String {
+    summary(o)
+        .get(k)
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_else(|| panic!("{k}: {}", describe(o)))
+}
+
 /// A small tree with odd names, one file big enough for a multipart
 /// upload (above the 16 MiB threshold), times in the past (so an upload
 /// time can never pass for them). Returns the number of files.
@@ -280,4 +287,68 @@ fn sync_from_s3_deletes_nothing_after_a_failed_listing() {
     let o = ferry_in(t.path(), &a, &envs);
     assert_code(&o, 3, "wrong secret");
     assert!(dst.join("keep-me").exists(), "deleted after an error");
+}
+
+#[test]
+fn sync_and_check_compare_with_the_stored_crc32() {
+    let Some(gw) = versitygw_or_skip("sync_and_check_compare_with_the_stored_crc32", &["bkt"])
+    else {
+        return;
+    };
+    let t = tempdir();
+    let src = t.path().join("src");
+    let n = make_tree(&src) as u64;
+    let url = "s3://bkt/c/";
+    let o = run(&gw, t.path(), "sync", &args![&src, url]);
+    assert_ok(&o, "first sync");
+
+    // The store's CRC32 against the local file's: no object is read, the
+    // multipart one (FULL_OBJECT) included.
+    let o = run(&gw, t.path(), "check", &args!["-c", &src, url]);
+    assert_ok(&o, "check -c");
+    assert_eq!(text_field(&o, "hash"), "crc32", "{}", describe(&o));
+    assert_eq!(field(&o, "hashed_by_reading"), 0, "{}", describe(&o));
+    assert_eq!(field(&o, "same"), n);
+
+    // Same sizes and times, other bytes: only -c finds them.
+    change_keeping_size_and_time(&src.join("sp ace/ünï 日本.txt"));
+    change_keeping_size_and_time(&src.join("deep/big.bin"));
+    let o = run(&gw, t.path(), "sync", &args![&src, url]);
+    assert_ok(&o, "sync by size and time");
+    assert_eq!(field(&o, "copied"), 0, "{}", describe(&o));
+    let o = run(&gw, t.path(), "check", &args!["-c", &src, url]);
+    assert_code(&o, 1, "check -c finds the two");
+    assert_eq!(field(&o, "differ"), 2, "{}", describe(&o));
+    let o = run(&gw, t.path(), "sync", &args!["-c", &src, url]);
+    assert_ok(&o, "sync -c");
+    assert_eq!(field(&o, "copied"), 2, "{}", describe(&o));
+    assert_eq!(field(&o, "hashed_by_reading"), 0, "{}", describe(&o));
+    assert_eq!(
+        files_of(&gw.root().join("bkt/c")),
+        files_of(&src),
+        "after sync -c"
+    );
+    // The other way too: S3 as the source.
+    let o = run(&gw, t.path(), "check", &args!["-c", url, &src]);
+    assert_ok(&o, "check -c from S3");
+    assert_eq!(field(&o, "hashed_by_reading"), 0, "{}", describe(&o));
+
+    // An object stored without a checksum is read to hash it, and ferry
+    // says so.
+    let o = run(
+        &gw,
+        t.path(),
+        "cp",
+        &args![
+            "-p",
+            "--s3-checksum",
+            "none",
+            src.join("a.txt"),
+            "s3://bkt/c/a.txt"
+        ],
+    );
+    assert_ok(&o, "cp without a checksum");
+    let o = run(&gw, t.path(), "check", &args!["-c", &src, url]);
+    assert_ok(&o, "check -c with one object to read");
+    assert!(field(&o, "hashed_by_reading") <= 1, "{}", describe(&o));
 }
