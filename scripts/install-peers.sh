@@ -99,6 +99,27 @@ if ((go_failed && strict)); then
     echo "install-peers: versitygw is needed by the S3 tests" >&2
     exit 1
 fi
+# rclone >= 1.65 for `rclone serve s3`, the S3 tests' second server
+# (tests/s3_peers.rs), as /usr/local/bin/rclone-s3 so that Debian's
+# /usr/bin/rclone (1.60, a client of the other tests and the benchmark)
+# stays what `rclone` runs. Its build is long (~1,000 Go packages: several
+# minutes on 2 cores, more than CI's default run should spend), so only
+# with FERRY_LONG=1 (`FERRY_LONG=1 scripts/test.sh`); without it those
+# tests say SKIPPED.
+RCLONE_S3_VERSION=v1.76.0
+if [ "${FERRY_LONG-}" = 1 ] && ! command -v rclone-s3 >/dev/null 2>&1; then
+    go=$(command -v go || echo /usr/local/go/bin/go)
+    tmp=$(mktemp -d)
+    echo "install-peers: go install github.com/rclone/rclone@$RCLONE_S3_VERSION (as rclone-s3)" >&2
+    if GOBIN="$tmp" GOFLAGS=-p=2 "$go" install "github.com/rclone/rclone@$RCLONE_S3_VERSION" &&
+        install -m 755 "$tmp/rclone" /usr/local/bin/rclone-s3; then
+        :
+    else
+        echo "install-peers: rclone $RCLONE_S3_VERSION failed to build" >&2
+        ((strict)) && exit 1
+    fi
+    rm -rf "$tmp"
+fi
 
 if ((${#missing[@]} == 0)); then
     exit 0

@@ -7,20 +7,44 @@ use std::io::Read;
 use crate::backend::{Backend, HashAlgo};
 use crate::error::TransferError;
 
-/// One running hash: ferry-http's, which checks `Repr-Digest` with the
-/// same two algorithms.
-pub struct Hasher(ferry_http::digest::Hasher);
+/// One running hash: ferry-http's for BLAKE3 and SHA-256 (it checks
+/// `Repr-Digest` with them), crc32fast's for S3's CRC32.
+pub enum Hasher {
+    Digest(ferry_http::digest::Hasher),
+    Crc32(crc32fast::Hasher),
+}
 
 impl Hasher {
     pub fn new(algo: HashAlgo) -> Hasher {
-        Hasher(ferry_http::digest::Hasher::new(algo.into()))
+        match ferry_http::digest::Algo::try_from(algo) {
+            Ok(a) => Hasher::Digest(ferry_http::digest::Hasher::new(a)),
+            Err(_) => Hasher::Crc32(crc32fast::Hasher::new()),
+        }
     }
     pub fn update(&mut self, data: &[u8]) {
-        self.0.update(data)
+        match self {
+            Hasher::Digest(h) => h.update(data),
+            Hasher::Crc32(h) => h.update(data),
+        }
     }
+    /// The hash's bytes; CRC32 big-endian, as S3 sends it (in base64).
     pub fn finish(self) -> Vec<u8> {
-        self.0.finalize().to_vec()
+        match self {
+            Hasher::Digest(h) => h.finalize().to_vec(),
+            Hasher::Crc32(h) => h.finalize().to_be_bytes().to_vec(),
+        }
     }
+}
+
+/// What `b` can hash where the file lives: its own list, and for files
+/// on this machine (read at disk speed, no link crossed) CRC32 as well,
+/// so a local tree compares with what S3 keeps without reading objects.
+pub fn offered(b: &dyn Backend) -> Vec<HashAlgo> {
+    let mut v = b.hashes();
+    if matches!(b.scheme(), "local" | "memory") && !v.contains(&HashAlgo::Crc32) {
+        v.push(HashAlgo::Crc32);
+    }
+    v
 }
 
 /// Hash everything `r` yields (a local file, on a blocking thread).
@@ -65,7 +89,8 @@ pub async fn of_file(
     }
 }
 
-/// The algorithm two backends should compare with: one both compute
+/// The algorithm two backends should compare with (their lists from
+/// [`offered`]): one both compute
 /// where the bytes live if there is one (BLAKE3 first), else the one
 /// that side offers, else BLAKE3 (both are read).
 pub fn choose(a: &[HashAlgo], b: &[HashAlgo]) -> HashAlgo {

@@ -355,6 +355,15 @@ struct Walk {
     dir_times: Vec<(Vec<u8>, i64)>,
     /// Said once each: "reading files to hash them".
     warned_reading: [bool; 2],
+    /// Source and destination listings show a time that is not the
+    /// file's own (S3: ListObjectsV2 gives the upload time, the kept time
+    /// is in `x-amz-meta-mtime`, which only a HEAD returns).
+    listed_times_approx: [bool; 2],
+}
+
+/// Does this backend's listing show times other than its `stat`?
+fn listed_times_approx(b: &dyn crate::backend::Backend) -> bool {
+    b.scheme() == "s3"
 }
 
 impl Walk {
@@ -383,9 +392,17 @@ impl Walk {
             ));
             opts.compare = Compare::SizeOnly;
         }
-        let hash = (opts.compare == Compare::Checksum)
-            .then(|| crate::hash::choose(&src.backend.hashes(), &dst.backend.hashes()));
+        let hash = (opts.compare == Compare::Checksum).then(|| {
+            crate::hash::choose(
+                &crate::hash::offered(src.backend.as_ref()),
+                &crate::hash::offered(dst.backend.as_ref()),
+            )
+        });
         let run = copy_run(&src, &dst, &opts.copy, &stats, &events, &cancel);
+        let approx = [
+            listed_times_approx(src.backend.as_ref()),
+            listed_times_approx(dst.backend.as_ref()),
+        ];
         Walk {
             src,
             dst,
@@ -402,6 +419,7 @@ impl Walk {
             extra: Vec::new(),
             dir_times: Vec::new(),
             warned_reading: [false; 2],
+            listed_times_approx: approx,
         }
     }
 
@@ -749,7 +767,22 @@ impl Walk {
             self.queue_job(rel, src, Then::Restat(d), queue);
             return;
         }
-        match rules.decide(&src, &d) {
+        let decision = rules.decide(&src, &d);
+        let by_time = matches!(decision, Decision::Differs("time") | Decision::NewerInDest);
+        if by_time && self.listed_times_approx.contains(&true) {
+            // The listing's time may not be the file's: ask each such
+            // side for its own (a HEAD on S3), then decide.
+            let (mut src, mut d) = (src, d);
+            if self.listed_times_approx[0] {
+                src.mtime = None;
+            }
+            if self.listed_times_approx[1] {
+                d.mtime = None;
+            }
+            self.queue_job(rel, src, Then::Restat(d), queue);
+            return;
+        }
+        match decision {
             Decision::Same => self.report.same += 1,
             Decision::NewerInDest => {
                 self.report.same += 1;
@@ -806,6 +839,8 @@ impl Walk {
         let hash = self.hash;
         let rules = self.rules();
         let dry = self.opts.dry_run;
+        // The time to keep is the source file's own, not its listing's.
+        let restat_src = self.listed_times_approx[0] && self.opts.copy.preserve && !dry;
         let rel = String::from_utf8_lossy(&job.rel).into_owned();
         async move {
             let mut done = FileDone {
@@ -814,6 +849,7 @@ impl Walk {
                 differs: false,
             };
             let FileJob { mut src, then, .. } = job;
+            let restat_src = restat_src && !matches!(then, Then::Restat(_));
             let differs = |why: &'static str, done: &mut FileDone| {
                 done.differs = true;
                 run.events.emit(Event::Compared {
@@ -887,6 +923,11 @@ impl Walk {
             }
             if dry {
                 return Ok(done);
+            }
+            if restat_src {
+                if let Some(a) = sb.stat(&sp).await? {
+                    src.mtime = a.mtime.or(src.mtime);
+                }
             }
             if done.differs {
                 // Not counted when it was queued: count it now.

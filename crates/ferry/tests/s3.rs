@@ -538,3 +538,76 @@ fn slowdown_storm_is_retried() {
     assert_ok(&o, "download through the storm");
     assert_eq!(tree_digest(&back), tree_digest(&src));
 }
+
+/// Same size, other bytes, written into the object's file on the server:
+/// the checksum versitygw keeps (in extended attributes) stays the old one.
+fn corrupt_in_place(p: &Path) {
+    let mut d = fs::read(p).unwrap();
+    let mid = d.len() / 2;
+    for b in d.iter_mut().skip(mid).take(64) {
+        *b ^= 0xa5;
+    }
+    fs::write(p, &d).unwrap();
+}
+
+#[test]
+fn download_checked_against_the_stored_crc32() {
+    let Some(gw) = versitygw_or_skip("download_checked_against_the_stored_crc32", &["bkt"]) else {
+        return;
+    };
+    let t = tempdir();
+    // Read whole and put whole; one stream; ranges in parallel (and a
+    // multipart object, whose CRC32 is FULL_OBJECT).
+    let files = [
+        ("small.bin", 100_000usize),
+        ("medium.bin", 3 * MIB),
+        ("big.bin", 33 * MIB + 11),
+    ];
+    for (i, (name, len)) in files.iter().enumerate() {
+        let p = t.path().join(name);
+        fs::write(&p, data(*len, 40 + i as u8)).unwrap();
+        let o = cp_s3(&gw, t.path(), &args![&p, format!("s3://bkt/v/{name}")], &[]);
+        assert_ok(&o, name);
+    }
+    // Intact: each comes back (and is checked on the way).
+    let back = t.path().join("back");
+    fs::create_dir(&back).unwrap();
+    let o = cp_s3(&gw, t.path(), &args!["-r", "s3://bkt/v/", &back], &[]);
+    assert_ok(&o, "get intact");
+    for (name, _) in files {
+        assert_eq!(
+            fs::read(back.join("v").join(name)).unwrap(),
+            fs::read(t.path().join(name)).unwrap()
+        );
+    }
+    // Changed behind the store's back: each download fails, exit 4,
+    // nothing kept under the name or as a part file.
+    for (name, _) in files {
+        corrupt_in_place(&gw.root().join("bkt/v").join(name));
+        let dst = t.path().join(format!("bad-{name}"));
+        let o = cp_s3(
+            &gw,
+            t.path(),
+            &args![format!("s3://bkt/v/{name}"), &dst],
+            &[],
+        );
+        assert_code(&o, 4, name);
+        // One stream: the backend's check; ranges: the engine's, of the
+        // assembled part file against the same stored value.
+        let err = stderr_text(&o).to_lowercase();
+        assert!(
+            err.contains("does not match") && err.contains("crc32"),
+            "{name}: {}",
+            describe(&o)
+        );
+        assert!(!dst.exists(), "{name} kept");
+        let left: Vec<_> = fs::read_dir(t.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().contains(name))
+            .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
+            .map(|e| e.file_name())
+            .collect();
+        assert!(left.is_empty(), "{name}: left {left:?}");
+    }
+}

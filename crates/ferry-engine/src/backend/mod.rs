@@ -499,6 +499,10 @@ pub enum Role {
 pub enum HashAlgo {
     Blake3,
     Sha256,
+    /// CRC32 (IEEE), as S3 keeps it (`x-amz-checksum-crc32`): not a
+    /// cryptographic hash, but what the store has without reading the
+    /// object back; cheap to compute for a local file.
+    Crc32,
 }
 
 impl HashAlgo {
@@ -507,22 +511,27 @@ impl HashAlgo {
         match self {
             HashAlgo::Blake3 => "blake3",
             HashAlgo::Sha256 => "sha256",
+            HashAlgo::Crc32 => "crc32",
         }
     }
     pub fn from_name(n: &str) -> Option<HashAlgo> {
         match n.trim() {
             "blake3" => Some(HashAlgo::Blake3),
             "sha256" | "sha-256" => Some(HashAlgo::Sha256),
+            "crc32" => Some(HashAlgo::Crc32),
             _ => None,
         }
     }
 }
 
-impl From<HashAlgo> for ferry_http::digest::Algo {
-    fn from(a: HashAlgo) -> Self {
+/// The algorithms `Repr-Digest` carries; CRC32 is not one of them.
+impl TryFrom<HashAlgo> for ferry_http::digest::Algo {
+    type Error = HashAlgo;
+    fn try_from(a: HashAlgo) -> Result<Self, HashAlgo> {
         match a {
-            HashAlgo::Blake3 => ferry_http::digest::Algo::Blake3,
-            HashAlgo::Sha256 => ferry_http::digest::Algo::Sha256,
+            HashAlgo::Blake3 => Ok(ferry_http::digest::Algo::Blake3),
+            HashAlgo::Sha256 => Ok(ferry_http::digest::Algo::Sha256),
+            HashAlgo::Crc32 => Err(a),
         }
     }
 }

@@ -24,7 +24,10 @@ use http_body::{Frame, SizeHint};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
-use super::{Backend, BackendInfo, ByteStream, Capabilities, Entry, EntryKind, Sink, WriteMode};
+use super::{
+    Backend, BackendInfo, ByteStream, Capabilities, Entry, EntryKind, HashAlgo, ReadInfo, Sink,
+    WriteMode,
+};
 use crate::error::TransferError;
 use crate::location::S3Spec;
 use crate::s3::{self, sigv4, xml, Checksum, Config, ErrorClass};
@@ -436,7 +439,7 @@ impl Inner {
         to: &str,
         len: u64,
     ) -> Result<(), TransferError> {
-        let upload_id = self.create_upload(to).await?;
+        let upload_id = self.create_upload(to, false).await?;
         let part = s3::part_size_for(len, 512 << 20);
         let source = format!(
             "/{}/{}",
@@ -471,6 +474,7 @@ impl Inner {
                         number,
                         etag,
                         checksum: None,
+                        len: end + 1 - at,
                     })
                 }
             })
@@ -486,7 +490,7 @@ impl Inner {
             }
         }
         drop(running);
-        if let Err(e) = self.complete(to, &upload_id, done).await {
+        if let Err(e) = self.complete(to, &upload_id, done, false).await {
             let _ = self.abort(to, &upload_id).await;
             return Err(e);
         }
@@ -535,10 +539,18 @@ impl Inner {
         Ok(Some((id, parts)))
     }
 
-    async fn create_upload(&self, key: &str) -> Result<String, TransferError> {
+    /// CreateMultipartUpload. `full_object`: the parts are sent with
+    /// their CRC32 and the store keeps the whole object's CRC32
+    /// (`x-amz-checksum-type: FULL_OBJECT`), which `hash` and downloads
+    /// compare with later; copies on the store (UploadPartCopy) send no
+    /// checksums and keep the old COMPOSITE form.
+    async fn create_upload(&self, key: &str, full_object: bool) -> Result<String, TransferError> {
         let make = || {
             let r = Req::new(Method::POST, key).q("uploads", "");
             match self.cfg.checksum {
+                Checksum::Crc32 if full_object => r
+                    .h("x-amz-checksum-algorithm", "CRC32")
+                    .h(s3::CHECKSUM_TYPE, "FULL_OBJECT"),
                 Checksum::Crc32 => r.h("x-amz-checksum-algorithm", "CRC32"),
                 _ => r,
             }
@@ -549,13 +561,22 @@ impl Inner {
             .map_err(|e| TransferError::Remote(format!("{}: {e}", self.display_key(key))))
     }
 
+    /// CompleteMultipartUpload; with `full_object`, the whole object's
+    /// CRC32 (combined from the parts') goes along, so the store checks
+    /// the object it assembled against what ferry sent.
     async fn complete(
         &self,
         key: &str,
         upload_id: &str,
         mut parts: Vec<Done>,
+        full_object: bool,
     ) -> Result<(), TransferError> {
         parts.sort_by_key(|d| d.number);
+        let whole = if full_object {
+            combined_crc32(&parts)
+        } else {
+            None
+        };
         let list: Vec<xml::CompletePart<'_>> = parts
             .iter()
             .map(|d| {
@@ -570,6 +591,11 @@ impl Inner {
         let make = || {
             let mut r = Req::new(Method::POST, key).q("uploadId", upload_id);
             r.body = Some(PartBody::new(vec![doc.clone()]));
+            if let Some(w) = &whole {
+                r = r
+                    .h(s3::CHECKSUM_CRC32, w.clone())
+                    .h(s3::CHECKSUM_TYPE, "FULL_OBJECT");
+            }
             r.h("content-type", "application/xml")
         };
         let resp = self.send_ok(&make, key).await?;
@@ -752,6 +778,7 @@ impl Backend for S3 {
                 resp: None,
                 left: 0,
                 display: i.display_key(key),
+                verify: None,
             }));
         }
         let mut r = Req::new(Method::GET, key);
@@ -761,6 +788,13 @@ impl Backend for S3 {
                 None => format!("bytes={offset}-"),
             };
             r = r.h("range", range);
+        }
+        let check = offset == 0 && i.cfg.checksum != Checksum::None;
+        if check {
+            // The stored CRC32 comes back when the answer is the whole
+            // object, and is checked as the bytes stream through
+            // (`--s3-checksum none` turns this off too).
+            r = r.h(s3::CHECKSUM_MODE, "ENABLED");
         }
         let resp = i.send(r).await?;
         if !resp.status.is_success() {
@@ -782,10 +816,22 @@ impl Backend for S3 {
             )))
             }
         };
+        let whole = check
+            && match resp.status {
+                StatusCode::OK => len.is_none() || resp.content_length() == len,
+                StatusCode::PARTIAL_CONTENT => {
+                    resp.header("content-range").is_some_and(range_is_whole)
+                }
+                _ => false,
+            };
+        let verify = stored_crc32(&resp)
+            .filter(|_| whole)
+            .map(|c| (crc32fast::Hasher::new(), u32::from_be_bytes(c)));
         Ok(Box::new(S3Read {
             resp: Some(resp),
             left,
             display: i.display_key(key),
+            verify,
         }))
     }
 
@@ -823,6 +869,7 @@ impl Backend for S3 {
             done: Vec::new(),
             finished: false,
             stored: std::collections::HashMap::new(),
+            full_object: false,
         }))
     }
 
@@ -875,6 +922,61 @@ impl Backend for S3 {
         Ok(true)
     }
 
+    /// CRC32 only: the one checksum ferry stores with every object it
+    /// uploads (FULL_OBJECT, for multipart ones too).
+    fn hashes(&self) -> Vec<HashAlgo> {
+        vec![HashAlgo::Crc32]
+    }
+
+    /// The CRC32 the store keeps for the whole object (HEAD with
+    /// `x-amz-checksum-mode: ENABLED`); `None` when it keeps none, or only
+    /// a checksum of part checksums: the caller then reads the object.
+    async fn hash(&self, p: &[u8], algo: HashAlgo) -> Result<Option<Vec<u8>>, TransferError> {
+        if algo != HashAlgo::Crc32 {
+            return Ok(None);
+        }
+        let i = &self.inner;
+        let key = key_of(p)?;
+        let resp = i
+            .send_retrying(&|| Req::new(Method::HEAD, key).h(s3::CHECKSUM_MODE, "ENABLED"))
+            .await?;
+        if resp.status == StatusCode::NOT_FOUND {
+            return Err(TransferError::Remote(format!(
+                "{}: no such object",
+                i.display_key(key)
+            )));
+        }
+        if !resp.status.is_success() {
+            return Err(i.error(resp.status.as_u16(), b"", key, None));
+        }
+        Ok(stored_crc32(&resp).map(|c| c.to_vec()))
+    }
+
+    /// Before a split or resumed download: the ETag as the version (a
+    /// resume record of another upload is void) and the stored CRC32, so
+    /// the engine checks the assembled file against it.
+    async fn read_info(&self, p: &[u8]) -> Result<ReadInfo, TransferError> {
+        let i = &self.inner;
+        let key = key_of(p)?;
+        let resp = i
+            .send_retrying(&|| Req::new(Method::HEAD, key).h(s3::CHECKSUM_MODE, "ENABLED"))
+            .await?;
+        if !resp.status.is_success() {
+            // The GET that follows says what is wrong, with its body.
+            return Ok(ReadInfo {
+                ranges: true,
+                ..ReadInfo::default()
+            });
+        }
+        Ok(ReadInfo {
+            ranges: true,
+            version: resp.header("etag").map(str::to_string),
+            digest: stored_crc32(&resp)
+                .filter(|_| i.cfg.checksum != Checksum::None)
+                .map(|c| (HashAlgo::Crc32, c.to_vec())),
+        })
+    }
+
     async fn close(&self) {
         let aborts: Vec<_> =
             std::mem::take(&mut *self.inner.aborts.lock().unwrap_or_else(|e| e.into_inner()));
@@ -888,6 +990,49 @@ struct S3Read {
     resp: Option<Response>,
     left: u64,
     display: String,
+    /// A response with the whole object and the store's CRC32 of it:
+    /// the running CRC32 and the value it must end at.
+    verify: Option<(crc32fast::Hasher, u32)>,
+}
+
+/// The whole-object CRC32 a HEAD or GET answer carries.
+fn stored_crc32(resp: &Response) -> Option<[u8; 4]> {
+    s3::full_object_crc32(
+        resp.header(s3::CHECKSUM_CRC32),
+        resp.header(s3::CHECKSUM_TYPE),
+    )
+}
+
+/// Does a `Content-Range: bytes A-B/N` cover the whole object?
+fn range_is_whole(cr: &str) -> bool {
+    let Some(rest) = cr.trim().strip_prefix("bytes 0-") else {
+        return false;
+    };
+    let Some((end, total)) = rest.split_once('/') else {
+        return false;
+    };
+    match (end.parse::<u64>(), total.parse::<u64>()) {
+        (Ok(e), Ok(t)) => e.checked_add(1) == Some(t),
+        _ => false,
+    }
+}
+
+impl S3Read {
+    /// At the end of the body: the bytes against the stored CRC32.
+    fn check(&mut self) -> Result<(), TransferError> {
+        let Some((h, want)) = self.verify.take() else {
+            return Ok(());
+        };
+        let got = h.finalize();
+        if got == want {
+            return Ok(());
+        }
+        Err(TransferError::Remote(format!(
+            "{}: the data does not match the CRC32 the store keeps for the object \
+             (x-amz-checksum-crc32 {want:08x}, received {got:08x}); nothing was kept",
+            self.display
+        )))
+    }
 }
 
 #[async_trait]
@@ -907,9 +1052,20 @@ impl ByteStream for S3Read {
                 if self.left != u64::MAX {
                     self.left -= b.len() as u64;
                 }
+                if let Some((h, _)) = self.verify.as_mut() {
+                    h.update(&b);
+                }
+                // Checked before the last bytes are handed on: a reader
+                // that stops at the size it expects still sees a mismatch.
+                if self.left == 0 {
+                    self.check()?;
+                }
                 Ok(Some(b))
             }
-            None if self.left == u64::MAX => Ok(None),
+            None if self.left == u64::MAX => {
+                self.check()?;
+                Ok(None)
+            }
             None => Err(TransferError::Network(format!(
                 "{}: the response ended {} bytes early",
                 self.display, self.left
@@ -969,6 +1125,21 @@ struct Done {
     etag: String,
     /// Base64 CRC32, when sent.
     checksum: Option<String>,
+    len: u64,
+}
+
+/// The whole object's CRC32 (base64) from its parts' CRC32s and lengths,
+/// in part order; `None` when a part was sent without one.
+fn combined_crc32(parts: &[Done]) -> Option<String> {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut all = crc32fast::Hasher::new();
+    for p in parts {
+        let raw = b64.decode(p.checksum.as_deref()?).ok()?;
+        let v = u32::from_be_bytes(raw.try_into().ok()?);
+        all.combine(&crc32fast::Hasher::new_with_initial_len(v, p.len));
+    }
+    Some(b64.encode(all.finalize().to_be_bytes()))
 }
 
 type PartFuture = Pin<Box<dyn std::future::Future<Output = Result<Done, TransferError>> + Send>>;
@@ -991,6 +1162,8 @@ struct Upload {
     finished: bool,
     /// Parts an earlier run stored (`--resume`), by number.
     stored: std::collections::HashMap<u32, xml::Part>,
+    /// The upload was created here as FULL_OBJECT.
+    full_object: bool,
 }
 
 /// The integrity header of a body, and the CRC32 for CompleteMultipartUpload.
@@ -1071,8 +1244,14 @@ impl Upload {
                     );
                     self.stored = parts.into_iter().map(|p| (p.number, p)).collect();
                     self.upload_id = Some(id);
+                    // Made by another run, maybe as COMPOSITE: the
+                    // whole object's CRC32 is not sent with the complete.
+                    self.full_object = false;
                 }
-                None => self.upload_id = Some(self.inner.create_upload(&self.key).await?),
+                None => {
+                    self.upload_id = Some(self.inner.create_upload(&self.key, true).await?);
+                    self.full_object = true;
+                }
             }
         }
         if let Some(done) = self.already_stored(&pieces) {
@@ -1107,6 +1286,7 @@ impl Upload {
         let fut: PartFuture = Box::pin(async move {
             let _permit = permit;
             let (header, crc) = checksum_header(inner.cfg.checksum, &pieces);
+            let len: u64 = pieces.iter().map(|b| b.len() as u64).sum();
             let body = PartBody::new(pieces);
             let make = || {
                 let mut r = Req::new(Method::PUT, &key)
@@ -1125,6 +1305,7 @@ impl Upload {
                 number,
                 etag,
                 checksum: crc,
+                len,
             })
         });
         self.running.push(tokio::spawn(fut));
@@ -1153,6 +1334,7 @@ impl Upload {
             number: self.next_part,
             etag: p.etag.clone(),
             checksum: crc,
+            len,
         })
     }
 
@@ -1210,7 +1392,9 @@ impl Sink for Upload {
         }
         let id = self.upload_id.clone().unwrap_or_default();
         let done = std::mem::take(&mut self.done);
-        self.inner.complete(&self.key, &id, done).await?;
+        self.inner
+            .complete(&self.key, &id, done, self.full_object)
+            .await?;
         self.finished = true;
         Ok(())
     }
@@ -1265,5 +1449,43 @@ impl Drop for Upload {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(h);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_range_whole_or_not() {
+        assert!(range_is_whole("bytes 0-99/100"));
+        assert!(!range_is_whole("bytes 0-98/100"));
+        assert!(!range_is_whole("bytes 1-99/100"));
+        assert!(!range_is_whole("bytes 0-99/*"));
+        assert!(!range_is_whole("bytes 0-18446744073709551615/0"));
+    }
+
+    #[test]
+    fn whole_object_crc32_from_parts() {
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let data = b"hello, multipart world";
+        let part = |n: u32, d: &[u8]| Done {
+            number: n,
+            etag: String::new(),
+            checksum: Some(b64.encode(crc32fast::hash(d).to_be_bytes())),
+            len: d.len() as u64,
+        };
+        let parts = [
+            part(1, &data[..5]),
+            part(2, &data[5..9]),
+            part(3, &data[9..]),
+        ];
+        assert_eq!(
+            combined_crc32(&parts),
+            Some(b64.encode(crc32fast::hash(data).to_be_bytes()))
+        );
+        let mut no_sum = parts;
+        no_sum[1].checksum = None;
+        assert_eq!(combined_crc32(&no_sum), None);
     }
 }

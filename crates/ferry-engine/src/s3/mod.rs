@@ -337,6 +337,28 @@ pub fn explain(status: u16, code: &str, endpoint: &str, bucket: &str) -> (ErrorC
     }
 }
 
+/// The object's CRC32 of its whole content, from a HEAD or GET sent with
+/// `x-amz-checksum-mode: ENABLED`: `x-amz-checksum-crc32` (base64 of the
+/// big-endian value) when it is a full-object checksum. A multipart
+/// object uploaded as COMPOSITE (the default before FULL_OBJECT existed,
+/// and what many tools still send) keeps a CRC32 of its parts' CRC32s,
+/// written `VALUE-N`: no local file hashes to that without knowing the
+/// part sizes, so it counts as no checksum.
+pub fn full_object_crc32(value: Option<&str>, kind: Option<&str>) -> Option<[u8; 4]> {
+    use base64::Engine as _;
+    let v = value?.trim();
+    if v.contains('-') || kind.is_some_and(|k| k.trim().eq_ignore_ascii_case("COMPOSITE")) {
+        return None;
+    }
+    let bytes = base64::engine::general_purpose::STANDARD.decode(v).ok()?;
+    bytes.try_into().ok()
+}
+
+/// Header names of S3's flexible checksums.
+pub const CHECKSUM_MODE: &str = "x-amz-checksum-mode";
+pub const CHECKSUM_CRC32: &str = "x-amz-checksum-crc32";
+pub const CHECKSUM_TYPE: &str = "x-amz-checksum-type";
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -430,5 +452,25 @@ mod tests {
         assert!(explain(404, "NoSuchBucket", "e", "b")
             .1
             .contains("create it"));
+    }
+
+    #[test]
+    fn full_object_crc32_only() {
+        // CRC32 of "hello" is 0x3610a686.
+        assert_eq!(
+            full_object_crc32(Some("NhCmhg=="), None),
+            Some([0x36, 0x10, 0xa6, 0x86])
+        );
+        assert_eq!(
+            full_object_crc32(Some("NhCmhg=="), Some("FULL_OBJECT")),
+            Some([0x36, 0x10, 0xa6, 0x86])
+        );
+        // A checksum of part checksums: not the content's.
+        assert_eq!(full_object_crc32(Some("NhCmhg==-3"), None), None);
+        assert_eq!(full_object_crc32(Some("NhCmhg=="), Some("COMPOSITE")), None);
+        // Not base64, or not 4 bytes: none.
+        assert_eq!(full_object_crc32(Some("%%%"), None), None);
+        assert_eq!(full_object_crc32(Some("AAAAAAAA"), None), None);
+        assert_eq!(full_object_crc32(None, None), None);
     }
 }

@@ -2005,6 +2005,7 @@ pub fn slow_relay(port: u16) -> u16 {
     });
     p
 }
+pub mod rclone_s3;
 pub mod versitygw;
 pub mod vsftpd;
 
