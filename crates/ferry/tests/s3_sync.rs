@@ -16,22 +16,10 @@ use std::fs;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use common::versitygw::{versitygw_or_skip, Versitygw};
+use common::versitygw::{data, versitygw_or_skip, Versitygw};
 use common::*;
 
 const MIB: usize = 1024 * 1024;
-
-fn data(len: usize, seed: u8) -> Vec<u8> {
-    let mut x = 0x9e37_79b9u32 ^ u32::from(seed);
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x as u8
-        })
-        .collect()
-}
 
 /// `ferry CMD --json -q ARGS` with the server's environment, HOME = `home`.
 fn run(gw: &Versitygw, home: &Path, cmd: &str, args: &[OsString]) -> std::process::Output {

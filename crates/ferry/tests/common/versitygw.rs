@@ -182,3 +182,16 @@ impl Drop for Versitygw {
         }
     }
 }
+
+/// `len` pseudo-random bytes (xorshift, seeded): the S3 tests' objects.
+pub fn data(len: usize, seed: u8) -> Vec<u8> {
+    let mut x = 0x9e37_79b9u32 ^ u32::from(seed);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect()
+}
