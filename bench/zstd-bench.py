@@ -158,17 +158,18 @@ def main():
                         "ferry-on": "-C", "ferry-zlib-sshd": "-C",
                         "ferry-off-sshd": "--compress=off"}[case]
                 if case.endswith("sshd"):
-                    port, server, path = sshd_via, sshd, src
+                    port, server, path, link = sshd_via, sshd, src, lk2
                 else:
-                    port, server, path = serve_via, serve, "/data.bin"
+                    port, server, path, link = serve_via, serve, "/data.bin", lk1
                 cmd = [a.ferry, "cp", "-q", "--json", flag] + (
                     ["--streams", streams] if streams else []) + ssh_opts + [
                     f"sftp://{user}@127.0.0.1:{port}{path}", dest]
             else:
-                port, server = sshd_via, sshd
+                port, server, link = sshd_via, sshd, lk2
                 cmd = ["sftp", "-q", "-F", "/dev/null", "-P", str(port)] + ssh_opts + (
                     ["-C"] if case == "sftp-C" else []) + ["-b", "-", f"{user}@127.0.0.1"]
             s0 = cpu_of(server.pid)
+            l0 = cpu_of(link.pid) if link else 0.0
             r0 = os.times()
             t0 = time.monotonic()
             p = subprocess.run(cmd, input=f"get {src} {dest}\n" if case.startswith("sftp") else None,
@@ -179,6 +180,7 @@ def main():
             # the listener's cutime) a moment after the client exits.
             time.sleep(0.5)
             s1 = cpu_of(server.pid)
+            l1 = cpu_of(link.pid) if link else 0.0
             if p.returncode != 0:
                 raise SystemExit(f"{case} failed: {p.stderr}")
             got = os.path.getsize(dest)
@@ -191,7 +193,7 @@ def main():
                     extra = json.loads(p.stdout.strip().splitlines()[-1]).get("compression", {})
                 except (ValueError, IndexError):
                     pass
-            return wall, client_cpu, s1 - s0, extra
+            return wall, client_cpu, s1 - s0, l1 - l0, extra
 
         results = {c: [] for c in cases}
         out = os.path.join(d, "out.bin")
@@ -201,19 +203,24 @@ def main():
             os.remove(out)
         for i in range(a.runs):
             for c in cases:
-                w, cc, sc, extra = run_case(c, out)
+                w, cc, sc, lc, extra = run_case(c, out)
                 os.remove(out)
-                results[c].append((w, cc, sc))
+                results[c].append((w, cc, sc, lc))
                 print(json.dumps({"run": i, "case": c, "wall": round(w, 3), "client_cpu": round(cc, 2),
-                                  "server_cpu": round(sc, 2), "compression": extra}), flush=True)
+                                  "server_cpu": round(sc, 2), "linkem_cpu": round(lc, 2),
+                                  "load": os.getloadavg()[0], "compression": extra}), flush=True)
         print(f"\n{a.size_mib} MiB {a.data}, rate {a.rate_mbps} Mbit/s, one-way delay {a.delay_ms} ms, "
               f"{a.runs} runs, medians")
-        print(f"{'case':<18} {'wall s':>8} {'MB/s':>8} {'client CPU s':>13} {'server CPU s':>13} {'CPU s/GB':>9}")
+        print(f"{'case':<18} {'wall s':>8} {'MB/s':>8} {'client CPU s':>13} {'server CPU s':>13} "
+              f"{'linkem CPU s':>13} {'CPU s/GB':>9}")
         for c in cases:
             w = statistics.median(r[0] for r in results[c])
             cc = statistics.median(r[1] for r in results[c])
             sc = statistics.median(r[2] for r in results[c])
-            print(f"{c:<18} {w:8.3f} {size / w / 1e6:8.1f} {cc:13.2f} {sc:13.2f} {(cc + sc) / (size / 1e9):9.2f}")
+            lc = statistics.median(r[3] for r in results[c])
+            # CPU s/GB counts both ends, not the emulator.
+            print(f"{c:<18} {w:8.3f} {size / w / 1e6:8.1f} {cc:13.2f} {sc:13.2f} {lc:13.2f} "
+                  f"{(cc + sc) / (size / 1e9):9.2f}")
     finally:
         for p in procs:
             p.send_signal(signal.SIGTERM)

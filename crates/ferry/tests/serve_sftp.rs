@@ -788,6 +788,36 @@ fn ferry_peers_compress_with_zstd_both_ways_file_and_tree() {
     );
 }
 
+/// Issue 21: `-v` prints the compression line: the method each way, the
+/// zstd levels this side sent at, and the bytes before and after.
+#[test]
+fn verbose_reports_zstd_method_levels_and_bytes() {
+    let s = FerryServe::start(&["--writable"]);
+    let local = tempdir();
+    let text = local.path().join("text.txt");
+    let want = make_text_file(&text, 4 * 1024 * 1024 + 5, 41);
+    let o = s.cp(&args!["-C", "-v", &text, s.url("/v.txt")]);
+    assert!(o.status.success(), "put -C -v: {}", describe(&o));
+    assert_file_hash(&s.root().join("v.txt"), &want, "upload -C -v");
+    let err = stderr_text(&o);
+    let line = err
+        .lines()
+        .find(|l| l.contains("compression: out "))
+        .unwrap_or_else(|| panic!("no compression line in -v: {}", describe(&o)));
+    assert!(line.contains("out zstd@ferry.invalid levels [1]"), "{line}");
+    assert!(line.contains("in zstd@ferry.invalid"), "{line}");
+    // "PLAIN -> WIRE bytes (RATIO)": text compresses, so wire < plain.
+    let sent = line
+        .split("levels [1] (0 = stored), ")
+        .nth(1)
+        .and_then(|r| r.split(" bytes").next())
+        .unwrap_or_default();
+    let nums: Vec<u64> = sent.split(" -> ").filter_map(|n| n.parse().ok()).collect();
+    assert_eq!(nums.len(), 2, "{line}");
+    assert!(nums[0] >= 4 * 1024 * 1024, "{line}");
+    assert!(nums[1] < nums[0] / 2, "{line}");
+}
+
 /// Issue 21: random data under `auto` and under `-C` comes through whole
 /// (stored packets, and zstd's raw blocks), both ways.
 #[test]
