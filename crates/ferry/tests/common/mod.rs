@@ -642,6 +642,41 @@ fn pub_path(key: &Path) -> PathBuf {
 }
 
 /// A port that was free a moment ago.
+/// Start a server with `spawn(port)` on a free port and wait (20 s) until
+/// it listens on 127.0.0.1, trying five ports (another process may take
+/// one first). `name` and its `log` file explain a server that exits.
+pub fn start_listening(
+    name: &str,
+    log: &Path,
+    mut spawn: impl FnMut(u16, std::fs::File) -> std::process::Child,
+) -> (std::process::Child, u16) {
+    let mut last = String::new();
+    for _ in 0..5 {
+        let port = free_port();
+        let out = std::fs::File::create(log).unwrap_or_else(|e| panic!("{name} log: {e}"));
+        let mut child = spawn(port, out);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return (child, port);
+            }
+            if let Ok(Some(st)) = child.try_wait() {
+                let text = std::fs::read_to_string(log).unwrap_or_default();
+                last = format!("{name} exited ({st}): {text}");
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                last = format!("{name} did not listen within 20 s");
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+    panic!("{name} did not start: {last}");
+}
+
 pub fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind 127.0.0.1:0: {e}"));
     l.local_addr()

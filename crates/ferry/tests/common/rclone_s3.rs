@@ -9,15 +9,13 @@
 //!
 //! [`S3Peer`] is what the tests that run against both servers need from
 //! either one.
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
 use super::versitygw::Versitygw;
-use super::{free_port, tempdir};
+use super::{start_listening, tempdir};
 
 pub const ACCESS_KEY: &str = "ferryrcloneaccess";
 pub const SECRET_KEY: &str = "ferryrclonesecret0123456789";
@@ -101,57 +99,37 @@ impl RcloneS3 {
             .unwrap_or_else(|e| panic!("certificate: {e:#}"));
         let conf = dir.path().join("rclone.conf");
         std::fs::write(&conf, "").unwrap_or_else(|e| panic!("rclone.conf: {e}"));
-        let mut last = String::new();
-        for _ in 0..5 {
-            let port = free_port();
-            let log = std::fs::File::create(dir.path().join("rclone.log"))
-                .unwrap_or_else(|e| panic!("log: {e}"));
-            let mut child = Command::new(bin)
-                .arg("--config")
-                .arg(&conf)
-                .args(["serve", "s3", "--auth-key"])
-                .arg(format!("{ACCESS_KEY},{SECRET_KEY}"))
-                .arg("--addr")
-                .arg(format!("127.0.0.1:{port}"))
-                .arg("--cert")
-                .arg(&cert)
-                .arg("--key")
-                .arg(&key)
-                .arg(&root)
-                // rclone's own S3 client settings must not leak in.
-                .env_remove("AWS_CA_BUNDLE")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
-                .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
-            let deadline = Instant::now() + Duration::from_secs(20);
-            loop {
-                if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                    return RcloneS3 {
-                        dir,
-                        child: Some(child),
-                        port,
-                        cert,
-                    };
-                }
-                if let Ok(Some(st)) = child.try_wait() {
-                    last = format!(
-                        "rclone serve s3 exited ({st}): {}",
-                        std::fs::read_to_string(dir.path().join("rclone.log")).unwrap_or_default()
-                    );
-                    break;
-                }
-                if Instant::now() > deadline {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    last = "rclone serve s3 did not listen within 20 s".into();
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
+        let (child, port) = start_listening(
+            "rclone serve s3",
+            &dir.path().join("rclone.log"),
+            |port, out| {
+                Command::new(bin)
+                    .arg("--config")
+                    .arg(&conf)
+                    .args(["serve", "s3", "--auth-key"])
+                    .arg(format!("{ACCESS_KEY},{SECRET_KEY}"))
+                    .arg("--addr")
+                    .arg(format!("127.0.0.1:{port}"))
+                    .arg("--cert")
+                    .arg(&cert)
+                    .arg("--key")
+                    .arg(&key)
+                    .arg(&root)
+                    // rclone's own S3 client settings must not leak in.
+                    .env_remove("AWS_CA_BUNDLE")
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(out)
+                    .spawn()
+                    .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()))
+            },
+        );
+        RcloneS3 {
+            dir,
+            child: Some(child),
+            port,
+            cert,
         }
-        panic!("rclone serve s3 did not start: {last}");
     }
 
     pub fn log(&self) -> String {

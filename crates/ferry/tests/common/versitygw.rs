@@ -8,14 +8,12 @@
 //! The POSIX backend stores bucket `B`'s object `K` as the file `root/B/K`,
 //! so tests check uploads byte for byte on disk, and unfinished multipart
 //! uploads under `root/B/.sgwtmp/multipart/`.
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
-use super::{free_port, tempdir};
+use super::{start_listening, tempdir};
 
 pub const ACCESS_KEY: &str = "ferrytestaccess";
 pub const SECRET_KEY: &str = "ferrytestsecret0123456789";
@@ -70,61 +68,40 @@ impl Versitygw {
         }
         let (cert, key) = ferry_bench::servers::self_signed_cert(dir.path())
             .unwrap_or_else(|e| panic!("certificate: {e:#}"));
-        let mut last = String::new();
-        for _ in 0..5 {
-            let port = free_port();
-            let log = std::fs::File::create(dir.path().join("versitygw.log"))
-                .unwrap_or_else(|e| panic!("log: {e}"));
-            let mut child = Command::new(bin)
-                .args(["--access", ACCESS_KEY, "--secret", SECRET_KEY, "--quiet"])
-                .arg("--port")
-                .arg(format!("127.0.0.1:{port}"))
-                .args(if tls {
-                    vec![
-                        "--cert".into(),
-                        cert.clone().into_os_string(),
-                        "--key".into(),
-                        key.clone().into_os_string(),
-                    ]
-                } else {
-                    Vec::<std::ffi::OsString>::new()
-                })
-                .arg("posix")
-                .arg(&root)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
-                .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
-            let deadline = Instant::now() + Duration::from_secs(20);
-            loop {
-                if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                    return Versitygw {
-                        dir,
-                        child: Some(child),
-                        port,
-                        cert,
-                        tls,
-                    };
-                }
-                if let Ok(Some(st)) = child.try_wait() {
-                    last = format!(
-                        "versitygw exited ({st}): {}",
-                        std::fs::read_to_string(dir.path().join("versitygw.log"))
-                            .unwrap_or_default()
-                    );
-                    break;
-                }
-                if Instant::now() > deadline {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    last = "versitygw did not listen within 20 s".into();
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
+        let (child, port) = start_listening(
+            "versitygw",
+            &dir.path().join("versitygw.log"),
+            |port, out| {
+                Command::new(bin)
+                    .args(["--access", ACCESS_KEY, "--secret", SECRET_KEY, "--quiet"])
+                    .arg("--port")
+                    .arg(format!("127.0.0.1:{port}"))
+                    .args(if tls {
+                        vec![
+                            "--cert".into(),
+                            cert.clone().into_os_string(),
+                            "--key".into(),
+                            key.clone().into_os_string(),
+                        ]
+                    } else {
+                        Vec::<std::ffi::OsString>::new()
+                    })
+                    .arg("posix")
+                    .arg(&root)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(out)
+                    .spawn()
+                    .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()))
+            },
+        );
+        Versitygw {
+            dir,
+            child: Some(child),
+            port,
+            cert,
+            tls,
         }
-        panic!("versitygw did not start: {last}");
     }
 
     /// The POSIX backend's top directory (one subdirectory per bucket).
