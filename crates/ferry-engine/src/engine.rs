@@ -1078,7 +1078,7 @@ fn too_long(src: &str) -> TransferError {
     ))
 }
 
-pub(crate) fn too_short(src: &str, got: u64, len: u64) -> TransferError {
+fn too_short(src: &str, got: u64, len: u64) -> TransferError {
     TransferError::Remote(format!(
         "{src}: {got} bytes arrived where {len} were expected (the file changed during the copy?)"
     ))
