@@ -16,7 +16,7 @@ use std::fs;
 use std::path::Path;
 
 use common::rclone_s3::{rclone_s3_or_skip, S3Peer};
-use common::versitygw::{data, versitygw_or_skip};
+use common::versitygw::{data, files_of, versitygw_or_skip};
 use common::*;
 
 const MIB: usize = 1024 * 1024;
@@ -28,30 +28,6 @@ fn run(peer: &dyn S3Peer, home: &Path, cmd: &str, args: &[OsString]) -> std::pro
     let env = peer.env();
     let envs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     ferry_in(home, &a, &envs)
-}
-
-/// Every file under `dir` (relative path, bytes), sorted, leaving out
-/// the servers' own state (dot directories at the top of a bucket).
-fn files_of(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name == ".sgwtmp" {
-                continue;
-            }
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                let rel = p.strip_prefix(dir).unwrap().display().to_string();
-                out.push((rel, fs::read(&p).unwrap()));
-            }
-        }
-    }
-    out.sort();
-    out
 }
 
 fn put_get_small_and_multipart(peer: &dyn S3Peer) {

@@ -16,7 +16,7 @@ use std::fs;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use common::versitygw::{data, versitygw_or_skip, Versitygw};
+use common::versitygw::{data, files_of, versitygw_or_skip, Versitygw};
 use common::*;
 
 const MIB: usize = 1024 * 1024;
@@ -93,29 +93,6 @@ fn change_keeping_size_and_time(p: &Path) {
     }
     fs::write(p, &d).unwrap();
     set_mtime(p, mtime);
-}
-
-/// Every file under `dir` (relative path, bytes), sorted; versitygw keeps
-/// its own state under `.sgwtmp`, which is left out.
-fn files_of(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            if e.file_name() == ".sgwtmp" {
-                continue;
-            }
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                let rel = p.strip_prefix(dir).unwrap().display().to_string();
-                out.push((rel, fs::read(&p).unwrap()));
-            }
-        }
-    }
-    out.sort();
-    out
 }
 
 #[test]

@@ -36,6 +36,20 @@ pub fn have(prog: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// Where a peer installed by scripts/install-peers.sh may be: `name` on
+/// PATH, then /usr/local/bin/`name`, then ~/go/bin/`go_name` (where `go
+/// install` puts it); the first that exists and `usable` accepts.
+pub fn installed(name: &str, go_name: &str, usable: impl Fn(&Path) -> bool) -> Option<PathBuf> {
+    let mut c: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).map(|d| d.join(name)).collect())
+        .unwrap_or_default();
+    c.push(Path::new("/usr/local/bin").join(name));
+    if let Some(h) = std::env::var_os("HOME") {
+        c.push(Path::new(&h).join("go/bin").join(go_name));
+    }
+    c.into_iter().find(|p| p.is_file() && usable(p))
+}
+
 /// Skip the test (return) when `prog` is not installed.
 #[allow(unused_macros)]
 macro_rules! need {

@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use tempfile::TempDir;
 
 use super::versitygw::Versitygw;
-use super::{start_listening, tempdir};
+use super::{installed, start_listening, tempdir};
 
 pub const ACCESS_KEY: &str = "ferryrcloneaccess";
 pub const SECRET_KEY: &str = "ferryrclonesecret0123456789";
@@ -51,18 +51,7 @@ pub struct RcloneS3 {
 /// `rclone-s3` (install-peers.sh's name for rclone >= 1.65), else an
 /// `rclone` from `go install` in ~/go/bin when it is new enough.
 pub fn rclone_s3_bin() -> Option<PathBuf> {
-    let mut c: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| {
-            std::env::split_paths(&p)
-                .map(|d| d.join("rclone-s3"))
-                .collect()
-        })
-        .unwrap_or_default();
-    c.push("/usr/local/bin/rclone-s3".into());
-    if let Some(h) = std::env::var_os("HOME") {
-        c.push(Path::new(&h).join("go/bin/rclone"));
-    }
-    c.into_iter().find(|p| p.is_file() && serves_s3(p))
+    installed("rclone-s3", "rclone", serves_s3)
 }
 
 /// Does this rclone have `serve s3` (1.65 and later)?

@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 
 use tempfile::TempDir;
 
-use super::{start_listening, tempdir};
+use super::{installed, start_listening, tempdir};
 
 pub const ACCESS_KEY: &str = "ferrytestaccess";
 pub const SECRET_KEY: &str = "ferrytestsecret0123456789";
@@ -28,18 +28,7 @@ pub struct Versitygw {
 
 /// versitygw on PATH or in /usr/local/bin, or where Go puts it.
 pub fn versitygw_bin() -> Option<PathBuf> {
-    let mut c: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| {
-            std::env::split_paths(&p)
-                .map(|d| d.join("versitygw"))
-                .collect()
-        })
-        .unwrap_or_default();
-    c.push("/usr/local/bin/versitygw".into());
-    if let Some(h) = std::env::var_os("HOME") {
-        c.push(Path::new(&h).join("go/bin/versitygw"));
-    }
-    c.into_iter().find(|p| p.is_file())
+    installed("versitygw", "versitygw", |_| true)
 }
 
 /// versitygw with buckets `buckets`, or `None` (and a message) when it is
@@ -171,4 +160,27 @@ pub fn data(len: usize, seed: u8) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+/// Every file under `dir` (relative path, bytes), sorted; versitygw keeps
+/// its own state under `.sgwtmp`, which is left out.
+pub fn files_of(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if e.file_name() == ".sgwtmp" {
+                continue;
+            }
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p.strip_prefix(dir).unwrap().display().to_string();
+                out.push((rel, std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
 }
