@@ -27,7 +27,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::Semaphore;
 
 use crate::backend::{
-    path, Backend, ByteStream, Entry, EntryKind, IntoFile, RangeProgress, RangeTask, ReadInfo,
+    path, Backend, ByteStream, Entry, EntryKind, LocalRange, RangeProgress, RangeTask, ReadInfo,
     Role, Sink, Unfinished, WriteMode,
 };
 use crate::error::{ErrorKind, TransferError};
@@ -999,49 +999,33 @@ async fn pump(
     };
     // A local file on one side and a connection's thread on the other:
     // the whole range runs on that thread.
-    if let Some(to) = sink.local_file() {
-        let progress = Arc::new(RangeProgress::default());
-        let into = IntoFile {
-            to,
+    let progress = || Arc::new(RangeProgress::default());
+    if let Some(file) = sink.local_file() {
+        let (progress, shown) = (progress(), src.display(&f.src));
+        let to = LocalRange {
+            file,
             len,
-            shown: src.display(&f.src),
+            shown: shown.clone(),
             progress: progress.clone(),
         };
-        if let Some(task) = stream.write_into(into) {
-            return pump_into_file(r, f, task, progress, sink, moved).await;
+        if let Some(task) = stream.write_into(to) {
+            return pump_on_home(r, &shown, task, progress, sink, moved).await;
+        }
+    }
+    if let Some(file) = stream.local_file() {
+        let (progress, shown) = (progress(), r.dest.backend.display(&f.dst));
+        let from = LocalRange {
+            file,
+            len,
+            shown: shown.clone(),
+            progress: progress.clone(),
+        };
+        if let Some(task) = sink.read_from(from) {
+            return pump_on_home(r, &shown, task, progress, sink, moved).await;
         }
     }
     let cancelled = || (TransferError::cancelled(), None);
     let stall = r.opts.timeout;
-    // From a local file into an SFTP WRITE: read into the sink's own
-    // buffers (no copy in between: a sixth of an upload's CPU).
-    while stream.reads_into() {
-        let Some(buf) = sink.prepared_buffer() else {
-            break;
-        };
-        let before = buf.len();
-        let next = tokio::select! {
-            biased;
-            _ = r.cancel.cancelled() => return Err(cancelled()),
-            n = tokio::time::timeout(stall, stream.next_into(buf)) => n,
-        };
-        let buf = match next {
-            Err(_) => return Err((stalled(src.as_ref(), &f.src, stall), Some(sink))),
-            Ok(Err(e)) => return Err((e, Some(sink))),
-            Ok(Ok(b)) => b,
-        };
-        let n = (buf.len() - before) as u64;
-        if n == 0 {
-            break;
-        }
-        tokio::select! {
-            biased;
-            _ = r.cancel.cancelled() => return Err(cancelled()),
-            w = sink.write_prepared(buf) => w.map_err(|e| (e, None))?,
-        }
-        *moved += n;
-        r.stats.bytes_done.fetch_add(n, Ordering::Relaxed);
-    }
     loop {
         let next = tokio::select! {
             biased;
@@ -1084,17 +1068,18 @@ fn too_short(src: &str, got: u64, len: u64) -> TransferError {
     ))
 }
 
-/// A download into a local file, run whole on the thread its bytes
-/// arrive on ([`ByteStream::write_into`]); this task watches it.
-async fn pump_into_file(
+/// A range between a local file and a connection, run whole on the
+/// connection's thread ([`ByteStream::write_into`], [`Sink::read_from`]);
+/// this task watches it. `shown` names the connection's side.
+async fn pump_on_home(
     r: &Run,
-    f: &FilePlan,
+    shown: &str,
     task: RangeTask,
     progress: Arc<RangeProgress>,
     mut sink: Box<dyn Sink>,
     moved: &mut u64,
 ) -> Pumped {
-    let (res, n) = on_home(r, f, task, progress).await;
+    let (res, n) = on_home(r, shown, task, progress).await;
     *moved += n;
     sink.wrote(n);
     match res {
@@ -1108,10 +1093,10 @@ async fn pump_into_file(
 /// runtime's thread: spawned there, it writes each piece as it comes.
 pub(crate) async fn drain_into(
     mut stream: Box<dyn ByteStream>,
-    into: IntoFile,
+    into: LocalRange,
 ) -> Result<(), (TransferError, bool)> {
-    let IntoFile {
-        mut to,
+    let LocalRange {
+        file: mut to,
         len,
         shown,
         progress,
@@ -1135,17 +1120,17 @@ pub(crate) async fn drain_into(
 /// the progress and the stall timeout; a cancel or a stall tells it to
 /// stop (and aborts it where it is async). Returns its output, or the
 /// cancel or stall (`true`: a stall or a lost thread, which a retry may
-/// continue), and the bytes counted, which are then in `stats`.
+/// continue), and the bytes counted, which are then in `stats`. `shown`
+/// names the side whose thread runs it.
 async fn on_home(
     r: &Run,
-    f: &FilePlan,
+    shown: &str,
     task: RangeTask,
     progress: Arc<RangeProgress>,
 ) -> (
     Result<Result<(), (TransferError, bool)>, (TransferError, bool)>,
     u64,
 ) {
-    let src = &r.sources[f.source].backend;
     let mut task = StopOnDrop(task, progress.clone());
     let stall = r.opts.timeout;
     let mut tick = tokio::time::interval(PROGRESS_TICK.min(stall).max(Duration::from_millis(1)));
@@ -1157,7 +1142,7 @@ async fn on_home(
             _ = r.cancel.cancelled() => break Err((TransferError::cancelled(), false)),
             done = &mut task.0 => {
                 break done.map_err(|e| {
-                    let lost = format!("{}: the connection's thread ended: {e}", src.display(&f.src));
+                    let lost = format!("{shown}: the connection's thread ended: {e}");
                     (TransferError::Network(lost), true)
                 })
             }
@@ -1167,7 +1152,7 @@ async fn on_home(
                     r.stats.bytes_done.fetch_add(now - seen, Ordering::Relaxed);
                     (seen, last) = (now, Instant::now());
                 } else if last.elapsed() >= stall {
-                    break Err((stalled(src.as_ref(), &f.src, stall), true));
+                    break Err((TransferError::stalled(shown, "no progress", stall), true));
                 }
             }
         }

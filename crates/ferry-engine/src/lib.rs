@@ -46,6 +46,7 @@ mod retry;
 pub mod s3;
 pub mod sync;
 mod transfer;
+mod window;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -82,11 +83,11 @@ pub struct CopyOptions {
     pub max_depth: usize,
     /// Files smaller than this are never split into ranges.
     pub split_min: u64,
-    /// SFTP: bytes requested and not yet answered per read or write
-    /// stream. Enough for the bandwidth-delay product, and a cap on what a
-    /// server must buffer: OpenSSH's sshd spends several times more CPU
-    /// per byte when many megabytes of replies queue up in it
-    /// (docs/internals/sftp.md). `None`: 8 MiB.
+    /// SFTP: most bytes requested and not yet answered per read or write
+    /// stream; below it each stream keeps about twice the bandwidth-delay
+    /// product in flight, so that no server queues many megabytes of
+    /// replies (OpenSSH's sshd then spends several times more CPU per
+    /// byte: docs/internals/sftp.md). `None`: 32 MiB.
     pub max_inflight: Option<u64>,
     pub connect: ConnectOptions,
     /// HTTP(S): TLS trust, credentials, versions, redirects.

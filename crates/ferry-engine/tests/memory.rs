@@ -807,3 +807,73 @@ async fn cancel_stops_a_download_on_the_source_thread() {
         );
     }
 }
+
+#[tokio::test]
+async fn ranges_from_a_local_file_run_on_the_destination_thread() {
+    // An upload from a local file goes whole to the destination's thread
+    // (as an SSH connection's): ranges, every byte in place.
+    let a = Memory::new("a");
+    let d = TempDir::new("own-up");
+    let body = data(9_000_000, 5);
+    std::fs::write(d.0.join("big"), &body).unwrap();
+    a.set_faults(on_own_thread(Faults::default()));
+    let o = CopyOptions {
+        streams: Some(4),
+        ..opts()
+    };
+    let (r, events) = run(Transfer::between(vec![d.at("big")], at(&a, "/big"), o)).await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(a.get("/big").as_deref(), Some(&body[..]));
+    assert!(parts(&a).is_empty(), "{:?}", parts(&a));
+    let last = events.iter().rev().find_map(|e| match e {
+        Event::Progress { bytes_done, .. } => Some(*bytes_done),
+        _ => None,
+    });
+    assert!(last.unwrap_or(0) <= body.len() as u64);
+}
+
+#[tokio::test]
+async fn a_full_disk_on_the_destination_thread_keeps_the_old_file() {
+    let a = Memory::new("a");
+    let d = TempDir::new("own-full");
+    a.put("/f", b"old", 0);
+    std::fs::write(d.0.join("f"), data(2_000_000, 6)).unwrap();
+    a.set_faults(on_own_thread(Faults {
+        capacity: Some(1_000_000),
+        ..Faults::default()
+    }));
+    let (r, _) = run(Transfer::between(vec![d.at("f")], at(&a, "/f"), opts())).await;
+    let e = r.error.expect("a full disk must fail");
+    assert!(e.to_string().contains("no space"), "{e}");
+    assert_eq!(a.get("/f").as_deref(), Some(&b"old"[..]));
+}
+
+#[tokio::test]
+async fn cancel_stops_an_upload_on_the_destination_thread() {
+    let a = Memory::new("a");
+    let d = TempDir::new("own-upcancel");
+    std::fs::create_dir(d.0.join("d")).unwrap();
+    for i in 0..20 {
+        std::fs::write(d.0.join(format!("d/f{i:02}")), data(400_000, i)).unwrap();
+    }
+    a.set_faults(on_own_thread(Faults::default()));
+    let o = CopyOptions {
+        recursive: true,
+        parallel: Some(2),
+        ..opts()
+    };
+    let mut h = Transfer::between(vec![d.at("d")], at(&a, "/e"), o).start();
+    while let Some(e) = h.next_event().await {
+        if let Event::FileDone(_) = e {
+            h.cancel();
+        }
+    }
+    let r = h.wait().await;
+    assert_eq!(r.error.expect("cancelled").kind(), ErrorKind::Cancelled);
+    // Every file under a final name is complete.
+    for i in 0..20u8 {
+        if let Some(got) = a.get(&format!("/e/f{i:02}")) {
+            assert_eq!(got, data(400_000, i), "f{i:02}");
+        }
+    }
+}

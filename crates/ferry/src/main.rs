@@ -142,7 +142,8 @@ struct ConnArgs {
     /// SSH receive window per connection (e.g. 2M, 64M).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     window: Option<u64>,
-    /// Bytes in flight over the whole copy (tuning).
+    /// Most bytes in flight per SFTP stream (tuning; default 32M, the
+    /// window adapts below this).
     #[arg(long, value_name = "SIZE", value_parser = parse_size, hide = true)]
     inflight: Option<u64>,
     /// Largest SSH packet we accept from the server (tuning; default and

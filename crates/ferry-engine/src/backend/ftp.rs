@@ -15,7 +15,7 @@ use bytes::Bytes;
 use ferry_ftp::{Conn, Endpoint, FtpError, Security};
 
 use super::{
-    path, Backend, BackendInfo, ByteStream, Capabilities, Entry, EntryKind, IntoFile, RangeTask,
+    path, Backend, BackendInfo, ByteStream, Capabilities, Entry, EntryKind, LocalRange, RangeTask,
     Sink, WriteMode,
 };
 use crate::error::TransferError;
@@ -367,21 +367,51 @@ impl Backend for Ftp {
         let pool = self.pool.clone();
         let task = tokio::task::spawn_blocking(move || -> Result<(), TransferError> {
             let mut rx = rx;
-            let mut c = pool.take()?;
-            let mut t = c.stor(&ps, append)?;
+            let stor = pool.take().and_then(|mut c| Ok((c.stor(&ps, append)?, c)));
+            let (mut t, mut c) = match stor {
+                Ok(v) => v,
+                Err(e) => {
+                    let e = TransferError::from(e);
+                    // A range handed over (`read_from`) waits to be told.
+                    return match rx.blocking_recv() {
+                        Some(Piece::File(_, done)) => {
+                            let _ = done.send(Err((e, false)));
+                            Ok(())
+                        }
+                        _ => Err(e),
+                    };
+                }
+            };
+            // The server may have said why it stopped reading (452/552:
+            // its disk is full): that reply is the error, not the lost
+            // connection.
+            let failed = |c: &mut Conn, t, e: std::io::Error| match c.finish(t, &ps) {
+                Err(r @ FtpError::Reply { .. }) => r.into(),
+                _ => TransferError::Network(format!("{display}: {e}")),
+            };
             loop {
                 match rx.blocking_recv() {
                     Some(Piece::Data(b)) => {
                         if let Err(e) = t.write_all(&b) {
-                            // The server may have said why it stopped
-                            // reading (452/552: its disk is full): that
-                            // reply is the error, not the lost connection.
-                            return Err(match c.finish(t, &ps) {
-                                Err(r @ FtpError::Reply { .. }) => r.into(),
-                                _ => TransferError::Network(format!("{display}: {e}")),
-                            });
+                            return Err(failed(&mut c, t, e));
                         }
                     }
+                    Some(Piece::File(from, done)) => match send_file(&mut t, &from) {
+                        Ok(()) => {
+                            let _ = done.send(Ok(()));
+                        }
+                        // What was sent is good: the engine may keep it
+                        // (finish), or drop the upload.
+                        Err(Sent::Source(e)) => {
+                            let _ = done.send(Err((e, true)));
+                        }
+                        Err(Sent::Stopped) => return Ok(()),
+                        Err(Sent::Network(e)) => {
+                            let e = failed(&mut c, t, e);
+                            let _ = done.send(Err((e, false)));
+                            return Ok(());
+                        }
+                    },
                     Some(Piece::End) => break,
                     // Abandoned: the data connection is dropped, and
                     // with it this control connection.
@@ -611,7 +641,7 @@ enum Out {
     /// Whole pieces to the engine's task.
     Pieces(tokio::sync::mpsc::Sender<Result<Bytes, TransferError>>),
     /// Straight into a local file, from the data connection's thread.
-    File(IntoFile),
+    File(LocalRange),
 }
 
 impl Out {
@@ -625,7 +655,7 @@ impl Out {
                 if into.progress.stopped() {
                     return Ok(false);
                 }
-                into.to.write(piece)?;
+                into.file.write(piece)?;
                 into.progress.add(piece.len() as u64);
                 Ok(true)
             }
@@ -730,7 +760,7 @@ impl ByteStream for FtpRead {
         }
     }
 
-    fn write_into(&mut self, to: IntoFile) -> Option<RangeTask> {
+    fn write_into(&mut self, to: LocalRange) -> Option<RangeTask> {
         let retr = self.retr.take()?;
         // The RETR reads at most the range's length and fails a file that
         // ends before it, so what it wrote is the range when it succeeds.
@@ -742,7 +772,42 @@ impl ByteStream for FtpRead {
 
 enum Piece {
     Data(Bytes),
+    /// A local file's range, read and sent by the upload's own thread
+    /// ([`Sink::read_from`]); its end is told on the sender.
+    File(
+        LocalRange,
+        tokio::sync::oneshot::Sender<Result<(), (TransferError, bool)>>,
+    ),
     End,
+}
+
+/// Why [`send_file`] stopped early.
+enum Sent {
+    Source(TransferError),
+    Network(std::io::Error),
+    Stopped,
+}
+
+/// Send `from`'s range on the data connection, 1 MiB at a time from one
+/// buffer: no piece crosses a thread.
+fn send_file(t: &mut impl Write, from: &LocalRange) -> Result<(), Sent> {
+    let mut buf = Vec::with_capacity(PIECE);
+    let mut done = 0u64;
+    while done < from.len {
+        if from.progress.stopped() {
+            return Err(Sent::Stopped);
+        }
+        let n = (from.len - done).min(PIECE as u64);
+        buf.clear();
+        buf = from
+            .file
+            .append(from.file.at + done, n, buf)
+            .map_err(Sent::Source)?;
+        t.write_all(&buf).map_err(Sent::Network)?;
+        done += n;
+        from.progress.add(n);
+    }
+    Ok(())
 }
 
 struct FtpWrite {
@@ -778,6 +843,20 @@ impl Sink for FtpWrite {
     async fn finish(mut self: Box<Self>) -> Result<(), TransferError> {
         let _ = self.tx.send(Piece::End).await;
         self.outcome().await
+    }
+
+    fn read_from(&mut self, from: LocalRange) -> Option<RangeTask> {
+        // The upload's blocking thread waits for its first piece: the
+        // range goes there whole, as the copy loop sent it.
+        let (done, ended) = tokio::sync::oneshot::channel();
+        let display = self.display.clone();
+        self.tx.try_send(Piece::File(from, done)).ok()?;
+        Some(tokio::spawn(async move {
+            ended.await.unwrap_or_else(|_| {
+                let lost = format!("{display}: the upload's thread ended");
+                Err((TransferError::Network(lost), false))
+            })
+        }))
     }
 }
 

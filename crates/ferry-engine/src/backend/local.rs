@@ -349,21 +349,21 @@ impl ByteStream for LocalRead {
         Ok(Some(Bytes::from(buf).slice(skew..)))
     }
 
-    fn reads_into(&self) -> bool {
-        true
+    fn local_file(&mut self) -> Option<LocalFile> {
+        Some(LocalFile {
+            file: self.file.clone(),
+            path: self.path.clone(),
+            at: self.at,
+        })
     }
+}
 
-    async fn next_into(&mut self, buf: Vec<u8>) -> Result<Vec<u8>, TransferError> {
-        let room = (buf.capacity() - buf.len()) as u64;
-        let n = self.left.min(room);
-        if n == 0 {
-            return Ok(buf);
-        }
-        let (file, path, at) = (self.file.clone(), self.path.clone(), self.at);
-        let buf = blocking(move || append_at(&file, &path, at, n, buf)).await?;
-        self.at += n;
-        self.left -= n;
-        Ok(buf)
+impl LocalFile {
+    /// `buf` with the `n` bytes at `at` (from the file's start) appended;
+    /// an error names the file, and a file that ends early has shrunk.
+    /// Moves the file's position: for the one reader of a lent file.
+    pub(crate) fn append(&self, at: u64, n: u64, buf: Vec<u8>) -> Result<Vec<u8>, TransferError> {
+        append_at(&self.file, &self.path, at, n, buf)
     }
 }
 

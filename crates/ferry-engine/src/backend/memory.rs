@@ -17,7 +17,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::{
-    path, Backend, ByteStream, Capabilities, Entry, EntryKind, IntoFile, RangeTask, Sink, WriteMode,
+    path, Backend, ByteStream, Capabilities, Entry, EntryKind, LocalRange, RangeTask, Sink,
+    WriteMode,
 };
 use crate::error::TransferError;
 
@@ -50,9 +51,9 @@ pub struct Faults {
     /// The next this many `stat`s fail with a network error: a server
     /// lost while ferry connects and plans.
     pub lost_stats: usize,
-    /// Reads run on a thread of the backend's own, as an SSH connection's
-    /// do: a copy from this backend into a local file goes whole to that
-    /// thread (`ByteStream::write_into`).
+    /// Reads and writes run on a thread of the backend's own, as an SSH
+    /// connection's do: a copy between this backend and a local file goes
+    /// whole to that thread (`ByteStream::write_into`, `Sink::read_from`).
     pub own_thread: bool,
 }
 
@@ -380,10 +381,12 @@ impl Backend for Memory {
             WriteMode::Create => 0,
             WriteMode::At(a) => a,
         };
+        let own_thread = lock(&self.faults).own_thread;
         Ok(Box::new(MemWrite {
             path: p.to_vec(),
             at,
             store: self.clone(),
+            own_thread,
         }))
     }
 
@@ -543,7 +546,7 @@ impl ByteStream for MemRead {
         Ok(Some(b))
     }
 
-    fn write_into(&mut self, to: IntoFile) -> Option<RangeTask> {
+    fn write_into(&mut self, to: LocalRange) -> Option<RangeTask> {
         if !self.own_thread {
             return None;
         }
@@ -563,6 +566,7 @@ struct MemWrite {
     path: Vec<u8>,
     at: u64,
     store: Memory,
+    own_thread: bool,
 }
 
 #[async_trait]
@@ -613,5 +617,44 @@ impl Sink for MemWrite {
 
     async fn finish(self: Box<Self>) -> Result<(), TransferError> {
         Ok(())
+    }
+
+    fn read_from(&mut self, from: LocalRange) -> Option<RangeTask> {
+        if !self.own_thread {
+            return None;
+        }
+        let mut to = MemWrite {
+            path: self.path.clone(),
+            at: self.at,
+            store: self.store.clone(),
+            own_thread: false,
+        };
+        let piece = self.store.piece as u64;
+        Some(own_thread().spawn(async move {
+            let LocalRange {
+                file,
+                len,
+                progress,
+                ..
+            } = from;
+            let mut done = 0u64;
+            while done < len {
+                if progress.stopped() {
+                    return Err((TransferError::cancelled(), false));
+                }
+                let n = (len - done).min(piece.max(1));
+                let buf = file
+                    .append(file.at + done, n, Vec::new())
+                    .map_err(|e| (e, true))?;
+                to.write(Bytes::from(buf)).await.map_err(|e| (e, false))?;
+                done += n;
+                progress.add(n);
+            }
+            Ok(())
+        }))
+    }
+
+    fn wrote(&mut self, n: u64) {
+        self.at += n;
     }
 }

@@ -163,20 +163,6 @@ pub trait ByteStream: Send {
     /// that ends early is an error, never a short `None`.
     async fn next(&mut self) -> Result<Option<Bytes>, TransferError>;
 
-    /// Can this stream append its next piece to a buffer the sink made
-    /// (`next_into`)? A local file can: its bytes then go from the disk
-    /// straight into an SFTP WRITE, with no copy in between.
-    fn reads_into(&self) -> bool {
-        false
-    }
-
-    /// Append the next piece to `buf`, filling at most its spare capacity,
-    /// and give the buffer back; unchanged length at the end of the range.
-    /// Called only when `reads_into` says so.
-    async fn next_into(&mut self, buf: Vec<u8>) -> Result<Vec<u8>, TransferError> {
-        Ok(buf)
-    }
-
     /// Write the rest of the range into a local file from the thread the
     /// bytes arrive on (an SSH connection's, an FTP data connection's),
     /// each piece as it arrives, as the copy loops did, instead of handing
@@ -185,16 +171,24 @@ pub trait ByteStream: Send {
     /// download). `None`: this stream cannot; else the stream is spent
     /// and the task's end is the range's end (`Err`'s flag: the source
     /// failed, so the bytes written so far are good).
-    fn write_into(&mut self, to: IntoFile) -> Option<RangeTask> {
+    fn write_into(&mut self, to: LocalRange) -> Option<RangeTask> {
         let _ = to;
+        None
+    }
+
+    /// The local file under this stream, at its next byte, for a sink
+    /// that reads it from its own thread ([`Sink::read_from`]). The
+    /// stream stays as it was: the sink may decline.
+    fn local_file(&mut self) -> Option<LocalFile> {
         None
     }
 }
 
-/// What [`ByteStream::write_into`] writes: `len` bytes into `to`;
-/// `shown` names the source in errors.
-pub struct IntoFile {
-    pub(crate) to: LocalFile,
+/// A range of a local file that a backend's thread writes
+/// ([`ByteStream::write_into`]) or reads ([`Sink::read_from`]): `len`
+/// bytes from `file.at`; `shown` names the other side in errors.
+pub struct LocalRange {
+    pub(crate) file: LocalFile,
     pub(crate) len: u64,
     pub(crate) shown: String,
     pub(crate) progress: Arc<RangeProgress>,
@@ -238,20 +232,6 @@ pub trait Sink: Send {
     /// Queue `data`; a pipelining sink may return before it is on disk.
     async fn write(&mut self, data: Bytes) -> Result<(), TransferError>;
 
-    /// A buffer to fill for `write_prepared`: room for the sink's own
-    /// header already in it (its length), and capacity for one request's
-    /// data after it. `None`: use `write`.
-    fn prepared_buffer(&mut self) -> Option<Vec<u8>> {
-        None
-    }
-
-    /// Queue a buffer from `prepared_buffer`, filled after its header.
-    async fn write_prepared(&mut self, buf: Vec<u8>) -> Result<(), TransferError> {
-        let _ = buf;
-        Err(TransferError::Local(
-            "internal: write_prepared on a sink without prepared buffers".into(),
-        ))
-    }
     /// Everything written reached the destination (every reply is in, the
     /// file is closed). Dropping a sink without `finish` abandons it.
     async fn finish(self: Box<Self>) -> Result<(), TransferError>;
@@ -263,9 +243,23 @@ pub trait Sink: Send {
         None
     }
 
-    /// `n` bytes were written into [`Sink::local_file`]'s file.
+    /// `n` bytes were written into [`Sink::local_file`]'s file, or by
+    /// [`Sink::read_from`]'s task.
     fn wrote(&mut self, n: u64) {
         let _ = n;
+    }
+
+    /// Read the range from a local file and write it from the thread this
+    /// sink's replies arrive on (an SSH connection's), as the copy loops
+    /// did: handed over from the engine's task, each piece was read on
+    /// one thread and sealed on another, and copying it across cores was
+    /// a third of a 1 GiB upload's client CPU. `None`: this sink cannot;
+    /// else the task's end is the range's end (written and answered; its
+    /// bytes are counted with `wrote`, then `finish` closes), and `Err`'s
+    /// flag says the local file failed, so what was written is good.
+    fn read_from(&mut self, from: LocalRange) -> Option<RangeTask> {
+        let _ = from;
+        None
     }
 }
 

@@ -7,6 +7,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
 
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
@@ -17,18 +18,21 @@ use futures_util::FutureExt;
 use tokio::sync::oneshot;
 
 use super::{
-    path, Backend, BackendInfo, ByteStream, Capabilities, Entry, EntryKind, HashAlgo, IntoFile,
+    path, Backend, BackendInfo, ByteStream, Capabilities, Entry, EntryKind, HashAlgo, LocalRange,
     RangeTask, Role, Sink, WriteMode,
 };
 use crate::error::TransferError;
 use crate::location::{RemotePath, RemoteSpec};
+use crate::window::Window;
 use crate::{CopyOptions, Tuning};
 
-/// Bytes requested and not yet answered per read or write stream: a
-/// 64 MiB window's worth would only queue in the server (sshd spends more
-/// CPU per byte with many megabytes of replies queued:
-/// docs/internals/sftp.md), so 8 MiB per stream, several streams at once.
-const STREAM_INFLIGHT: u64 = 8 * 1024 * 1024;
+/// At most this much requested and not yet answered per read or write
+/// stream (`--inflight`): 100 MB/s at 300 ms, 3 GB/s at 10 ms. Below it
+/// each stream keeps about twice the bandwidth-delay product in flight
+/// ([`Window`]): more would only queue in the server (sshd spends more CPU
+/// per byte with many megabytes of replies queued: docs/internals/sftp.md)
+/// and take the requests' buffers out of the cache.
+const STREAM_INFLIGHT: u64 = 32 * 1024 * 1024;
 /// Work that earns one more connection (docs/internals/sftp.md).
 const PER_CONNECTION: u64 = 64 * 1024 * 1024;
 
@@ -83,8 +87,10 @@ fn chunk_sizes(info: &ferry_ssh::SftpInfo, opts: &CopyOptions) -> (u32, u32) {
 const ONE_STREAM_WINDOW: u32 = 16 * 1024 * 1024;
 
 type Call<T> = Pin<Box<dyn Future<Output = Result<T, SftpError>> + Send>>;
-/// A READ in flight: its offset, the length asked, and the reply.
-type ReadCall = Pin<Box<dyn Future<Output = (u64, u32, Result<Option<Bytes>, SftpError>)> + Send>>;
+/// A READ in flight: its offset, the length asked, when it was asked, and
+/// the reply.
+type ReadCall =
+    Pin<Box<dyn Future<Output = (u64, u32, Instant, Result<Option<Bytes>, SftpError>)> + Send>>;
 
 pub struct Sftp {
     host: String,
@@ -314,8 +320,8 @@ impl Sftp {
         Ok(self.conn().await?.0)
     }
 
-    /// Requests in flight per stream: `--inflight` bytes' worth (8 MiB by
-    /// default), at least 4, at most `--depth`.
+    /// Most requests in flight per stream: `--inflight` bytes' worth
+    /// (32 MiB by default), at least 4, at most `--depth`.
     fn depth(&self, chunk: u32) -> usize {
         let n = (self.inflight / u64::from(chunk.max(1))) as usize;
         n.clamp(4, self.max_depth.max(4))
@@ -472,7 +478,7 @@ impl Backend for Sftp {
             next: offset,
             end,
             chunk: self.read_chunk,
-            depth: self.depth(self.read_chunk),
+            window: Window::new(self.depth(self.read_chunk), self.read_chunk),
             queue: FuturesOrdered::new(),
         }))
     }
@@ -483,7 +489,7 @@ impl Backend for Sftp {
         mode: WriteMode,
         _size: Option<u64>,
     ) -> Result<Box<dyn Sink>, TransferError> {
-        let c = self.client().await?;
+        let (c, rt) = self.conn().await?;
         let flags = match mode {
             WriteMode::Create => OpenFlags::WRITE | OpenFlags::CREATE | OpenFlags::TRUNCATE,
             WriteMode::At(_) => OpenFlags::WRITE | OpenFlags::CREATE,
@@ -498,6 +504,7 @@ impl Backend for Sftp {
         };
         Ok(Box::new(SftpWrite {
             c,
+            rt,
             h: Some(h),
             host: self.host.clone(),
             path: p.to_vec(),
@@ -812,7 +819,8 @@ struct SftpRead {
     next: u64,
     end: u64,
     chunk: u32,
-    depth: usize,
+    /// How many READs to keep in flight.
+    window: Window,
     /// Replies, oldest first.
     queue: FuturesOrdered<ReadCall>,
 }
@@ -823,10 +831,11 @@ impl SftpRead {
             self.c.clone(),
             self.h.clone().unwrap_or(Handle(Bytes::new())),
         );
-        Box::pin(async move { (at, len, c.read(&h, at, len).await) })
+        let asked = Instant::now();
+        Box::pin(async move { (at, len, asked, c.read(&h, at, len).await) })
     }
     fn fill(&mut self) {
-        while self.queue.len() < self.depth && self.next < self.end {
+        while self.queue.len() < self.window.depth() && self.next < self.end {
             let len = (self.end - self.next).min(u64::from(self.chunk)) as u32;
             let call = self.request(self.next, len);
             self.queue.push_back(call);
@@ -839,7 +848,7 @@ impl SftpRead {
 impl ByteStream for SftpRead {
     async fn next(&mut self) -> Result<Option<Bytes>, TransferError> {
         self.fill();
-        let Some((at, len, reply)) = self.queue.next().await else {
+        let Some((at, len, asked, reply)) = self.queue.next().await else {
             if let Some(h) = self.h.take() {
                 let _ = self.c.close(&h).await;
             }
@@ -848,6 +857,8 @@ impl ByteStream for SftpRead {
         match reply {
             Ok(Some(data)) if !data.is_empty() => {
                 let got = data.len() as u32;
+                let now = Instant::now();
+                self.window.on_reply(u64::from(got), now - asked, now);
                 if got < len {
                     // The server answered short (its read limit): ask for
                     // the rest before anything after it.
@@ -866,7 +877,7 @@ impl ByteStream for SftpRead {
         }
     }
 
-    fn write_into(&mut self, to: IntoFile) -> Option<RangeTask> {
+    fn write_into(&mut self, to: LocalRange) -> Option<RangeTask> {
         // The replies arrive on the connection's thread: the whole range
         // runs there (the reads are sent when first polled, so nothing is
         // on the wire yet to move).
@@ -879,7 +890,7 @@ impl ByteStream for SftpRead {
             next: self.end,
             end: self.end,
             chunk: self.chunk,
-            depth: self.depth,
+            window: Window::new(0, self.chunk),
             queue: FuturesOrdered::new(),
         };
         let me = std::mem::replace(self, spent);
@@ -890,6 +901,8 @@ impl ByteStream for SftpRead {
 /// A pipelined write: full-size WRITEs, up to `depth` unanswered.
 struct SftpWrite {
     c: SftpClient,
+    /// The connection's runtime: a local file's range is sent from there.
+    rt: tokio::runtime::Handle,
     h: Option<Handle>,
     host: String,
     path: Vec<u8>,
@@ -968,29 +981,25 @@ impl Sink for SftpWrite {
         Ok(())
     }
 
-    fn prepared_buffer(&mut self) -> Option<Vec<u8>> {
-        // Only between whole requests: gathered small pieces go first.
-        if !self.pending.is_empty() || self.held.is_some() {
+    fn read_from(&mut self, from: LocalRange) -> Option<RangeTask> {
+        // Only between whole requests, with none unanswered.
+        if !self.pending.is_empty() || self.held.is_some() || !self.running.is_empty() {
             return None;
         }
-        let prefix = ferry_sftp::packet_ext::write_prefix_len(self.h.as_ref()?.0.len());
-        let mut buf = Vec::with_capacity(prefix + self.chunk);
-        buf.resize(prefix, 0);
-        Some(buf)
+        let send = SendFile {
+            c: self.c.clone(),
+            h: self.h.clone()?,
+            host: self.host.clone(),
+            path: self.path.clone(),
+            at: self.at,
+            chunk: self.chunk,
+            window: Window::new(self.depth, self.chunk as u32),
+        };
+        Some(self.rt.spawn(send.run(from)))
     }
 
-    async fn write_prepared(&mut self, buf: Vec<u8>) -> Result<(), TransferError> {
-        let prefix = ferry_sftp::packet_ext::write_prefix_len(
-            self.h.as_ref().map(|h| h.0.len()).unwrap_or(0),
-        );
-        let n = buf.len().saturating_sub(prefix) as u64;
-        // The file's bytes were read into this buffer after the WRITE
-        // header's room: it goes out without another copy.
-        let buf = BytesMut::from(Bytes::from(buf));
-        self.enqueue(n, move |c, h, at| {
-            Box::pin(async move { c.write_prepared(&h, at, buf).await })
-        })
-        .await
+    fn wrote(&mut self, n: u64) {
+        self.at += n;
     }
 
     async fn finish(mut self: Box<Self>) -> Result<(), TransferError> {
@@ -1011,6 +1020,68 @@ impl Sink for SftpWrite {
                 .map_err(|e| TransferError::sftp(&self.host, &self.path, e))?;
         }
         Ok(())
+    }
+}
+
+/// A local file's range sent as pipelined WRITEs from the connection's
+/// thread: each piece is read into its WRITE's buffer after the header's
+/// room, sealed and sent while it is still in this core's cache (the copy
+/// loops' way; [`Sink::read_from`]).
+struct SendFile {
+    c: SftpClient,
+    h: Handle,
+    host: String,
+    path: Vec<u8>,
+    at: u64,
+    chunk: usize,
+    /// How many WRITEs to keep in flight.
+    window: Window,
+}
+
+impl SendFile {
+    async fn run(mut self, from: LocalRange) -> Result<(), (TransferError, bool)> {
+        let LocalRange {
+            file,
+            len,
+            progress,
+            ..
+        } = from;
+        let prefix = ferry_sftp::packet_ext::write_prefix_len(self.h.0.len());
+        let mut running = FuturesUnordered::new();
+        let (mut next, mut failed) = (0u64, None);
+        loop {
+            while running.len() < self.window.depth() && next < len && failed.is_none() {
+                if progress.stopped() {
+                    return Err((TransferError::cancelled(), false));
+                }
+                let n = (len - next).min(self.chunk as u64);
+                let mut buf = Vec::with_capacity(prefix + n as usize);
+                buf.resize(prefix, 0);
+                match file.append(file.at + next, n, buf) {
+                    Ok(buf) => {
+                        let (c, h, at) = (self.c.clone(), self.h.clone(), self.at + next);
+                        let buf = BytesMut::from(Bytes::from(buf));
+                        let asked = Instant::now();
+                        running
+                            .push(async move { (n, asked, c.write_prepared(&h, at, buf).await) });
+                        next += n;
+                    }
+                    // What is in flight still lands: then it is good.
+                    Err(e) => failed = Some(e),
+                }
+            }
+            let Some((n, asked, res)) = running.next().await else {
+                break;
+            };
+            res.map_err(|e| (TransferError::sftp(&self.host, &self.path, e), false))?;
+            progress.add(n);
+            let now = Instant::now();
+            self.window.on_reply(n, now - asked, now);
+        }
+        match failed {
+            Some(e) => Err((e, true)),
+            None => Ok(()),
+        }
     }
 }
 
