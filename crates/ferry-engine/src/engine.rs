@@ -999,27 +999,16 @@ async fn pump(
     };
     // A local file on one side and a connection's thread on the other:
     // the whole range runs on that thread.
-    let progress = || Arc::new(RangeProgress::default());
     if let Some(file) = sink.local_file() {
-        let (progress, shown) = (progress(), src.display(&f.src));
-        let to = LocalRange {
-            file,
-            len,
-            shown: shown.clone(),
-            progress: progress.clone(),
-        };
+        let to = LocalRange::new(file, len, src.display(&f.src));
+        let (shown, progress) = (to.shown.clone(), to.progress.clone());
         if let Some(task) = stream.write_into(to) {
             return pump_on_home(r, &shown, task, progress, sink, moved).await;
         }
     }
     if let Some(file) = stream.local_file() {
-        let (progress, shown) = (progress(), r.dest.backend.display(&f.dst));
-        let from = LocalRange {
-            file,
-            len,
-            shown: shown.clone(),
-            progress: progress.clone(),
-        };
+        let from = LocalRange::new(file, len, r.dest.backend.display(&f.dst));
+        let (shown, progress) = (from.shown.clone(), from.progress.clone());
         if let Some(task) = sink.read_from(from) {
             return pump_on_home(r, &shown, task, progress, sink, moved).await;
         }

@@ -358,15 +358,6 @@ impl ByteStream for LocalRead {
     }
 }
 
-impl LocalFile {
-    /// `buf` with the `n` bytes at `at` (from the file's start) appended;
-    /// an error names the file, and a file that ends early has shrunk.
-    /// Moves the file's position: for the one reader of a lent file.
-    pub(crate) fn append(&self, at: u64, n: u64, buf: Vec<u8>) -> Result<Vec<u8>, TransferError> {
-        append_at(&self.file, &self.path, at, n, buf)
-    }
-}
-
 /// Reads at most this much at once when opening (one blocking trip).
 const SMALL_READ: u64 = 256 * 1024;
 
@@ -522,6 +513,13 @@ impl Sink for LocalWrite {
 /// Writes into a lent file, from the borrower's thread (blocking: the
 /// borrower is a thread of its own, as a copy loop's was).
 impl LocalFile {
+    /// `buf` with the `n` bytes at `at` (from the file's start) appended;
+    /// an error names the file, and a file that ends early has shrunk.
+    /// Moves the file's position: for the one reader of a lent file.
+    pub(crate) fn append(&self, at: u64, n: u64, buf: Vec<u8>) -> Result<Vec<u8>, TransferError> {
+        append_at(&self.file, &self.path, at, n, buf)
+    }
+
     /// Write `data` at the file's position and move past it.
     pub(crate) fn write(&mut self, data: &[u8]) -> Result<(), TransferError> {
         use std::os::unix::fs::FileExt;

@@ -194,6 +194,17 @@ pub struct LocalRange {
     pub(crate) progress: Arc<RangeProgress>,
 }
 
+impl LocalRange {
+    pub(crate) fn new(file: LocalFile, len: u64, shown: String) -> LocalRange {
+        LocalRange {
+            file,
+            len,
+            shown,
+            progress: Arc::default(),
+        }
+    }
+}
+
 /// Between a range run on a backend's thread and the engine's task that
 /// watches it: the bytes written so far (progress and stall checks read
 /// them), and the engine's word to stop (a cancel, a stall), which a
