@@ -23,7 +23,7 @@ use super::{
 };
 use crate::error::TransferError;
 use crate::location::{RemotePath, RemoteSpec};
-use crate::window::Window;
+use crate::window::{LinkEstimate, Window};
 use crate::{CopyOptions, Tuning};
 
 /// At most this much requested and not yet answered per read or write
@@ -111,6 +111,9 @@ pub struct Sftp {
     max_depth: usize,
     /// The server's window fills a link with one connection (ferry serve).
     big_window: bool,
+    /// What the streams' windows learned of the link (the smallest round
+    /// trip, the last depth): every new stream starts from it.
+    link: Arc<LinkEstimate>,
     next: AtomicUsize,
     /// Held while a lost connection is replaced: one reconnect at a time.
     reconnecting: tokio::sync::Mutex<()>,
@@ -255,6 +258,7 @@ impl Sftp {
                 stall: opts.timeout,
                 max_depth: opts.max_depth,
                 big_window: info.window_out >= ONE_STREAM_WINDOW,
+                link: Arc::default(),
                 next: AtomicUsize::new(0),
                 reconnecting: tokio::sync::Mutex::new(()),
                 read_chunk,
@@ -478,7 +482,11 @@ impl Backend for Sftp {
             next: offset,
             end,
             chunk: self.read_chunk,
-            window: Window::new(self.depth(self.read_chunk), self.read_chunk),
+            window: Window::sharing(
+                self.depth(self.read_chunk),
+                self.read_chunk,
+                self.link.clone(),
+            ),
             queue: FuturesOrdered::new(),
         }))
     }
@@ -511,6 +519,7 @@ impl Backend for Sftp {
             at,
             chunk: self.write_chunk as usize,
             depth: self.depth(self.write_chunk),
+            link: self.link.clone(),
             pending: BytesMut::new(),
             held: None,
             running: FuturesUnordered::new(),
@@ -909,6 +918,8 @@ struct SftpWrite {
     at: u64,
     chunk: usize,
     depth: usize,
+    /// The backend's link estimate, for `read_from`'s window.
+    link: Arc<LinkEstimate>,
     pending: BytesMut,
     /// A first small piece, kept as it came: a small file is one piece,
     /// and goes out as one WRITE without a copy.
@@ -993,7 +1004,7 @@ impl Sink for SftpWrite {
             path: self.path.clone(),
             at: self.at,
             chunk: self.chunk,
-            window: Window::new(self.depth, self.chunk as u32),
+            window: Window::sharing(self.depth, self.chunk as u32, self.link.clone()),
         };
         Some(self.rt.spawn(send.run(from)))
     }
