@@ -32,6 +32,29 @@ async fn run(t: Transfer) -> (Report, Vec<Event>) {
     (h.wait().await, events)
 }
 
+/// The last progress event's byte count (0 without one).
+fn last_progress(events: &[Event]) -> u64 {
+    events
+        .iter()
+        .rev()
+        .find_map(|e| match e {
+            Event::Progress { bytes_done, .. } => Some(*bytes_done),
+            _ => None,
+        })
+        .unwrap_or(0)
+}
+
+/// Run `t` and cancel it when its first file is done.
+async fn cancel_after_first_file(t: Transfer) -> Report {
+    let mut h = t.start();
+    while let Some(e) = h.next_event().await {
+        if let Event::FileDone(_) = e {
+            h.cancel();
+        }
+    }
+    h.wait().await
+}
+
 fn opts() -> CopyOptions {
     CopyOptions {
         timeout: Duration::from_secs(5),
@@ -713,11 +736,7 @@ async fn ranges_into_a_local_file_run_on_the_source_thread() {
     assert!(r.error.is_none(), "{:?}", r.error);
     assert_eq!(std::fs::read(d.0.join("big")).unwrap(), body);
     assert_eq!(d.names(), vec!["big".to_string()]);
-    let last = events.iter().rev().find_map(|e| match e {
-        Event::Progress { bytes_done, .. } => Some(*bytes_done),
-        _ => None,
-    });
-    assert!(last.unwrap_or(0) <= body.len() as u64);
+    assert!(last_progress(&events) <= body.len() as u64);
 }
 
 #[tokio::test]
@@ -780,14 +799,8 @@ async fn cancel_stops_a_download_on_the_source_thread() {
         parallel: Some(2),
         ..opts()
     };
-    let mut h = Transfer::between(vec![at(&a, "/d")], d.at("e"), o).start();
     let t0 = Instant::now();
-    while let Some(e) = h.next_event().await {
-        if let Event::FileDone(_) = e {
-            h.cancel();
-        }
-    }
-    let r = h.wait().await;
+    let r = cancel_after_first_file(Transfer::between(vec![at(&a, "/d")], d.at("e"), o)).await;
     assert!(t0.elapsed() < Duration::from_secs(10));
     assert_eq!(r.error.expect("cancelled").kind(), ErrorKind::Cancelled);
     // Every file under a final name is complete.
@@ -825,11 +838,7 @@ async fn ranges_from_a_local_file_run_on_the_destination_thread() {
     assert!(r.error.is_none(), "{:?}", r.error);
     assert_eq!(a.get("/big").as_deref(), Some(&body[..]));
     assert!(parts(&a).is_empty(), "{:?}", parts(&a));
-    let last = events.iter().rev().find_map(|e| match e {
-        Event::Progress { bytes_done, .. } => Some(*bytes_done),
-        _ => None,
-    });
-    assert!(last.unwrap_or(0) <= body.len() as u64);
+    assert!(last_progress(&events) <= body.len() as u64);
 }
 
 #[tokio::test]
@@ -862,13 +871,9 @@ async fn cancel_stops_an_upload_on_the_destination_thread() {
         parallel: Some(2),
         ..opts()
     };
-    let mut h = Transfer::between(vec![d.at("d")], at(&a, "/e"), o).start();
-    while let Some(e) = h.next_event().await {
-        if let Event::FileDone(_) = e {
-            h.cancel();
-        }
-    }
-    let r = h.wait().await;
+    let t0 = Instant::now();
+    let r = cancel_after_first_file(Transfer::between(vec![d.at("d")], at(&a, "/e"), o)).await;
+    assert!(t0.elapsed() < Duration::from_secs(10));
     assert_eq!(r.error.expect("cancelled").kind(), ErrorKind::Cancelled);
     // Every file under a final name is complete.
     for i in 0..20u8 {

@@ -510,8 +510,8 @@ impl Sink for LocalWrite {
     }
 }
 
-/// Writes into a lent file, from the borrower's thread (blocking: the
-/// borrower is a thread of its own, as a copy loop's was).
+/// Reads from and writes into a lent file, from the borrower's thread
+/// (blocking: the borrower is a thread of its own, as a copy loop's was).
 impl LocalFile {
     /// `buf` with the `n` bytes at `at` (from the file's start) appended;
     /// an error names the file, and a file that ends early has shrunk.
