@@ -655,20 +655,25 @@ fn pub_path(key: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// A port that was free a moment ago.
-/// Start a server with `spawn(port)` on a free port and wait (20 s) until
+/// Start a server, `command(port)`, on a free port and wait (20 s) until
 /// it listens on 127.0.0.1, trying five ports (another process may take
-/// one first). `name` and its `log` file explain a server that exits.
+/// one first). Its output goes to `log`; `name` and the log explain a
+/// server that exits.
 pub fn start_listening(
     name: &str,
     log: &Path,
-    mut spawn: impl FnMut(u16, std::fs::File) -> std::process::Child,
+    mut command: impl FnMut(u16) -> std::process::Command,
 ) -> (std::process::Child, u16) {
     let mut last = String::new();
     for _ in 0..5 {
         let port = free_port();
         let out = std::fs::File::create(log).unwrap_or_else(|e| panic!("{name} log: {e}"));
-        let mut child = spawn(port, out);
+        let mut child = command(port)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(out)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {name}: {e}"));
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
         loop {
             if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
@@ -691,6 +696,7 @@ pub fn start_listening(
     panic!("{name} did not start: {last}");
 }
 
+/// A port that was free a moment ago.
 pub fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind 127.0.0.1:0: {e}"));
     l.local_addr()

@@ -14,8 +14,8 @@ use std::process::{Child, Command, Stdio};
 
 use tempfile::TempDir;
 
-use super::versitygw::Versitygw;
-use super::{installed, start_listening, tempdir};
+use super::versitygw::{store_dir, Versitygw};
+use super::{installed, start_listening};
 
 pub const ACCESS_KEY: &str = "ferryrcloneaccess";
 pub const SECRET_KEY: &str = "ferryrclonesecret0123456789";
@@ -79,21 +79,13 @@ pub fn rclone_s3_or_skip(test: &str, buckets: &[&str]) -> Option<RcloneS3> {
 
 impl RcloneS3 {
     pub fn start(bin: &Path, buckets: &[&str]) -> RcloneS3 {
-        let dir = tempdir();
-        let root = dir.path().join("root");
-        for b in buckets {
-            std::fs::create_dir_all(root.join(b)).unwrap_or_else(|e| panic!("mkdir {b}: {e}"));
-        }
-        let (cert, key) = ferry_bench::servers::self_signed_cert(dir.path())
-            .unwrap_or_else(|e| panic!("certificate: {e:#}"));
+        let (dir, root, cert, key) = store_dir(buckets);
         let conf = dir.path().join("rclone.conf");
         std::fs::write(&conf, "").unwrap_or_else(|e| panic!("rclone.conf: {e}"));
-        let (child, port) = start_listening(
-            "rclone serve s3",
-            &dir.path().join("rclone.log"),
-            |port, out| {
-                Command::new(bin)
-                    .arg("--config")
+        let (child, port) =
+            start_listening("rclone serve s3", &dir.path().join("rclone.log"), |port| {
+                let mut c = Command::new(bin);
+                c.arg("--config")
                     .arg(&conf)
                     .args(["serve", "s3", "--auth-key"])
                     .arg(format!("{ACCESS_KEY},{SECRET_KEY}"))
@@ -105,14 +97,9 @@ impl RcloneS3 {
                     .arg(&key)
                     .arg(&root)
                     // rclone's own S3 client settings must not leak in.
-                    .env_remove("AWS_CA_BUNDLE")
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .stderr(out)
-                    .spawn()
-                    .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()))
-            },
-        );
+                    .env_remove("AWS_CA_BUNDLE");
+                c
+            });
         RcloneS3 {
             dir,
             child: Some(child),

@@ -9,11 +9,24 @@
 //! so tests check uploads byte for byte on disk, and unfinished multipart
 //! uploads under `root/B/.sgwtmp/multipart/`.
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 
 use tempfile::TempDir;
 
 use super::{installed, start_listening, tempdir};
+
+/// A temporary directory for an S3 server: `root/` with one directory per
+/// bucket, and a fresh self-signed certificate and key beside it.
+pub fn store_dir(buckets: &[&str]) -> (TempDir, PathBuf, PathBuf, PathBuf) {
+    let dir = tempdir();
+    let root = dir.path().join("root");
+    for b in buckets {
+        std::fs::create_dir_all(root.join(b)).unwrap_or_else(|e| panic!("mkdir {b}: {e}"));
+    }
+    let (cert, key) = ferry_bench::servers::self_signed_cert(dir.path())
+        .unwrap_or_else(|e| panic!("certificate: {e:#}"));
+    (dir, root, cert, key)
+}
 
 pub const ACCESS_KEY: &str = "ferrytestaccess";
 pub const SECRET_KEY: &str = "ferrytestsecret0123456789";
@@ -50,19 +63,11 @@ impl Versitygw {
 
     /// `tls: false`: plain HTTP (for a test proxy in front of it).
     pub fn start_with(bin: &Path, buckets: &[&str], tls: bool) -> Versitygw {
-        let dir = tempdir();
-        let root = dir.path().join("root");
-        for b in buckets {
-            std::fs::create_dir_all(root.join(b)).unwrap_or_else(|e| panic!("mkdir {b}: {e}"));
-        }
-        let (cert, key) = ferry_bench::servers::self_signed_cert(dir.path())
-            .unwrap_or_else(|e| panic!("certificate: {e:#}"));
-        let (child, port) = start_listening(
-            "versitygw",
-            &dir.path().join("versitygw.log"),
-            |port, out| {
-                Command::new(bin)
-                    .args(["--access", ACCESS_KEY, "--secret", SECRET_KEY, "--quiet"])
+        let (dir, root, cert, key) = store_dir(buckets);
+        let (child, port) =
+            start_listening("versitygw", &dir.path().join("versitygw.log"), |port| {
+                let mut c = Command::new(bin);
+                c.args(["--access", ACCESS_KEY, "--secret", SECRET_KEY, "--quiet"])
                     .arg("--port")
                     .arg(format!("127.0.0.1:{port}"))
                     .args(if tls {
@@ -76,14 +81,9 @@ impl Versitygw {
                         Vec::<std::ffi::OsString>::new()
                     })
                     .arg("posix")
-                    .arg(&root)
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .stderr(out)
-                    .spawn()
-                    .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()))
-            },
-        );
+                    .arg(&root);
+                c
+            });
         Versitygw {
             dir,
             child: Some(child),
