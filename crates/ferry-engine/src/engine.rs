@@ -61,6 +61,16 @@ pub(crate) struct FilePlan {
     pub mode: Option<u32>,
 }
 
+impl FilePlan {
+    /// The permission bits a new copy is created with, with or without
+    /// `-p`: the source's read/write/execute bits (the destination's umask
+    /// then applies), as `cp` and OpenSSH's `sftp put` do. A private
+    /// file stays private, its part file too.
+    fn perm(&self) -> Option<u32> {
+        self.mode.map(|m| m & 0o777)
+    }
+}
+
 pub(crate) struct Plan {
     pub files: Vec<FilePlan>,
     /// Destination directories to create, parents first.
@@ -533,7 +543,11 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
     if fresh {
         // Create (or truncate) first, so ranges write into one file.
         let sink = dst
-            .write(&target.write, WriteMode::Create, Some(size))
+            .write(
+                &target.write,
+                WriteMode::Create { perm: f.perm() },
+                Some(size),
+            )
             .await?;
         if split || size == 0 {
             sink.finish().await?;
@@ -664,7 +678,7 @@ struct Record {
 impl Record {
     async fn save(&self, dst: &dyn Backend) -> Result<(), TransferError> {
         let text = journal::encode(&self.journal);
-        dst.put_whole(None, &self.path, bytes::Bytes::from(text), None, None)
+        dst.put_whole(None, &self.path, bytes::Bytes::from(text), None, None, None)
             .await
     }
 }
@@ -838,9 +852,12 @@ async fn copy_whole(
             if r.cancel.is_cancelled() {
                 return Err(TransferError::cancelled());
             }
-            tokio::time::timeout(stall, dst.put_whole(part, &f.dst, data, mtime, mode))
-                .await
-                .map_err(|_| stalled(dst.as_ref(), &f.dst, stall))?
+            tokio::time::timeout(
+                stall,
+                dst.put_whole(part, &f.dst, data, f.perm(), mtime, mode),
+            )
+            .await
+            .map_err(|_| stalled(dst.as_ref(), &f.dst, stall))?
         };
         let res = tokio::select! {
             biased;
@@ -942,7 +959,7 @@ async fn pump_with_retry(
             Some(s) => s,
             None => {
                 let mode = if from == 0 && !dc.offset_write {
-                    WriteMode::Create
+                    WriteMode::Create { perm: f.perm() }
                 } else {
                     WriteMode::At(from)
                 };

@@ -677,6 +677,47 @@ fn local_to_local_through_the_library() {
     );
 }
 
+#[test]
+fn new_files_keep_the_source_permission_bits_without_p() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new("perm");
+    let src = dir.0.join("src");
+    std::fs::create_dir_all(&src).expect("mkdir");
+    // A small file (one `put_whole`), a big one (ranges into a part
+    // file), a program.
+    let files = [
+        ("secret.txt", 0o600, data(100, 1)),
+        ("big.bin", 0o640, data(3_000_000, 2)),
+        ("run.sh", 0o755, data(10, 3)),
+    ];
+    for (name, mode, bytes) in &files {
+        let p = src.join(name);
+        std::fs::write(&p, bytes).expect("write");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(*mode)).expect("chmod");
+    }
+    let dst = dir.0.join("dst");
+    let opts = CopyOptions {
+        recursive: true,
+        ..CopyOptions::default()
+    };
+    ferry_engine::copy(
+        &[ferry_engine::Location::Local(src.clone())],
+        &ferry_engine::Location::Local(dst.clone()),
+        &opts,
+        Arc::new(ferry_engine::Stats::default()),
+    )
+    .expect("copy");
+    for (name, mode, bytes) in &files {
+        let p = dst.join(name);
+        assert_eq!(&std::fs::read(&p).expect("read"), bytes, "{name}");
+        let got = std::fs::metadata(&p).expect("stat").permissions().mode() & 0o777;
+        // The source's bits less the umask, as cp: never more than the
+        // source had, the owner's always.
+        assert_eq!(got & !mode, 0, "{name}: {got:o} from {mode:o}");
+        assert_eq!(got & 0o700, mode & 0o700, "{name}: {got:o} from {mode:o}");
+    }
+}
+
 /// A temporary local directory, removed at the end of the test.
 struct TempDir(std::path::PathBuf);
 

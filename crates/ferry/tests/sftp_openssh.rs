@@ -1036,6 +1036,33 @@ fn preserve_mode_and_mtime_both_ways() {
     assert_eq!(mtime_of(&b), (MTIME_2001 + 12_345) as i64, "get -p mtime");
 }
 
+/// Without -p a new file still gets its source's permission bits (less
+/// the umask where it is created), as cp and OpenSSH's sftp do: a private
+/// file stays private on the other side, its part file too.
+#[test]
+fn private_files_stay_private_without_p() {
+    let sshd = Sshd::start();
+    let local = sshd.mkdir("local");
+    let rem = sshd.mkdir("remote");
+    let back = sshd.mkdir("back");
+    // One small file (one trip each way) and one split into ranges.
+    for (name, size) in [("small.key", 2_000u64), ("big.key", 40 << 20)] {
+        let f = local.join(name);
+        let h = make_file(&f, size, 43);
+        set_mode(&f, 0o600);
+        let o = sshd.cp(&args![&f, sshd.url(&rem)]);
+        sshd.assert_ok(&o, name);
+        let r = rem.join(name);
+        assert_file_hash(&r, &h, name);
+        assert_eq!(mode_of(&r), 0o600, "{name}: put mode");
+        let o = sshd.cp(&args![sshd.scp(&r), &back]);
+        sshd.assert_ok(&o, name);
+        let b = back.join(name);
+        assert_file_hash(&b, &h, name);
+        assert_eq!(mode_of(&b), 0o600, "{name}: get mode");
+    }
+}
+
 #[test]
 fn preserve_recursive_tree_both_ways() {
     let sshd = Sshd::start();

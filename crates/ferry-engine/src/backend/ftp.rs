@@ -357,7 +357,7 @@ impl Backend for Ftp {
         _size: Option<u64>,
     ) -> Result<Box<dyn Sink>, TransferError> {
         let append = match mode {
-            WriteMode::Create => false,
+            WriteMode::Create { .. } => false,
             WriteMode::At(0) => false,
             WriteMode::At(_) => true,
         };

@@ -529,7 +529,7 @@ impl Backend for Http {
         let url = self.url(p);
         let display = self.display(p);
         let from = match mode {
-            WriteMode::Create => 0,
+            WriteMode::Create { .. } => 0,
             WriteMode::At(o) => o,
         };
         // ferry serve keeps what a cut ranged PUT sent, so --resume sends

@@ -2,7 +2,7 @@
 //! (`pread`/`pwrite`) on blocking threads, `rename(2)` over the final
 //! name, times and modes kept with `utimensat`/`chmod`.
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -182,7 +182,13 @@ impl Backend for Local {
             let mut o = std::fs::OpenOptions::new();
             o.write(true);
             match mode {
-                WriteMode::Create => o.create(true).truncate(true),
+                WriteMode::Create { perm } => {
+                    o.create(true).truncate(true);
+                    if let Some(p) = perm {
+                        o.mode(p & 0o777);
+                    }
+                    &mut o
+                }
                 WriteMode::At(_) => o.create(true),
             };
             let f = o
@@ -191,7 +197,7 @@ impl Backend for Local {
             Ok((
                 f,
                 match mode {
-                    WriteMode::Create => 0,
+                    WriteMode::Create { .. } => 0,
                     WriteMode::At(a) => a,
                 },
             ))
@@ -229,6 +235,7 @@ impl Backend for Local {
         part: Option<&[u8]>,
         to: &[u8],
         data: Bytes,
+        perm: Option<u32>,
         mtime: Option<i64>,
         mode: Option<u32>,
     ) -> Result<(), TransferError> {
@@ -236,7 +243,13 @@ impl Backend for Local {
         let (part, to) = (part.map(os), os(to));
         blocking(move || {
             use std::io::Write;
-            let mut f = std::fs::File::create(&w)
+            let mut o = std::fs::OpenOptions::new();
+            o.write(true).create(true).truncate(true);
+            if let Some(p) = perm {
+                o.mode(p & 0o777);
+            }
+            let mut f = o
+                .open(&w)
                 .map_err(|e| TransferError::local(&w, "cannot create", e))?;
             f.write_all(&data)
                 .map_err(|e| TransferError::local(&w, "cannot write", e))?;

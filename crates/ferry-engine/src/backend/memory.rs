@@ -373,12 +373,15 @@ impl Backend for Memory {
                 mtime: 0,
                 mode: 0o644,
             });
-            if mode == WriteMode::Create {
+            if let WriteMode::Create { perm } = mode {
                 f.data.clear();
+                if let Some(p) = perm {
+                    f.mode = p & 0o777;
+                }
             }
         }
         let at = match mode {
-            WriteMode::Create => 0,
+            WriteMode::Create { .. } => 0,
             WriteMode::At(a) => a,
         };
         let own_thread = lock(&self.faults).own_thread;

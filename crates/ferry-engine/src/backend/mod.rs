@@ -149,8 +149,11 @@ pub struct Unfinished {
 /// How `write` opens its file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriteMode {
-    /// Create or truncate, then write from offset 0.
-    Create,
+    /// Create or truncate, then write from offset 0. A new file gets
+    /// `perm` (permission bits, less the umask where it is created, as
+    /// `cp` and OpenSSH's `sftp put` do without `-p`) where the backend
+    /// has modes; `None`: the default (0666 less the umask).
+    Create { perm: Option<u32> },
     /// Write into the existing file from this offset, keeping the rest
     /// (a range of a split file, or the rest of a resumed one).
     At(u64),
@@ -380,8 +383,9 @@ pub trait Backend: Send + Sync {
     }
 
     /// Write a whole small file in one go: `data` into `part` (the final
-    /// name itself when `None`), then times and mode, then rename `part`
-    /// over `to`. The engine sends files up to 256 KiB this way; a backend
+    /// name itself when `None`, created with `perm` as in
+    /// [`WriteMode::Create`]), then times and mode (`-p`'s, set exactly),
+    /// then rename `part` over `to`. The engine sends files up to 256 KiB this way; a backend
     /// whose calls cross threads (SFTP) does the whole sequence in one
     /// trip. The default makes the ordinary calls.
     async fn put_whole(
@@ -389,12 +393,13 @@ pub trait Backend: Send + Sync {
         part: Option<&[u8]>,
         to: &[u8],
         data: Bytes,
+        perm: Option<u32>,
         mtime: Option<i64>,
         mode: Option<u32>,
     ) -> Result<(), TransferError> {
         let w = part.unwrap_or(to);
         let mut sink = self
-            .write(w, WriteMode::Create, Some(data.len() as u64))
+            .write(w, WriteMode::Create { perm }, Some(data.len() as u64))
             .await?;
         sink.write(data).await?;
         sink.finish().await?;
@@ -482,8 +487,9 @@ pub trait Backend: Send + Sync {
     }
 
     /// The work ahead, before it starts: a backend that opens more
-    /// connections for more work (SFTP) opens them now. `bytes`: the
-    /// total, when known. The default does nothing.
+    /// connections for more work (SFTP) starts opening them now (and
+    /// may let the work start before they are up). `bytes`: the total,
+    /// when known. The default does nothing.
     async fn prepare(&self, _role: Role, _bytes: Option<u64>) {}
 
     /// Close connections politely. Dropping works too.

@@ -126,6 +126,9 @@ pub struct Sftp {
     /// Dropping these lets the connection threads say goodbye and end.
     holds: Mutex<Vec<oneshot::Sender<()>>>,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// Connections `prepare` asked for that are still shaking hands: the
+    /// work starts on those that are up, and each joins when it is.
+    joining: Mutex<Vec<Ready>>,
 }
 
 /// How long a connection's goodbye (SSH_MSG_DISCONNECT) may take before
@@ -164,25 +167,27 @@ fn spawn_connection(
                 }
             };
             rt.block_on(async move {
-                let conn = match connector.connect().await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e.into()));
-                        return;
-                    }
+                // Given up (the backend closed) before it was up: the
+                // handshake is dropped, not waited for.
+                let mut hold_rx = hold_rx;
+                let up = async {
+                    let conn = connector.connect().await?;
+                    let sftp = conn.sftp(max_in_flight).await?;
+                    Ok::<_, TransferError>((conn, sftp))
                 };
-                let sftp = match conn.sftp(max_in_flight).await {
-                    Ok(s) => {
-                        s.set_stall_timeout(stall);
-                        let here = tokio::runtime::Handle::current();
-                        let _ = ready_tx.send(Ok((s.clone(), here)));
-                        s
-                    }
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e.into()));
-                        return;
-                    }
+                let (conn, sftp) = tokio::select! {
+                    up = up => match up {
+                        Ok(up) => up,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                            return;
+                        }
+                    },
+                    _ = &mut hold_rx => return,
                 };
+                sftp.set_stall_timeout(stall);
+                let here = tokio::runtime::Handle::current();
+                let _ = ready_tx.send(Ok((sftp.clone(), here)));
                 let _ = hold_rx.await;
                 // A goodbye, not a wait: a session given up as stalled
                 // takes no more bytes (its goodbye would wait for ever, and
@@ -265,6 +270,7 @@ impl Sftp {
                 write_chunk,
                 holds: Mutex::new(vec![hold]),
                 threads: Mutex::new(vec![thread]),
+                joining: Mutex::new(Vec::new()),
             },
             resolved,
         ))
@@ -311,6 +317,7 @@ impl Sftp {
 
     /// A connection that is still up, round robin.
     fn live(&self) -> Option<(SftpClient, tokio::runtime::Handle)> {
+        self.adopt_joined();
         let conns = self.conns.read().unwrap_or_else(|p| p.into_inner());
         let n = conns.len();
         let start = self.next.fetch_add(1, Ordering::Relaxed);
@@ -318,6 +325,35 @@ impl Sftp {
             .filter_map(|k| conns.get((start + k) % n.max(1)))
             .find(|(c, _)| !c.is_closed())
             .cloned()
+    }
+
+    fn joining_count(&self) -> usize {
+        self.joining.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Move the connections that came up since the last look from
+    /// `joining` into `conns`.
+    fn adopt_joined(&self) {
+        let mut joining = self.joining.lock().unwrap_or_else(|p| p.into_inner());
+        if joining.is_empty() {
+            return;
+        }
+        joining.retain_mut(|rx| match rx.try_recv() {
+            Err(oneshot::error::TryRecvError::Empty) => true,
+            Ok(Ok(c)) => {
+                self.conns
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(c);
+                false
+            }
+            // An extra connection that fails is not fatal: fewer streams.
+            Ok(Err(e)) => {
+                tracing::debug!("{}: no extra connection: {e}", self.host);
+                false
+            }
+            Err(oneshot::error::TryRecvError::Closed) => false,
+        });
     }
 
     async fn client(&self) -> Result<SftpClient, TransferError> {
@@ -362,6 +398,16 @@ fn check_file_algos(info: &ferry_ssh::SftpInfo) -> Vec<HashAlgo> {
 
 /// SETSTAT attributes: permission bits and both times (SFTP v3 times are
 /// 32-bit).
+/// The attributes an OPEN that creates a file sends: the permission bits
+/// it is created with (the server's umask applies), as OpenSSH's `sftp
+/// put` sends the local file's.
+fn created_with(perm: Option<u32>) -> FileAttrs {
+    FileAttrs {
+        permissions: perm.map(|p| p & 0o777),
+        ..FileAttrs::default()
+    }
+}
+
 fn attrs_of(mtime: Option<i64>, mode: Option<u32>) -> FileAttrs {
     FileAttrs {
         permissions: mode,
@@ -410,7 +456,9 @@ impl Backend for Sftp {
             list: true,
             server_copy: self.copy_data,
             max_files: 64,
-            max_ranges: self.connections().max(2),
+            // Counting those still joining: a range started before its
+            // connection is up goes to one that is, and later ones spread.
+            max_ranges: (self.connections() + self.joining_count()).max(2),
         }
     }
     fn endpoint_key(&self) -> String {
@@ -418,7 +466,11 @@ impl Backend for Sftp {
     }
     fn info(&self) -> BackendInfo {
         BackendInfo {
-            connections: self.connections(),
+            // Opened for this copy, those still shaking hands included.
+            connections: {
+                self.adopt_joined();
+                self.connections() + self.joining_count()
+            },
             cipher: self.cipher.clone(),
             chunk: self.read_chunk,
             protocol: Some("sftp".into()),
@@ -498,16 +550,16 @@ impl Backend for Sftp {
         _size: Option<u64>,
     ) -> Result<Box<dyn Sink>, TransferError> {
         let (c, rt) = self.conn().await?;
-        let flags = match mode {
-            WriteMode::Create => OpenFlags::WRITE | OpenFlags::CREATE | OpenFlags::TRUNCATE,
-            WriteMode::At(_) => OpenFlags::WRITE | OpenFlags::CREATE,
+        let (flags, attrs) = match mode {
+            WriteMode::Create { perm } => (
+                OpenFlags::WRITE | OpenFlags::CREATE | OpenFlags::TRUNCATE,
+                created_with(perm),
+            ),
+            WriteMode::At(_) => (OpenFlags::WRITE | OpenFlags::CREATE, FileAttrs::default()),
         };
-        let h = c
-            .open(p, flags, FileAttrs::default())
-            .await
-            .map_err(|e| self.err(p, e))?;
+        let h = c.open(p, flags, attrs).await.map_err(|e| self.err(p, e))?;
         let at = match mode {
-            WriteMode::Create => 0,
+            WriteMode::Create { .. } => 0,
             WriteMode::At(a) => a,
         };
         Ok(Box::new(SftpWrite {
@@ -585,6 +637,7 @@ impl Backend for Sftp {
         part: Option<&[u8]>,
         to: &[u8],
         data: Bytes,
+        perm: Option<u32>,
         mtime: Option<i64>,
         mode: Option<u32>,
     ) -> Result<(), TransferError> {
@@ -601,7 +654,7 @@ impl Backend for Sftp {
                 .open(
                     &w,
                     OpenFlags::WRITE | OpenFlags::CREATE | OpenFlags::TRUNCATE,
-                    FileAttrs::default(),
+                    created_with(perm),
                 )
                 .await
                 .map_err(|e| (w.clone(), e))?;
@@ -683,7 +736,7 @@ impl Backend for Sftp {
                     Err(e) => res = Err(e),
                 }
             }
-            let _ = c.close(&h).await;
+            close_unanswered(&tokio::runtime::Handle::current(), &c, &h);
             res.map(|()| out.freeze())
         });
         match job.await {
@@ -779,23 +832,38 @@ impl Backend for Sftp {
         if want <= have {
             return;
         }
-        let mut waiting = Vec::new();
-        for _ in have..want {
+        for _ in have + self.joining_count()..want {
             match self.spawn_one() {
-                Ok(rx) => waiting.push(rx),
+                Ok(rx) => self
+                    .joining
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(rx),
                 Err(e) => tracing::debug!("{}: no extra connection: {e}", self.host),
             }
         }
-        for rx in waiting {
-            // An extra connection that fails is not fatal: fewer streams.
-            match rx.await {
-                Ok(Ok(c)) => self
-                    .conns
-                    .write()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(c),
-                Ok(Err(e)) => tracing::debug!("{}: no extra connection: {e}", self.host),
-                Err(_) => {}
+        // A download starts on the first connection and `live` adopts each
+        // other one as it comes up: a second sshd session took ~190 ms to
+        // reach SFTP on the measuring host, longer than 100 x 1 MB then
+        // took to move (0.8x the copy loop, which never waited). An upload
+        // waits for them: every file it starts is bound to a connection,
+        // sshd's 2 MiB window caps each, and files piled on the first one
+        // made 100 x 1 MB 1.2x slower than waiting (2026-11-27).
+        if role == Role::Destination {
+            let joining =
+                std::mem::take(&mut *self.joining.lock().unwrap_or_else(|p| p.into_inner()));
+            for rx in joining {
+                match rx.await {
+                    Ok(Ok(c)) => self
+                        .conns
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(c),
+                    // An extra connection that fails is not fatal: fewer
+                    // streams.
+                    Ok(Err(e)) => tracing::debug!("{}: no extra connection: {e}", self.host),
+                    Err(_) => {}
+                }
             }
         }
     }
@@ -811,6 +879,17 @@ impl Backend for Sftp {
         })
         .await;
     }
+}
+
+/// Close a read handle without waiting for the answer, as the copy loop
+/// did: closing it cannot lose data, and a round trip per file is a
+/// large share of a 1 MB file's time on loopback. `rt` is the
+/// connection's runtime, where the answer arrives.
+fn close_unanswered(rt: &tokio::runtime::Handle, c: &SftpClient, h: &Handle) {
+    let (c, h) = (c.clone(), h.clone());
+    rt.spawn(async move {
+        let _ = c.close(&h).await;
+    });
 }
 
 /// A pipelined read: up to `depth` READs in flight, handed on in order.
@@ -859,7 +938,7 @@ impl ByteStream for SftpRead {
         self.fill();
         let Some((at, len, asked, reply)) = self.queue.next().await else {
             if let Some(h) = self.h.take() {
-                let _ = self.c.close(&h).await;
+                close_unanswered(&self.rt, &self.c, &h);
             }
             return Ok(None);
         };
