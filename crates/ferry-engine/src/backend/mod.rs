@@ -26,6 +26,7 @@ pub mod http;
 pub mod local;
 pub mod memory;
 pub mod s3;
+mod s3_creds;
 pub mod sftp;
 
 /// What a backend can do. The engine checks these before it plans: a
@@ -771,8 +772,13 @@ pub(crate) async fn open(
             Ok((existing.unwrap_or_else(|| Arc::new(b)), p, dir))
         }
         Location::S3(s) => {
-            let (b, p, dir) = s3::S3::open(s, opts)?;
-            Ok((existing.unwrap_or_else(|| Arc::new(b)), p, dir))
+            if let Some(b) = existing {
+                // Not opened again: a credential_process runs once.
+                let (p, dir) = s3::S3::path_of(s);
+                return Ok((b, p, dir));
+            }
+            let (b, p, dir) = s3::S3::open(s, opts).await?;
+            Ok((Arc::new(b), p, dir))
         }
         Location::Ftp(f) => {
             let dir = f.trailing_slash();

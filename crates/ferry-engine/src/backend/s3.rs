@@ -24,6 +24,7 @@ use http_body::{Frame, SizeHint};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
+use super::s3_creds::CredSource;
 use super::{
     Backend, BackendInfo, ByteStream, Capabilities, Entry, EntryKind, HashAlgo, ReadInfo, Sink,
     WriteMode,
@@ -44,6 +45,9 @@ const LIST_BODY: usize = 16 << 20;
 struct Inner {
     client: Client,
     cfg: Config,
+    /// What requests are signed with (`cfg.creds`, or what the profile's
+    /// credential_process printed last).
+    creds: CredSource,
     bucket: String,
     parts: Arc<Semaphore>,
     /// Aborts of dropped uploads, awaited by `close`.
@@ -97,10 +101,19 @@ fn key_of(path: &[u8]) -> Result<&str, TransferError> {
 }
 
 impl S3 {
-    pub fn open(spec: &S3Spec, opts: &CopyOptions) -> Result<(S3, Vec<u8>, bool), TransferError> {
+    /// The backend's path of `spec`, and whether it names a directory.
+    pub fn path_of(spec: &S3Spec) -> (Vec<u8>, bool) {
+        (format!("/{}", spec.key).into_bytes(), spec.trailing_slash())
+    }
+
+    pub async fn open(
+        spec: &S3Spec,
+        opts: &CopyOptions,
+    ) -> Result<(S3, Vec<u8>, bool), TransferError> {
         let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
         let cfg = s3::resolve(&opts.s3, &s3::ProcessEnv, home.as_deref())
             .map_err(TransferError::Usage)?;
+        let creds = CredSource::open(&cfg).await?;
         let mut h = opts.http.clone();
         // Requests carry their own signature: no netrc, -u or --token.
         h.netrc = false;
@@ -114,13 +127,13 @@ impl S3 {
             .max(cfg.concurrency * 2)
             .max(opts.streams.unwrap_or(1));
         let client = Client::new(h)?;
-        let path = format!("/{}", spec.key).into_bytes();
-        let dir = spec.trailing_slash();
+        let (path, dir) = Self::path_of(spec);
         Ok((
             S3 {
                 inner: Arc::new(Inner {
                     client,
                     cfg,
+                    creds,
                     bucket: spec.bucket.clone(),
                     parts: Arc::new(Semaphore::new(PARTS_IN_FLIGHT)),
                     aborts: Mutex::new(Vec::new()),
@@ -171,16 +184,12 @@ impl Inner {
             "x-amz-content-sha256".into(),
             sigv4::UNSIGNED_PAYLOAD.into(),
         ));
-        if let Some(t) = self
-            .cfg
-            .creds
-            .as_ref()
-            .and_then(|c| c.session_token.clone())
-        {
+        let creds = self.creds.get().await?;
+        if let Some(t) = creds.as_ref().and_then(|c| c.session_token.clone()) {
             signed.push(("x-amz-security-token".into(), t));
         }
         let mut headers = HeaderMap::new();
-        if let Some(c) = &self.cfg.creds {
+        if let Some(c) = &creds {
             let auth = sigv4::authorization(
                 &sigv4::Request {
                     method: r.method.as_str(),
@@ -258,7 +267,7 @@ impl Inner {
         if let Some(r) = retry_after {
             msg.push_str(&format!(" (Retry-After: {r})"));
         }
-        if class == ErrorClass::Auth && self.cfg.creds.is_none() {
+        if class == ErrorClass::Auth && self.creds.is_none() {
             msg.push_str("; no credentials were found (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)");
         }
         match class {
