@@ -135,6 +135,9 @@ pub struct ReadInfo {
     /// The whole file's hash as the server announced it (ferry serve's
     /// `Repr-Digest`): a split copy is checked against it at the end.
     pub digest: Option<(HashAlgo, Vec<u8>)>,
+    /// Not empty: `digest` is a CRC32 of these parts' CRC32s (the sizes
+    /// of an S3 multipart object's parts, in order), not of the content.
+    pub digest_parts: Vec<u64>,
 }
 
 /// What [`Backend::unfinished`] found.
@@ -309,8 +312,7 @@ pub trait Backend: Send + Sync {
     async fn read_info(&self, _path: &[u8]) -> Result<ReadInfo, TransferError> {
         Ok(ReadInfo {
             ranges: self.capabilities().ranged_read,
-            version: None,
-            digest: None,
+            ..ReadInfo::default()
         })
     }
 

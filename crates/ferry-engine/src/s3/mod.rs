@@ -372,6 +372,26 @@ pub fn full_object_crc32(value: Option<&str>, kind: Option<&str>) -> Option<[u8;
     bytes.try_into().ok()
 }
 
+/// A COMPOSITE multipart object's CRC32, `VALUE-N`: the CRC32 of its N
+/// parts' CRC32s (each 4 bytes, big-endian, in part order), and N. What
+/// the AWS CLI and SDKs kept before FULL_OBJECT, and other tools still do.
+pub fn composite_crc32(value: Option<&str>) -> Option<([u8; 4], u64)> {
+    use base64::Engine as _;
+    let (v, n) = value?.trim().split_once('-')?;
+    let n: u64 = n.parse().ok().filter(|n| (1..=MAX_PARTS).contains(n))?;
+    let bytes = base64::engine::general_purpose::STANDARD.decode(v).ok()?;
+    Some((bytes.try_into().ok()?, n))
+}
+
+/// The composite CRC32 of parts whose own CRC32s are `parts`.
+pub fn composite_of(parts: &[u32]) -> [u8; 4] {
+    let mut h = crc32fast::Hasher::new();
+    for p in parts {
+        h.update(&p.to_be_bytes());
+    }
+    h.finalize().to_be_bytes()
+}
+
 /// Header names of S3's flexible checksums.
 pub const CHECKSUM_MODE: &str = "x-amz-checksum-mode";
 pub const CHECKSUM_CRC32: &str = "x-amz-checksum-crc32";
@@ -513,6 +533,28 @@ mod tests {
         assert!(explain(404, "NoSuchBucket", "e", "b")
             .1
             .contains("create it"));
+    }
+
+    #[test]
+    fn composite_checksums() {
+        // "hello" in two parts: CRC32 of the two CRC32s.
+        let (a, b) = (crc32fast::hash(b"hel"), crc32fast::hash(b"lo"));
+        let mut cat = a.to_be_bytes().to_vec();
+        cat.extend_from_slice(&b.to_be_bytes());
+        let want = crc32fast::hash(&cat).to_be_bytes();
+        assert_eq!(composite_of(&[a, b]), want);
+        use base64::Engine as _;
+        let v = format!(
+            "{}-2",
+            base64::engine::general_purpose::STANDARD.encode(want)
+        );
+        assert_eq!(composite_crc32(Some(&v)), Some((want, 2)));
+        assert_eq!(full_object_crc32(Some(&v), Some("COMPOSITE")), None);
+        assert_eq!(composite_crc32(Some("NhCmhg==")), None);
+        assert_eq!(composite_crc32(Some("NhCmhg==-0")), None);
+        assert_eq!(composite_crc32(Some("NhCmhg==-10001")), None);
+        assert_eq!(composite_crc32(Some("%%-2")), None);
+        assert_eq!(composite_crc32(None), None);
     }
 
     #[test]
