@@ -780,7 +780,10 @@ async fn check_digest(
     let got = if info.digest_parts.is_empty() {
         dst.hash(&target.write, *algo).await?
     } else {
-        Some(composite_crc32(dst.as_ref(), &target.write, &info.digest_parts).await?)
+        Some(
+            crate::hash::composite_by_reading(dst.as_ref(), &target.write, &info.digest_parts)
+                .await?,
+        )
     };
     let Some(got) = got else {
         return Ok(());
@@ -794,27 +797,6 @@ async fn check_digest(
         r.sources[f.source].backend.display(&f.src),
         algo.name()
     )))
-}
-
-/// The CRC32 of the CRC32s of `parts` (consecutive sizes) of a file, read
-/// back where it lies: an S3 COMPOSITE multipart object's checksum.
-async fn composite_crc32(
-    dst: &dyn Backend,
-    path: &[u8],
-    parts: &[u64],
-) -> Result<Vec<u8>, TransferError> {
-    let mut crcs = Vec::with_capacity(parts.len());
-    let mut offset = 0u64;
-    for &len in parts {
-        let mut h = crc32fast::Hasher::new();
-        let mut s = dst.read(path, offset, Some(len)).await?;
-        while let Some(b) = s.next().await? {
-            h.update(&b);
-        }
-        crcs.push(h.finalize());
-        offset += len;
-    }
-    Ok(crate::s3::composite_of(&crcs).to_vec())
 }
 
 /// Remove a part file and its resume record: their bytes are not the

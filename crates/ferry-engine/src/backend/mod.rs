@@ -447,6 +447,16 @@ pub trait Backend: Send + Sync {
         Ok(None)
     }
 
+    /// A CRC32 of part CRC32s the store keeps for the file, and the part
+    /// sizes (an S3 COMPOSITE multipart object), for a comparison with a
+    /// file hashed part by part ([`crate::hash::composite_by_reading`]).
+    async fn composite_crc32(
+        &self,
+        _path: &[u8],
+    ) -> Result<Option<(Vec<u8>, Vec<u64>)>, TransferError> {
+        Ok(None)
+    }
+
     /// Set the modification time and permission bits, where the
     /// capabilities say it can; others are ignored.
     async fn set_attrs(

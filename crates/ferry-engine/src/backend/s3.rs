@@ -998,6 +998,28 @@ impl Backend for S3 {
         Ok(stored_crc32(&resp).map(|c| c.to_vec()))
     }
 
+    /// A COMPOSITE multipart object's CRC32 and its part sizes (a HEAD,
+    /// then one per part), for `sync -c` and `check -c`.
+    async fn composite_crc32(
+        &self,
+        p: &[u8],
+    ) -> Result<Option<(Vec<u8>, Vec<u64>)>, TransferError> {
+        let i = &self.inner;
+        let key = key_of(p)?;
+        let resp = i
+            .send_retrying(&|| Req::new(Method::HEAD, key).h(s3::CHECKSUM_MODE, "ENABLED"))
+            .await?;
+        if !resp.status.is_success() {
+            return Ok(None);
+        }
+        let Some((want, n)) = s3::composite_crc32(resp.header(s3::CHECKSUM_CRC32)) else {
+            return Ok(None);
+        };
+        Ok(i.part_sizes(key, n, resp.content_length())
+            .await
+            .map(|parts| (want.to_vec(), parts)))
+    }
+
     /// Before a split or resumed download: the ETag as the version (a
     /// resume record of another upload is void) and the stored CRC32, so
     /// the engine checks the assembled file against it.
