@@ -336,9 +336,9 @@ impl Inner {
     }
 
     /// The sizes of a multipart object's `n` parts, in order: a HEAD of
-    /// each part (`?partNumber=K` answers with that part's length; S3 and
-    /// versitygw give no part sizes in one request: versitygw's
-    /// GetObjectAttributes leaves out `ObjectParts`). `None` when the store
+    /// each part (`?partNumber=K` answers with that part's length).
+    /// GetObjectAttributes would list them in one request on AWS, but
+    /// versitygw's leaves out `ObjectParts`. `None` when the store
     /// does not say, or the sizes do not add up to `total`: the object is
     /// then not checked, as before.
     async fn part_sizes(&self, key: &str, n: u64, total: Option<u64>) -> Option<Vec<u64>> {
