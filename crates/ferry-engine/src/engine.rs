@@ -791,7 +791,15 @@ async fn check_digest(
         return Ok(());
     };
     let dst = &r.dest.backend;
-    let Some(got) = dst.hash(&target.write, *algo).await? else {
+    let got = if info.digest_parts.is_empty() {
+        dst.hash(&target.write, *algo).await?
+    } else {
+        Some(
+            crate::hash::composite_by_reading(dst.as_ref(), &target.write, &info.digest_parts)
+                .await?,
+        )
+    };
+    let Some(got) = got else {
         return Ok(());
     };
     if &got == want {

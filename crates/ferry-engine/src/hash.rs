@@ -89,6 +89,73 @@ pub async fn of_file(
     }
 }
 
+/// The CRC32 of the CRC32s of `parts` (consecutive sizes) of a file, read
+/// where it lies: what an S3 COMPOSITE multipart object keeps.
+pub async fn composite_by_reading(
+    b: &dyn Backend,
+    path: &[u8],
+    parts: &[u64],
+) -> Result<Vec<u8>, TransferError> {
+    let mut crcs = Vec::with_capacity(parts.len());
+    let mut offset = 0u64;
+    for &len in parts {
+        let mut h = crc32fast::Hasher::new();
+        let mut s = b.read(path, offset, Some(len)).await?;
+        while let Some(piece) = s.next().await? {
+            h.update(&piece);
+        }
+        crcs.push(h.finalize());
+        offset += len;
+    }
+    Ok(crate::s3::composite_of(&crcs).to_vec())
+}
+
+/// Two files' hashes for a comparison, each with whether it was read
+/// through the link ([`of_file`]). When one side keeps only a COMPOSITE
+/// CRC32 (an S3 multipart object from another tool) and the other is on
+/// this machine, the local file is hashed part by part with the same
+/// part sizes instead of reading the object.
+pub async fn pair(
+    a: &dyn Backend,
+    ap: &[u8],
+    b: &dyn Backend,
+    bp: &[u8],
+    algo: HashAlgo,
+) -> Result<((Vec<u8>, bool), (Vec<u8>, bool)), TransferError> {
+    let (ha, hb) = tokio::join!(a.hash(ap, algo), b.hash(bp, algo));
+    let (ha, hb) = (ha?, hb?);
+    let here = |x: &dyn Backend| matches!(x.scheme(), "local" | "memory");
+    if algo == HashAlgo::Crc32 {
+        if ha.is_none() && hb.is_some() && here(b) {
+            if let Some((want, parts)) = a.composite_crc32(ap).await? {
+                let got = composite_by_reading(b, bp, &parts).await?;
+                return Ok(((want, false), (got, false)));
+            }
+        }
+        if hb.is_none() && ha.is_some() && here(a) {
+            if let Some((want, parts)) = b.composite_crc32(bp).await? {
+                let got = composite_by_reading(a, ap, &parts).await?;
+                return Ok(((got, false), (want, false)));
+            }
+        }
+    }
+    let (ra, rb) = tokio::join!(or_read(a, ap, algo, ha), or_read(b, bp, algo, hb));
+    Ok((ra?, rb?))
+}
+
+/// `h`, or the file read through the link to hash it (flag `true`).
+async fn or_read(
+    b: &dyn Backend,
+    path: &[u8],
+    algo: HashAlgo,
+    h: Option<Vec<u8>>,
+) -> Result<(Vec<u8>, bool), TransferError> {
+    match h {
+        Some(h) => Ok((h, false)),
+        None => Ok((by_reading(b, path, algo).await?, true)),
+    }
+}
+
 /// The algorithm two backends should compare with (their lists from
 /// [`offered`]): one both compute
 /// where the bytes live if there is one (BLAKE3 first), else the one

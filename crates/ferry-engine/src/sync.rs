@@ -906,14 +906,8 @@ impl Walk {
                 t => t,
             };
             if let (Then::Hash, Some(algo)) = (&then, hash) {
-                let (a, b) = tokio::join!(
-                    crate::hash::of_file(sb.as_ref(), &sp, algo),
-                    crate::hash::of_file(db.as_ref(), &dp, algo)
-                );
-                let ((ha, ra), (hb, rb)) = match (a, b) {
-                    (Ok(a), Ok(b)) => (a, b),
-                    (Err(e), _) | (_, Err(e)) => return Err(e),
-                };
+                let ((ha, ra), (hb, rb)) =
+                    crate::hash::pair(sb.as_ref(), &sp, db.as_ref(), &dp, algo).await?;
                 done.read_to_hash = [ra, rb];
                 if ha == hb {
                     done.outcome = FileOutcome::Same;

@@ -599,3 +599,512 @@ fn download_checked_against_the_stored_crc32() {
         assert!(left.is_empty(), "{name}: left {left:?}");
     }
 }
+
+/// A `credential_process` script in `dir/my tools/` (a space, so the
+/// config line must quote it): checks that its arguments arrived as two
+/// words, appends a line to `dir/runs` each time it runs, says something
+/// on stderr (passed through to the user), then runs `body`.
+fn credential_script(dir: &Path, body: &str) -> std::path::PathBuf {
+    let tools = dir.join("my tools");
+    fs::create_dir_all(&tools).unwrap();
+    let script = tools.join("creds.sh");
+    let runs = dir.join("runs");
+    fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n\
+             [ \"$1\" = --who ] && [ \"$2\" = 'ferry test' ] || {{ echo \"bad arguments: $*\" >&2; exit 2; }}\n\
+             echo run >> '{}'\n\
+             echo 'credential tool: hello' >&2\n\
+             {body}\n",
+            runs.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    script
+}
+
+/// The profile `ferrytest` in a config file whose credential_process is
+/// `script`, and the environment that selects it (no AWS_ACCESS_KEY_ID).
+fn credential_process_env(gw: &Versitygw, dir: &Path, script: &Path) -> Vec<(String, String)> {
+    let config = dir.join("aws-config");
+    fs::write(
+        &config,
+        format!(
+            "[profile ferrytest]\ncredential_process = \"{}\" --who 'ferry test'\n",
+            script.display()
+        ),
+    )
+    .unwrap();
+    let mut env: Vec<(String, String)> = gw
+        .env()
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with("AWS_ACCESS_KEY_ID") && !k.starts_with("AWS_SECRET"))
+        .collect();
+    env.push(("AWS_CONFIG_FILE".into(), config.display().to_string()));
+    env.push(("AWS_PROFILE".into(), "ferrytest".into()));
+    env
+}
+
+fn runs_of(dir: &Path) -> usize {
+    fs::read_to_string(dir.join("runs"))
+        .map(|s| s.lines().count())
+        .unwrap_or(0)
+}
+
+/// What the script prints: the server's keys, as a credential tool would,
+/// with an `Expiration` `expires_in` seconds from now if given.
+fn credentials_json(expires_in: Option<u32>) -> String {
+    let (exp_fmt, exp_arg) = match expires_in {
+        Some(s) => (
+            ", \"Expiration\": \"%s\"",
+            format!(" \"$(date -u -d \"@$(( $(date +%s) + {s} ))\" +%Y-%m-%dT%H:%M:%SZ)\""),
+        ),
+        None => ("", String::new()),
+    };
+    format!(
+        "printf '{{\"Version\": 1, \"AccessKeyId\": \"%s\", \"SecretAccessKey\": \"%s\"{exp_fmt}}}\\n' {} {}{exp_arg}",
+        common::versitygw::ACCESS_KEY,
+        common::versitygw::SECRET_KEY
+    )
+}
+
+fn envs_ref(env: &[(String, String)]) -> Vec<(&str, &str)> {
+    env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}
+
+#[test]
+fn credential_process_signs_uploads_and_downloads() {
+    let Some(gw) = versitygw_or_skip("credential_process_signs_uploads_and_downloads", &["bkt"])
+    else {
+        return;
+    };
+    let t = tempdir();
+    let script = credential_script(t.path(), &credentials_json(None));
+    let env = credential_process_env(&gw, t.path(), &script);
+    let envs = envs_ref(&env);
+    let small = t.path().join("small.bin");
+    let big = t.path().join("big.bin");
+    fs::write(&small, data(1000, 7)).unwrap();
+    fs::write(&big, data(17 * MIB + 3, 8)).unwrap();
+    let o = ferry_in(
+        t.path(),
+        &args!["cp", &small, &big, "s3://bkt/cp/", "--s3-part-size", "5M"],
+        &envs,
+    );
+    assert_ok(&o, "upload with credential_process");
+    // Run once (no Expiration), its stderr shown to the user.
+    assert_eq!(runs_of(t.path()), 1, "{}", describe(&o));
+    assert!(
+        stderr_text(&o).contains("credential tool: hello"),
+        "{}",
+        describe(&o)
+    );
+    for name in ["small.bin", "big.bin"] {
+        assert_eq!(
+            fs::read(gw.root().join("bkt/cp").join(name)).unwrap(),
+            fs::read(t.path().join(name)).unwrap(),
+            "{name} on the server"
+        );
+    }
+    let back = t.path().join("back");
+    fs::create_dir(&back).unwrap();
+    let o = ferry_in(
+        t.path(),
+        &args!["cp", "-q", "-r", "s3://bkt/cp/", &back],
+        &envs,
+    );
+    assert_ok(&o, "download with credential_process");
+    assert_eq!(runs_of(t.path()), 2);
+    for name in ["small.bin", "big.bin"] {
+        assert_eq!(
+            fs::read(back.join("cp").join(name)).unwrap(),
+            fs::read(t.path().join(name)).unwrap(),
+            "{name} back"
+        );
+    }
+
+    // Static keys in the same profile come first: the script is not run.
+    let config = t.path().join("aws-config");
+    let text = fs::read_to_string(&config).unwrap();
+    fs::write(
+        &config,
+        format!(
+            "{text}aws_access_key_id = {}\naws_secret_access_key = {}\n",
+            common::versitygw::ACCESS_KEY,
+            common::versitygw::SECRET_KEY
+        ),
+    )
+    .unwrap();
+    let o = ferry_in(
+        t.path(),
+        &args!["cp", "-q", &small, "s3://bkt/cp/again"],
+        &envs,
+    );
+    assert_ok(&o, "profile keys");
+    assert_eq!(runs_of(t.path()), 2, "credential_process run despite keys");
+}
+
+#[test]
+fn credential_process_failures_say_so() {
+    let Some(gw) = versitygw_or_skip("credential_process_failures_say_so", &["bkt"]) else {
+        return;
+    };
+    let t = tempdir();
+    let f = t.path().join("f");
+    fs::write(&f, b"x").unwrap();
+    // Exits 1: exit 3, naming the profile and the command, quoting stderr.
+    let script = credential_script(t.path(), "echo 'session expired: log in again' >&2; exit 1");
+    let env = credential_process_env(&gw, t.path(), &script);
+    let o = ferry_in(
+        t.path(),
+        &args!["cp", "-q", &f, "s3://bkt/f"],
+        &envs_ref(&env),
+    );
+    assert_code(&o, 3, "credential_process exits 1");
+    let e = stderr_text(&o);
+    for want in [
+        "credential_process",
+        "\"ferrytest\"",
+        "my tools/creds.sh",
+        "log in again",
+        "status: 1",
+    ] {
+        assert!(e.contains(want), "{want:?} missing: {}", describe(&o));
+    }
+    assert!(!gw.root().join("bkt/f").exists());
+
+    // Prints another Version, or no secret: the same, saying what is wrong.
+    for (body, want) in [
+        (
+            "echo '{\"Version\": 2, \"AccessKeyId\": \"a\", \"SecretAccessKey\": \"s\"}'",
+            "Version",
+        ),
+        (
+            "echo '{\"Version\": 1, \"AccessKeyId\": \"a\"}'",
+            "SecretAccessKey",
+        ),
+        ("echo 'not json'", "not JSON"),
+    ] {
+        let script = credential_script(t.path(), body);
+        let env = credential_process_env(&gw, t.path(), &script);
+        let o = ferry_in(
+            t.path(),
+            &args!["cp", "-q", &f, "s3://bkt/f"],
+            &envs_ref(&env),
+        );
+        assert_code(&o, 3, body);
+        let e = stderr_text(&o);
+        assert!(
+            e.contains(want) && e.contains("\"ferrytest\""),
+            "{body}: {}",
+            describe(&o)
+        );
+    }
+}
+
+#[test]
+fn credential_process_runs_again_before_expiration() {
+    let Some(bin) = common::versitygw::versitygw_bin() else {
+        eprintln!("SKIPPED credential_process_runs_again_before_expiration: versitygw not found");
+        return;
+    };
+    use common::faultproxy::{Action, Fault, FaultProxy, Flow};
+    // Plain HTTP behind a proxy that pauses every connection mid-upload.
+    let gw = Versitygw::start_with(&bin, &["bkt"], false);
+    let proxy = FaultProxy::start(gw.port);
+    let t = tempdir();
+    // Credentials that expire 2 s after they are printed: ferry runs the
+    // script again after about half of that.
+    let script = credential_script(t.path(), &credentials_json(Some(2)));
+    let mut env = credential_process_env(&gw, t.path(), &script);
+    for (k, v) in env.iter_mut() {
+        if k == "AWS_ENDPOINT_URL" {
+            *v = format!("http://127.0.0.1:{}", proxy.port());
+        }
+    }
+    let big = t.path().join("big.bin");
+    fs::write(&big, data(30 * MIB, 9)).unwrap();
+    proxy.arm(Fault {
+        flow: Flow::Up,
+        after: 8 * MIB as u64,
+        action: Action::Pause,
+        times: 1,
+    });
+    let child = FerryChild::spawn(
+        t.path(),
+        &args![
+            "cp",
+            "-q",
+            &big,
+            "s3://bkt/exp/big.bin",
+            "--s3-part-size",
+            "5M",
+            "--s3-upload-concurrency",
+            "1"
+        ],
+        &envs_ref(&env),
+    );
+    assert!(proxy.wait_fired(Duration::from_secs(60)), "never paused");
+    // Hold the upload past the credentials' expiration.
+    std::thread::sleep(Duration::from_millis(2500));
+    proxy.release();
+    let o = child.wait();
+    assert_ok(&o, "upload across an expiration");
+    assert!(
+        runs_of(t.path()) >= 2,
+        "credential_process ran {} times: {}",
+        runs_of(t.path()),
+        describe(&o)
+    );
+    assert_eq!(
+        fs::read(gw.root().join("bkt/exp/big.bin")).unwrap(),
+        fs::read(&big).unwrap()
+    );
+    assert!(gw.leftover_uploads("bkt").is_empty());
+}
+
+/// One request signed with ferry's own SigV4 code, sent over a plain TCP
+/// connection to versitygw on HTTP: (status, headers and body as text).
+fn raw_s3(
+    port: u16,
+    method: &str,
+    path: &str,
+    query: &[(&str, &str)],
+    headers: &[(&str, String)],
+    body: &[u8],
+) -> (u16, String) {
+    use ferry_engine::s3::sigv4;
+    use std::io::{Read, Write};
+    let query: Vec<(String, String)> = query
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let when = sigv4::AmzDate::now();
+    let host = format!("127.0.0.1:{port}");
+    let mut signed: Vec<(String, String)> = headers
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    signed.push(("host".into(), host.clone()));
+    signed.push(("x-amz-date".into(), when.datetime.clone()));
+    signed.push((
+        "x-amz-content-sha256".into(),
+        sigv4::UNSIGNED_PAYLOAD.into(),
+    ));
+    let creds = ferry_engine::s3::Credentials {
+        access_key: common::versitygw::ACCESS_KEY.into(),
+        secret_key: common::versitygw::SECRET_KEY.into(),
+        session_token: None,
+    };
+    let auth = sigv4::authorization(
+        &sigv4::Request {
+            method,
+            path,
+            query: &query,
+            headers: &signed,
+            payload_hash: sigv4::UNSIGNED_PAYLOAD,
+        },
+        &creds,
+        "us-east-1",
+        &when,
+    );
+    let q = sigv4::canonical_query(&query);
+    let mut req = format!(
+        "{method} {path}{}{q} HTTP/1.1\r\n",
+        if q.is_empty() { "" } else { "?" }
+    );
+    for (k, v) in &signed {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str(&format!(
+        "authorization: {auth}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    ));
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.write_all(req.as_bytes()).unwrap();
+    c.write_all(body).unwrap();
+    let mut out = Vec::new();
+    c.read_to_end(&mut out).unwrap();
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, text)
+}
+
+fn between<'a>(text: &'a str, open: &str, close: &str) -> &'a str {
+    let start = text
+        .find(open)
+        .map(|i| i + open.len())
+        .unwrap_or_else(|| panic!("no {open} in {text}"));
+    let end = text[start..]
+        .find(close)
+        .map(|i| start + i)
+        .unwrap_or_else(|| panic!("no {close} in {text}"));
+    &text[start..end]
+}
+
+/// Upload `data` to `bucket/key` as a COMPOSITE multipart object in parts
+/// of `part` bytes, as the AWS CLI did before FULL_OBJECT (and other
+/// tools still do): each part with its CRC32, the object keeping the
+/// CRC32 of the parts' CRC32s, written `VALUE-N`.
+fn put_composite(port: u16, bucket: &str, key: &str, data: &[u8], part: usize) -> String {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let path = format!("/{bucket}/{key}");
+    let (s, text) = raw_s3(
+        port,
+        "POST",
+        &path,
+        &[("uploads", "")],
+        &[
+            ("x-amz-checksum-algorithm", "CRC32".into()),
+            ("x-amz-checksum-type", "COMPOSITE".into()),
+        ],
+        b"",
+    );
+    assert_eq!(s, 200, "{text}");
+    let id = between(&text, "<UploadId>", "</UploadId>").to_string();
+    let mut complete = String::from("<CompleteMultipartUpload>");
+    let mut crcs = Vec::new();
+    for (i, chunk) in data.chunks(part).enumerate() {
+        let n = (i + 1).to_string();
+        let crc = crc32fast::hash(chunk);
+        crcs.extend_from_slice(&crc.to_be_bytes());
+        let sum = b64.encode(crc.to_be_bytes());
+        let (s, text) = raw_s3(
+            port,
+            "PUT",
+            &path,
+            &[("partNumber", &n), ("uploadId", &id)],
+            &[("x-amz-checksum-crc32", sum.clone())],
+            chunk,
+        );
+        assert_eq!(s, 200, "part {n}: {text}");
+        let lower = text.to_ascii_lowercase();
+        let etag = between(&lower, "etag: ", "\r\n").to_string();
+        complete.push_str(&format!(
+            "<Part><PartNumber>{n}</PartNumber><ETag>{etag}</ETag><ChecksumCRC32>{sum}</ChecksumCRC32></Part>"
+        ));
+    }
+    complete.push_str("</CompleteMultipartUpload>");
+    let (s, text) = raw_s3(
+        port,
+        "POST",
+        &path,
+        &[("uploadId", &id)],
+        &[],
+        complete.as_bytes(),
+    );
+    assert!(s == 200 && !text.contains("<Error>"), "complete: {text}");
+    let want = format!(
+        "{}-{}",
+        b64.encode(crc32fast::hash(&crcs).to_be_bytes()),
+        data.len().div_ceil(part)
+    );
+    assert!(text.contains(&want), "not COMPOSITE {want}: {text}");
+    want
+}
+
+#[test]
+fn composite_multipart_objects_are_checked() {
+    let Some(bin) = common::versitygw::versitygw_bin() else {
+        eprintln!("SKIPPED composite_multipart_objects_are_checked: versitygw not found");
+        return;
+    };
+    // Plain HTTP: the test's own requests make the objects.
+    let gw = Versitygw::start_with(&bin, &["bkt"], false);
+    let t = tempdir();
+    // One stream (12 MiB) and parallel ranges (34 MiB), in 5 MiB parts.
+    let files = [("one.bin", 12 * MIB + 5), ("split.bin", 34 * MIB + 3)];
+    for (i, (name, len)) in files.iter().enumerate() {
+        let d = data(*len, 60 + i as u8);
+        fs::write(t.path().join(name), &d).unwrap();
+        put_composite(gw.port, "bkt", &format!("c/{name}"), &d, 5 * MIB);
+    }
+    let endpoint = gw.endpoint();
+    let envs = [
+        ("AWS_ACCESS_KEY_ID", common::versitygw::ACCESS_KEY),
+        ("AWS_SECRET_ACCESS_KEY", common::versitygw::SECRET_KEY),
+        ("AWS_ENDPOINT_URL", endpoint.as_str()),
+        ("AWS_REGION", "us-east-1"),
+    ];
+    let back = t.path().join("back");
+    fs::create_dir(&back).unwrap();
+    let o = ferry_in(
+        t.path(),
+        &args!["cp", "-q", "-r", "s3://bkt/c/", &back],
+        &envs,
+    );
+    assert_ok(&o, "get intact COMPOSITE objects");
+    for (name, _) in files {
+        assert_eq!(
+            fs::read(back.join("c").join(name)).unwrap(),
+            fs::read(t.path().join(name)).unwrap(),
+            "{name}"
+        );
+    }
+    // check -c compares the stored value with the local files hashed part
+    // by part: no object read; a same-size change is found.
+    let check = |ctx: &str| {
+        let o = ferry_in(
+            t.path(),
+            &args!["check", "--json", "-q", "-c", back.join("c"), "s3://bkt/c/"],
+            &envs,
+        );
+        let out = stdout_text(&o);
+        let last = out.lines().last().unwrap_or_default().to_string();
+        let v: serde_json::Value = serde_json::from_str(&last)
+            .unwrap_or_else(|e| panic!("{ctx}: json: {e}: {}", describe(&o)));
+        assert_eq!(v["hash"], "crc32", "{ctx}: {}", describe(&o));
+        assert_eq!(v["hashed_by_reading"], 0, "{ctx}: {}", describe(&o));
+        (o, v)
+    };
+    let (o, v) = check("intact");
+    assert_ok(&o, "check -c");
+    assert_eq!(v["same"], 2, "{}", describe(&o));
+    let local = back.join("c/one.bin");
+    let mtime = fs::metadata(&local).unwrap().modified().unwrap();
+    corrupt_in_place(&local);
+    fs::File::options()
+        .write(true)
+        .open(&local)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    let (o, v) = check("changed");
+    assert_code(&o, 1, "check -c finds the change");
+    assert_eq!(v["differ"], 1, "{}", describe(&o));
+
+    // Changed on the server behind versitygw's back: refused, nothing kept.
+    for (name, _) in files {
+        corrupt_in_place(&gw.root().join("bkt/c").join(name));
+        let dst = t.path().join(format!("bad-{name}"));
+        let o = ferry_in(
+            t.path(),
+            &args!["cp", "-q", format!("s3://bkt/c/{name}"), &dst],
+            &envs,
+        );
+        assert_code(&o, 4, name);
+        let err = stderr_text(&o).to_lowercase();
+        assert!(
+            err.contains("does not match") && err.contains("crc32"),
+            "{name}: {}",
+            describe(&o)
+        );
+        assert!(!dst.exists(), "{name} kept");
+        let left: Vec<_> = fs::read_dir(t.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().contains(name))
+            .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
+            .map(|e| e.file_name())
+            .collect();
+        assert!(left.is_empty(), "{name}: left {left:?}");
+    }
+}

@@ -243,6 +243,7 @@ impl Http {
             ranges,
             version: validator(&resp.headers),
             digest,
+            digest_parts: Vec::new(),
         };
         if let Ok(mut heads) = self.heads.lock() {
             heads.insert(p.to_vec(), info.clone());

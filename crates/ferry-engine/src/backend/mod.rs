@@ -26,6 +26,7 @@ pub mod http;
 pub mod local;
 pub mod memory;
 pub mod s3;
+mod s3_creds;
 pub mod sftp;
 
 /// What a backend can do. The engine checks these before it plans: a
@@ -134,6 +135,9 @@ pub struct ReadInfo {
     /// The whole file's hash as the server announced it (ferry serve's
     /// `Repr-Digest`): a split copy is checked against it at the end.
     pub digest: Option<(HashAlgo, Vec<u8>)>,
+    /// Not empty: `digest` is a CRC32 of these parts' CRC32s (the sizes
+    /// of an S3 multipart object's parts, in order), not of the content.
+    pub digest_parts: Vec<u64>,
 }
 
 /// What [`Backend::unfinished`] found.
@@ -311,8 +315,7 @@ pub trait Backend: Send + Sync {
     async fn read_info(&self, _path: &[u8]) -> Result<ReadInfo, TransferError> {
         Ok(ReadInfo {
             ranges: self.capabilities().ranged_read,
-            version: None,
-            digest: None,
+            ..ReadInfo::default()
         })
     }
 
@@ -446,6 +449,16 @@ pub trait Backend: Send + Sync {
     /// this backend cannot (the caller then reads the file to hash it:
     /// [`crate::hash::by_reading`]).
     async fn hash(&self, _path: &[u8], _algo: HashAlgo) -> Result<Option<Vec<u8>>, TransferError> {
+        Ok(None)
+    }
+
+    /// A CRC32 of part CRC32s the store keeps for the file, and the part
+    /// sizes (an S3 COMPOSITE multipart object), for a comparison with a
+    /// file hashed part by part ([`crate::hash::composite_by_reading`]).
+    async fn composite_crc32(
+        &self,
+        _path: &[u8],
+    ) -> Result<Option<(Vec<u8>, Vec<u64>)>, TransferError> {
         Ok(None)
     }
 
@@ -777,8 +790,13 @@ pub(crate) async fn open(
             Ok((existing.unwrap_or_else(|| Arc::new(b)), p, dir))
         }
         Location::S3(s) => {
-            let (b, p, dir) = s3::S3::open(s, opts)?;
-            Ok((existing.unwrap_or_else(|| Arc::new(b)), p, dir))
+            if let Some(b) = existing {
+                // Not opened again: a credential_process runs once.
+                let (p, dir) = s3::S3::path_of(s);
+                return Ok((b, p, dir));
+            }
+            let (b, p, dir) = s3::S3::open(s, opts).await?;
+            Ok((Arc::new(b), p, dir))
         }
         Location::Ftp(f) => {
             let dir = f.trailing_slash();

@@ -24,6 +24,7 @@ use http_body::{Frame, SizeHint};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
+use super::s3_creds::CredSource;
 use super::{
     Backend, BackendInfo, ByteStream, Capabilities, Entry, EntryKind, HashAlgo, ReadInfo, Sink,
     WriteMode,
@@ -44,6 +45,9 @@ const LIST_BODY: usize = 16 << 20;
 struct Inner {
     client: Client,
     cfg: Config,
+    /// What requests are signed with (`cfg.creds`, or what the profile's
+    /// credential_process printed last).
+    creds: CredSource,
     bucket: String,
     parts: Arc<Semaphore>,
     /// Aborts of dropped uploads, awaited by `close`.
@@ -97,10 +101,19 @@ fn key_of(path: &[u8]) -> Result<&str, TransferError> {
 }
 
 impl S3 {
-    pub fn open(spec: &S3Spec, opts: &CopyOptions) -> Result<(S3, Vec<u8>, bool), TransferError> {
+    /// The backend's path of `spec`, and whether it names a directory.
+    pub fn path_of(spec: &S3Spec) -> (Vec<u8>, bool) {
+        (format!("/{}", spec.key).into_bytes(), spec.trailing_slash())
+    }
+
+    pub async fn open(
+        spec: &S3Spec,
+        opts: &CopyOptions,
+    ) -> Result<(S3, Vec<u8>, bool), TransferError> {
         let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
         let cfg = s3::resolve(&opts.s3, &s3::ProcessEnv, home.as_deref())
             .map_err(TransferError::Usage)?;
+        let creds = CredSource::open(&cfg).await?;
         let mut h = opts.http.clone();
         // Requests carry their own signature: no netrc, -u or --token.
         h.netrc = false;
@@ -114,13 +127,13 @@ impl S3 {
             .max(cfg.concurrency * 2)
             .max(opts.streams.unwrap_or(1));
         let client = Client::new(h)?;
-        let path = format!("/{}", spec.key).into_bytes();
-        let dir = spec.trailing_slash();
+        let (path, dir) = Self::path_of(spec);
         Ok((
             S3 {
                 inner: Arc::new(Inner {
                     client,
                     cfg,
+                    creds,
                     bucket: spec.bucket.clone(),
                     parts: Arc::new(Semaphore::new(PARTS_IN_FLIGHT)),
                     aborts: Mutex::new(Vec::new()),
@@ -171,16 +184,12 @@ impl Inner {
             "x-amz-content-sha256".into(),
             sigv4::UNSIGNED_PAYLOAD.into(),
         ));
-        if let Some(t) = self
-            .cfg
-            .creds
-            .as_ref()
-            .and_then(|c| c.session_token.clone())
-        {
+        let creds = self.creds.get().await?;
+        if let Some(t) = creds.as_ref().and_then(|c| c.session_token.clone()) {
             signed.push(("x-amz-security-token".into(), t));
         }
         let mut headers = HeaderMap::new();
-        if let Some(c) = &self.cfg.creds {
+        if let Some(c) = &creds {
             let auth = sigv4::authorization(
                 &sigv4::Request {
                     method: r.method.as_str(),
@@ -258,7 +267,7 @@ impl Inner {
         if let Some(r) = retry_after {
             msg.push_str(&format!(" (Retry-After: {r})"));
         }
-        if class == ErrorClass::Auth && self.cfg.creds.is_none() {
+        if class == ErrorClass::Auth && self.creds.is_none() {
             msg.push_str("; no credentials were found (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)");
         }
         match class {
@@ -324,6 +333,32 @@ impl Inner {
             tokio::time::sleep(crate::retry::backoff(attempt)).await;
             attempt += 1;
         }
+    }
+
+    /// The sizes of a multipart object's `n` parts, in order: a HEAD of
+    /// each part (`?partNumber=K` answers with that part's length).
+    /// GetObjectAttributes would list them in one request on AWS, but
+    /// versitygw's leaves out `ObjectParts`. `None` when the store
+    /// does not say, or the sizes do not add up to `total`: the object is
+    /// then not checked, as before.
+    async fn part_sizes(&self, key: &str, n: u64, total: Option<u64>) -> Option<Vec<u64>> {
+        let heads = futures_util::stream::iter(1..=n)
+            .map(|k| async move {
+                let make = || Req::new(Method::HEAD, key).q("partNumber", k.to_string());
+                let resp = self.send_retrying(&make).await.ok()?;
+                if !resp.status.is_success() {
+                    return None;
+                }
+                resp.content_length()
+            })
+            .buffered(8);
+        let sizes: Vec<Option<u64>> = heads.collect().await;
+        let sizes: Vec<u64> = sizes.into_iter().collect::<Option<_>>()?;
+        if total.is_some_and(|t| sizes.iter().sum::<u64>() != t) {
+            tracing::debug!("{}: part sizes do not add up", self.display_key(key));
+            return None;
+        }
+        Some(sizes)
     }
 
     /// One page of ListObjectsV2 under `prefix`.
@@ -824,9 +859,20 @@ impl Backend for S3 {
                 }
                 _ => false,
             };
-        let verify = stored_crc32(&resp)
+        let mut verify = stored_crc32(&resp)
             .filter(|_| whole)
-            .map(|c| (crc32fast::Hasher::new(), u32::from_be_bytes(c)));
+            .map(|c| Verify::new(c, Vec::new()));
+        if whole && verify.is_none() {
+            if let Some((want, n)) = s3::composite_crc32(resp.header(s3::CHECKSUM_CRC32)) {
+                let total = match resp.status {
+                    StatusCode::OK => resp.content_length(),
+                    _ => None,
+                };
+                if let Some(parts) = i.part_sizes(key, n, total).await {
+                    verify = Some(Verify::new(want, parts));
+                }
+            }
+        }
         Ok(Box::new(S3Read {
             resp: Some(resp),
             left,
@@ -952,6 +998,28 @@ impl Backend for S3 {
         Ok(stored_crc32(&resp).map(|c| c.to_vec()))
     }
 
+    /// A COMPOSITE multipart object's CRC32 and its part sizes (a HEAD,
+    /// then one per part), for `sync -c` and `check -c`.
+    async fn composite_crc32(
+        &self,
+        p: &[u8],
+    ) -> Result<Option<(Vec<u8>, Vec<u64>)>, TransferError> {
+        let i = &self.inner;
+        let key = key_of(p)?;
+        let resp = i
+            .send_retrying(&|| Req::new(Method::HEAD, key).h(s3::CHECKSUM_MODE, "ENABLED"))
+            .await?;
+        if !resp.status.is_success() {
+            return Ok(None);
+        }
+        let Some((want, n)) = s3::composite_crc32(resp.header(s3::CHECKSUM_CRC32)) else {
+            return Ok(None);
+        };
+        Ok(i.part_sizes(key, n, resp.content_length())
+            .await
+            .map(|parts| (want.to_vec(), parts)))
+    }
+
     /// Before a split or resumed download: the ETag as the version (a
     /// resume record of another upload is void) and the stored CRC32, so
     /// the engine checks the assembled file against it.
@@ -968,12 +1036,29 @@ impl Backend for S3 {
                 ..ReadInfo::default()
             });
         }
+        let version = resp.header("etag").map(str::to_string);
+        let check = i.cfg.checksum != Checksum::None;
+        if let Some((want, n)) = s3::composite_crc32(resp.header(s3::CHECKSUM_CRC32))
+            .filter(|_| check && stored_crc32(&resp).is_none())
+        {
+            // A COMPOSITE multipart object: checked part by part once the
+            // part sizes are known.
+            if let Some(parts) = i.part_sizes(key, n, resp.content_length()).await {
+                return Ok(ReadInfo {
+                    ranges: true,
+                    version,
+                    digest: Some((HashAlgo::Crc32, want.to_vec())),
+                    digest_parts: parts,
+                });
+            }
+        }
         Ok(ReadInfo {
             ranges: true,
-            version: resp.header("etag").map(str::to_string),
+            version,
             digest: stored_crc32(&resp)
-                .filter(|_| i.cfg.checksum != Checksum::None)
+                .filter(|_| check)
                 .map(|c| (HashAlgo::Crc32, c.to_vec())),
+            digest_parts: Vec::new(),
         })
     }
 
@@ -990,9 +1075,67 @@ struct S3Read {
     resp: Option<Response>,
     left: u64,
     display: String,
-    /// A response with the whole object and the store's CRC32 of it:
-    /// the running CRC32 and the value it must end at.
-    verify: Option<(crc32fast::Hasher, u32)>,
+    /// A response with the whole object and the store's CRC32 of it.
+    verify: Option<Verify>,
+}
+
+/// The running CRC32 of a download and the value it must end at: of the
+/// content, or (COMPOSITE multipart objects) of each part's CRC32.
+struct Verify {
+    want: [u8; 4],
+    /// Part sizes; empty: a full-object CRC32.
+    parts: Vec<u64>,
+    /// The part being hashed and its bytes so far.
+    part: usize,
+    in_part: u64,
+    h: crc32fast::Hasher,
+    crcs: Vec<u32>,
+}
+
+impl Verify {
+    fn new(want: [u8; 4], parts: Vec<u64>) -> Verify {
+        Verify {
+            want,
+            parts,
+            part: 0,
+            in_part: 0,
+            h: crc32fast::Hasher::new(),
+            crcs: Vec::new(),
+        }
+    }
+
+    fn update(&mut self, mut b: &[u8]) {
+        while !b.is_empty() {
+            // Past the last part (more bytes than the parts hold) the
+            // bytes go into one more "part", which makes a mismatch.
+            let room = match self.parts.get(self.part) {
+                Some(&len) => (len - self.in_part).min(b.len() as u64) as usize,
+                None => b.len(),
+            };
+            self.h.update(&b[..room]);
+            self.in_part += room as u64;
+            b = &b[room..];
+            if self.parts.get(self.part) == Some(&self.in_part) {
+                let h = std::mem::replace(&mut self.h, crc32fast::Hasher::new());
+                self.crcs.push(h.finalize());
+                self.part += 1;
+                self.in_part = 0;
+            }
+        }
+    }
+
+    /// (wanted, got).
+    fn finish(mut self) -> (u32, u32) {
+        let got = if self.parts.is_empty() {
+            self.h.finalize()
+        } else {
+            if self.in_part > 0 || self.crcs.len() < self.parts.len() {
+                self.crcs.push(self.h.finalize());
+            }
+            u32::from_be_bytes(s3::composite_of(&self.crcs))
+        };
+        (u32::from_be_bytes(self.want), got)
+    }
 }
 
 /// The whole-object CRC32 a HEAD or GET answer carries.
@@ -1020,10 +1163,10 @@ fn range_is_whole(cr: &str) -> bool {
 impl S3Read {
     /// At the end of the body: the bytes against the stored CRC32.
     fn check(&mut self) -> Result<(), TransferError> {
-        let Some((h, want)) = self.verify.take() else {
+        let Some(v) = self.verify.take() else {
             return Ok(());
         };
-        let got = h.finalize();
+        let (want, got) = v.finish();
         if got == want {
             return Ok(());
         }
@@ -1052,8 +1195,8 @@ impl ByteStream for S3Read {
                 if self.left != u64::MAX {
                     self.left -= b.len() as u64;
                 }
-                if let Some((h, _)) = self.verify.as_mut() {
-                    h.update(&b);
+                if let Some(v) = self.verify.as_mut() {
+                    v.update(&b);
                 }
                 // Checked before the last bytes are handed on: a reader
                 // that stops at the size it expects still sees a mismatch.
@@ -1463,6 +1606,42 @@ mod tests {
         assert!(!range_is_whole("bytes 1-99/100"));
         assert!(!range_is_whole("bytes 0-99/*"));
         assert!(!range_is_whole("bytes 0-18446744073709551615/0"));
+    }
+
+    #[test]
+    fn composite_checked_part_by_part() {
+        let data: Vec<u8> = (0..1000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let parts = vec![400u64, 400, 200];
+        let crcs: Vec<u32> = [&data[..400], &data[400..800], &data[800..]]
+            .iter()
+            .map(|p| crc32fast::hash(p))
+            .collect();
+        let want = s3::composite_of(&crcs);
+        // Chunks that straddle part edges.
+        let mut v = Verify::new(want, parts.clone());
+        for c in data.chunks(333) {
+            v.update(c);
+        }
+        let (w, g) = v.finish();
+        assert_eq!(w, g);
+        // One byte changed, or one byte more: a mismatch.
+        let mut bad = data.clone();
+        bad[555] ^= 1;
+        let mut v = Verify::new(want, parts.clone());
+        v.update(&bad);
+        let (w, g) = v.finish();
+        assert_ne!(w, g);
+        let mut v = Verify::new(want, parts);
+        v.update(&data);
+        v.update(b"x");
+        let (w, g) = v.finish();
+        assert_ne!(w, g);
+        // A full-object CRC32 as before.
+        let mut v = Verify::new(crc32fast::hash(&data).to_be_bytes(), Vec::new());
+        v.update(&data[..10]);
+        v.update(&data[10..]);
+        let (w, g) = v.finish();
+        assert_eq!(w, g);
     }
 
     #[test]

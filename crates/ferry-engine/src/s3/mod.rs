@@ -6,12 +6,14 @@
 //! are made by `backend::s3` over ferry's own HTTP client.
 //!
 //! docs/internals/s3.md has the design and the measurements.
+pub mod process;
 pub mod sigv4;
 pub mod xml;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+pub use process::CredentialProcess;
 pub use sigv4::Credentials;
 
 /// S3's limits (<https://docs.aws.amazon.com/AmazonS3/latest/userguide/qfacts.html>).
@@ -68,6 +70,9 @@ pub struct Config {
     pub region: String,
     pub virtual_hosted: bool,
     pub creds: Option<Credentials>,
+    /// The profile's `credential_process`, run for the credentials (and
+    /// again before they expire) when `creds` is `None`.
+    pub creds_process: Option<CredentialProcess>,
     /// Where the credentials came from, for messages.
     pub creds_from: String,
     pub ca_bundle: Option<PathBuf>,
@@ -180,6 +185,18 @@ pub fn resolve(o: &S3Options, env: &dyn Env, home: Option<&Path>) -> Result<Conf
             _ => (None, "no credentials".to_string()),
         },
     };
+    // The SDKs' order: a profile's own keys, then its credential_process.
+    let creds_process = match (&creds, from_profile("credential_process")) {
+        (None, Some(command)) if !command.trim().is_empty() => Some(CredentialProcess {
+            profile: profile.clone(),
+            command,
+        }),
+        _ => None,
+    };
+    let creds_from = match &creds_process {
+        Some(p) => format!("credential_process of profile {profile:?} ({})", p.command),
+        None => creds_from,
+    };
     if o.profile.is_some() && !cred_ini.contains_key(&profile) && conf_section.is_none() {
         return Err(format!(
             "--s3-profile {profile}: no such profile in ~/.aws/credentials or ~/.aws/config"
@@ -229,6 +246,7 @@ pub fn resolve(o: &S3Options, env: &dyn Env, home: Option<&Path>) -> Result<Conf
         // path-style unless asked (as rclone does for most providers).
         virtual_hosted: o.virtual_hosted || !custom,
         creds,
+        creds_process,
         creds_from,
         ca_bundle: env.var("AWS_CA_BUNDLE").map(PathBuf::from),
         threshold,
@@ -354,6 +372,26 @@ pub fn full_object_crc32(value: Option<&str>, kind: Option<&str>) -> Option<[u8;
     bytes.try_into().ok()
 }
 
+/// A COMPOSITE multipart object's CRC32, `VALUE-N`: the CRC32 of its N
+/// parts' CRC32s (each 4 bytes, big-endian, in part order), and N. What
+/// the AWS CLI and SDKs kept before FULL_OBJECT, and other tools still do.
+pub fn composite_crc32(value: Option<&str>) -> Option<([u8; 4], u64)> {
+    use base64::Engine as _;
+    let (v, n) = value?.trim().split_once('-')?;
+    let n: u64 = n.parse().ok().filter(|n| (1..=MAX_PARTS).contains(n))?;
+    let bytes = base64::engine::general_purpose::STANDARD.decode(v).ok()?;
+    Some((bytes.try_into().ok()?, n))
+}
+
+/// The composite CRC32 of parts whose own CRC32s are `parts`.
+pub fn composite_of(parts: &[u32]) -> [u8; 4] {
+    let mut h = crc32fast::Hasher::new();
+    for p in parts {
+        h.update(&p.to_be_bytes());
+    }
+    h.finalize().to_be_bytes()
+}
+
 /// Header names of S3's flexible checksums.
 pub const CHECKSUM_MODE: &str = "x-amz-checksum-mode";
 pub const CHECKSUM_CRC32: &str = "x-amz-checksum-crc32";
@@ -441,6 +479,49 @@ mod tests {
     }
 
     #[test]
+    fn credential_process_in_the_chain() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join(".aws")).unwrap();
+        std::fs::write(
+            dir.path().join(".aws/credentials"),
+            "[both]\naws_access_key_id = K\naws_secret_access_key = s\n[increds]\ncredential_process = /bin/c1 x\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join(".aws/config"),
+            "[default]\ncredential_process = /bin/c0\n[profile both]\ncredential_process = /bin/c2\n[profile increds]\nregion = r\n",
+        )
+        .unwrap();
+        let o = S3Options::default();
+        let c = resolve(&o, &env(&[]), Some(dir.path())).unwrap();
+        assert!(c.creds.is_none());
+        assert_eq!(
+            c.creds_process,
+            Some(CredentialProcess {
+                profile: "default".into(),
+                command: "/bin/c0".into()
+            })
+        );
+        assert!(c.creds_from.contains("credential_process") && c.creds_from.contains("/bin/c0"));
+        // Also read from ~/.aws/credentials, as the AWS CLI does.
+        let c = resolve(&o, &env(&[("AWS_PROFILE", "increds")]), Some(dir.path())).unwrap();
+        assert_eq!(c.creds_process.unwrap().command, "/bin/c1 x");
+        // Keys in the same profile come first.
+        let c = resolve(&o, &env(&[("AWS_PROFILE", "both")]), Some(dir.path())).unwrap();
+        assert_eq!(c.creds.unwrap().access_key, "K");
+        assert!(c.creds_process.is_none());
+        // And the environment before any profile.
+        let c = resolve(
+            &o,
+            &env(&[("AWS_ACCESS_KEY_ID", "E"), ("AWS_SECRET_ACCESS_KEY", "e")]),
+            Some(dir.path()),
+        )
+        .unwrap();
+        assert_eq!(c.creds.unwrap().access_key, "E");
+        assert!(c.creds_process.is_none());
+    }
+
+    #[test]
     fn errors_say_what_to_do() {
         let (c, m) = explain(403, "InvalidAccessKeyId", "http://h", "b");
         assert_eq!(c, ErrorClass::Auth);
@@ -452,6 +533,28 @@ mod tests {
         assert!(explain(404, "NoSuchBucket", "e", "b")
             .1
             .contains("create it"));
+    }
+
+    #[test]
+    fn composite_checksums() {
+        // "hello" in two parts: CRC32 of the two CRC32s.
+        let (a, b) = (crc32fast::hash(b"hel"), crc32fast::hash(b"lo"));
+        let mut cat = a.to_be_bytes().to_vec();
+        cat.extend_from_slice(&b.to_be_bytes());
+        let want = crc32fast::hash(&cat).to_be_bytes();
+        assert_eq!(composite_of(&[a, b]), want);
+        use base64::Engine as _;
+        let v = format!(
+            "{}-2",
+            base64::engine::general_purpose::STANDARD.encode(want)
+        );
+        assert_eq!(composite_crc32(Some(&v)), Some((want, 2)));
+        assert_eq!(full_object_crc32(Some(&v), Some("COMPOSITE")), None);
+        assert_eq!(composite_crc32(Some("NhCmhg==")), None);
+        assert_eq!(composite_crc32(Some("NhCmhg==-0")), None);
+        assert_eq!(composite_crc32(Some("NhCmhg==-10001")), None);
+        assert_eq!(composite_crc32(Some("%%-2")), None);
+        assert_eq!(composite_crc32(None), None);
     }
 
     #[test]
