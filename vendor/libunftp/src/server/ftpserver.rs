@@ -842,6 +842,26 @@ where
         self
     }
 
+    /// ferry: register a handler for a top-level command that libunftp does
+    /// not know (such as `HASH`), and for `OPTS NAME ...`. The handler gets
+    /// `command` = NAME for the command and "OPTS NAME" for its OPTS, and
+    /// its [`SiteCommandHandler::feat`] line is listed by FEAT. Like SITE
+    /// commands, it is only dispatched after the login.
+    pub fn command<N, H>(mut self, name: N, handler: H) -> Self
+    where
+        N: Into<String>,
+        H: SiteCommandHandler<Storage, User> + 'static,
+    {
+        let name = name.into().to_ascii_uppercase();
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            self.configuration_error.get_or_insert_with(|| format!("Invalid command name: {name:?}"));
+        } else {
+            self.site_handlers
+                .insert(crate::server::controlchan::commands::extension_key(&name), Arc::new(handler));
+        }
+        self
+    }
+
     /// Assign a connection helper to the server.
     ///
     /// Rather than listening for and servicing connections in the same binary, this option allows

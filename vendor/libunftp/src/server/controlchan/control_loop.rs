@@ -479,6 +479,10 @@ where
             Command::Mlsd { .. } => Box::new(commands::Mlsd),
             Command::Appe { .. } => Box::new(commands::Appe),
             Command::Site { command, arguments } => Box::new(commands::Site::new(command, arguments)),
+            // ferry: a command registered with ServerBuilder::command.
+            Command::Other { command_name, arguments } if self.site_handlers.contains_key(&commands::extension_key(&command_name)) => {
+                Box::new(commands::Site::extension(command_name.clone(), command_name, arguments))
+            }
             Command::Other { .. } => return Ok(Reply::new(ReplyCode::CommandSyntaxError, "Command not implemented")),
         };
 

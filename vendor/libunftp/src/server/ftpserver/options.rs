@@ -197,6 +197,9 @@ where
     pub user: Arc<Option<User>>,
     /// The logger associated with the session.
     pub logger: slog::Logger,
+    /// ferry: the session's working directory (what a relative path in
+    /// `arguments` is relative to).
+    pub cwd: std::path::PathBuf,
 }
 
 impl<Storage, User> std::fmt::Debug for SiteCommandContext<Storage, User>
@@ -252,6 +255,13 @@ where
 {
     /// Called when the client issues the `SITE <NAME> [arguments]` command.
     async fn handle(&self, context: &SiteCommandContext<Storage, User>) -> Reply;
+
+    /// ferry: the line FEAT lists for a top-level command registered with
+    /// [`ServerBuilder::command`](crate::ServerBuilder::command) (without
+    /// the leading space), if any.
+    fn feat(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Tells how graceful shutdown should happen. An instance of this struct should be returned from

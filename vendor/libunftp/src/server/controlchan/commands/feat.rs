@@ -42,6 +42,16 @@ where
             feat_text.push(" SITE MD5");
         }
 
+        // ferry: the lines of commands registered with ServerBuilder::command.
+        let extensions: Vec<String> = args
+            .site_handlers
+            .iter()
+            .filter(|(k, _)| k.starts_with('/'))
+            .filter_map(|(_, h)| h.feat())
+            .map(|l| format!(" {l}"))
+            .collect();
+        feat_text.extend(extensions.iter().map(String::as_str));
+
         // Show them in alphabetical order.
         feat_text.sort_unstable();
         feat_text.insert(0, "Extensions supported:");

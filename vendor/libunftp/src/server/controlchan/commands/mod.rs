@@ -85,6 +85,8 @@ pub use rmd::Rmd;
 pub use rnfr::Rnfr;
 pub use rnto::Rnto;
 pub use site::Site;
+// ferry: for top-level commands registered with ServerBuilder::command.
+pub(crate) use site::extension_key;
 pub use size::Size;
 pub use stat::Stat;
 pub use stor::Stor;

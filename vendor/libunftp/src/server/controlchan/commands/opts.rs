@@ -24,6 +24,9 @@ use async_trait::async_trait;
 pub enum Opt {
     /// The client wants us to enable UTF-8 encoding for file paths and such.
     Utf8 { on: bool },
+    /// ferry: `OPTS NAME ARGS` for a command registered with
+    /// [`ServerBuilder::command`](crate::ServerBuilder::command).
+    Other { name: String, arguments: String },
 }
 
 #[derive(Debug)]
@@ -45,10 +48,20 @@ where
     Storage::Metadata: Metadata,
 {
     #[tracing_attributes::instrument]
-    async fn handle(&self, _args: CommandContext<Storage, User>) -> Result<Reply, ControlChanError> {
+    async fn handle(&self, args: CommandContext<Storage, User>) -> Result<Reply, ControlChanError> {
         match &self.option {
             Opt::Utf8 { on: true } => Ok(Reply::new(ReplyCode::CommandOkay, "Always in UTF-8 mode.")),
             Opt::Utf8 { on: false } => Ok(Reply::new(ReplyCode::CommandNotImplementedForParameter, "Non UTF-8 mode not supported")),
+            // ferry: the registered command's handler answers its OPTS,
+            // called with `command` = "OPTS NAME".
+            Opt::Other { name, arguments } => {
+                if !args.site_handlers.contains_key(&super::site::extension_key(name)) {
+                    return Ok(Reply::new(ReplyCode::ParameterSyntaxError, "Option not understood"));
+                }
+                super::Site::extension(format!("OPTS {name}"), name.clone(), arguments.clone())
+                    .handle(args)
+                    .await
+            }
         }
     }
 }

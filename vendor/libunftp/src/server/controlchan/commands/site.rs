@@ -14,11 +14,32 @@ use async_trait::async_trait;
 pub struct Site {
     command: String,
     arguments: String,
+    // ferry: the key of the handler in `site_handlers`: the SITE
+    // subcommand's name, or `extension_key(NAME)` for a top-level command.
+    key: String,
+}
+
+/// ferry: where a top-level command registered with
+/// [`ServerBuilder::command`](crate::ServerBuilder::command) is kept among
+/// the SITE handlers (a SITE name cannot start with `/`).
+pub fn extension_key(name: &str) -> String {
+    format!("/{name}")
 }
 
 impl Site {
     pub fn new(command: String, arguments: String) -> Self {
-        Site { command, arguments }
+        let key = command.clone();
+        Site { command, arguments, key }
+    }
+
+    /// ferry: a top-level command (`NAME ARGS`), or its `OPTS NAME ARGS`
+    /// (then `command` is "OPTS NAME").
+    pub fn extension(command: String, name: String, arguments: String) -> Self {
+        Site {
+            command,
+            arguments,
+            key: extension_key(&name),
+        }
     }
 
     /// Narrow a Command context into a SiteCommandContext
@@ -28,9 +49,9 @@ impl Site {
         Storage: StorageBackend<User> + 'static,
         Storage::Metadata: Metadata,
     {
-        let (username, storage, user) = {
+        let (username, storage, user, cwd) = {
             let session = context.session.lock().await;
-            (session.username.clone(), session.storage.clone(), session.user.clone())
+            (session.username.clone(), session.storage.clone(), session.user.clone(), session.cwd.clone())
         };
         SiteCommandContext {
             command: self.command.clone(),
@@ -38,6 +59,7 @@ impl Site {
             username,
             storage,
             user,
+            cwd,
             logger: context.logger.clone(),
         }
     }
@@ -52,7 +74,11 @@ where
 {
     #[tracing_attributes::instrument]
     async fn handle(&self, context: CommandContext<Storage, User>) -> Result<Reply, ControlChanError> {
-        let Some(handler) = context.site_handlers.get(&self.command) else {
+        // ferry: `SITE /NAME` must not reach a top-level command's handler.
+        if self.key == self.command && self.command.starts_with('/') {
+            return Ok(Reply::new(ReplyCode::CommandNotImplemented, "Unknown SITE command"));
+        }
+        let Some(handler) = context.site_handlers.get(&self.key) else {
             return Ok(Reply::new(ReplyCode::CommandNotImplemented, "Unknown SITE command"));
         };
         let site_context = self.narrow(&context).await;

@@ -219,7 +219,17 @@ where
                 b"UTF8 OFF" | b"utf8 off" => Command::Opts {
                     option: Opt::Utf8 { on: false },
                 },
-                _ => return Err(ParseErrorKind::InvalidCommand.into()),
+                // ferry: `OPTS NAME ARGS` for any other NAME goes to the
+                // handler of command NAME, if one is registered (OPTS HASH).
+                _ => {
+                    let (name, args) = split_token_params(&params);
+                    Command::Opts {
+                        option: Opt::Other {
+                            name: normalize(name)?,
+                            arguments: String::from_utf8_lossy(args).to_string(),
+                        },
+                    }
+                }
             }
         }
         "DELE" => {
