@@ -96,14 +96,53 @@ fn sync_to_sshd_twice_then_checksum_finds_the_change() {
         fs::read(&changed).unwrap(),
         fs::read(dst.join("nested/a.bin")).unwrap()
     );
-    // OpenSSH cannot hash: ferry says it reads the files, never silently
-    // falls back to sizes.
+    // OpenSSH's sftp-server cannot hash, but sshd runs sha256sum (or
+    // b3sum) on an exec channel: nothing is read through the link.
+    assert_eq!(field(&out, "hashed_by_reading"), 0, "{}", describe(&out));
+    assert!(
+        !stderr_text(&out).contains("reading them"),
+        "{}",
+        describe(&out)
+    );
+
+    // A name with a space and a single quote, and -v says how files are
+    // hashed.
+    let quoted = src.join("it's \"quoted\"");
+    change_keeping_size_and_time(&quoted);
+    let mut a = args!["check", "-v", "-c", "-F", sshd.ssh_config()];
+    a.extend(args![&src, sshd.url(&dst)]);
+    let out = ferry_in(sshd.dir(), &a, &[]);
+    assert_code(&out, 1, "check -c finds the change");
+    assert!(
+        stdout_text(&out).contains("differs (hash): it's \"quoted\""),
+        "{}",
+        describe(&out)
+    );
+    let err = stderr_text(&out);
+    assert!(
+        err.contains("hashed on the server by") && err.contains("over SSH exec channels"),
+        "{err}"
+    );
+    assert!(!err.contains("reading them"), "{err}");
+    assert!(!err.contains("not hashed on the server"), "{err}");
+
+    // sshd that runs only SFTP (ForceCommand internal-sftp): the files are
+    // read to hash them, and ferry says so; never a fallback to sizes.
+    let mut sshd = sshd;
+    sshd.set_sshd_options(&["ForceCommand internal-sftp"]);
+    let out = sync_sshd(&sshd, &args!["--checksum", &src, sshd.url(&dst)]);
+    sshd.assert_ok(&out, "--checksum with ForceCommand internal-sftp");
+    assert_eq!(field(&out, "copied"), 1, "{}", describe(&out));
     assert!(
         stderr_text(&out).contains("cannot hash files; reading them"),
         "{}",
         describe(&out)
     );
     assert!(field(&out, "hashed_by_reading") > 0);
+    assert_eq!(
+        fs::read(&quoted).unwrap(),
+        fs::read(dst.join("it's \"quoted\"")).unwrap()
+    );
 }
 
 #[test]
