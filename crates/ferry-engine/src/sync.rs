@@ -217,6 +217,9 @@ async fn drive(s: Sync, stats: Arc<Stats>, events: Emitter, cancel: Cancel) -> S
             ..SyncReport::default()
         },
         Ok((src, dst)) => {
+            if s.opts.compare == Compare::Checksum {
+                tokio::join!(src.backend.prepare_hashes(), dst.backend.prepare_hashes());
+            }
             let ticker = tokio::spawn(transfer::tick(stats.clone(), events.clone()));
             let r = Walk::new(src, dst, s.opts, stats.clone(), events.clone(), cancel)
                 .run()

@@ -124,6 +124,10 @@ pub struct Conn {
     extended: bool,
     /// Whether the server lists with MLSD (FEAT says MLST); asked once.
     mlsd: Option<bool>,
+    /// What FEAT said (empty if the server refused it); asked once.
+    features: Option<suppaftp::types::Features>,
+    /// The algorithm `OPTS HASH` chose on this connection.
+    hash_algo: Option<String>,
 }
 
 impl Conn {
@@ -228,6 +232,8 @@ impl Conn {
             ep: ep.clone(),
             extended: true,
             mlsd: None,
+            features: None,
+            hash_algo: None,
         })
     }
 
@@ -312,10 +318,9 @@ impl Conn {
     pub fn list(&mut self, dir: &str) -> Result<(Vec<Entry>, Vec<String>), FtpError> {
         if self.mlsd.is_none() {
             let has = self
-                .s
-                .feat()
-                .map(|f| f.keys().any(|k| k.eq_ignore_ascii_case("MLST")))
-                .unwrap_or(false);
+                .features()
+                .keys()
+                .any(|k| k.eq_ignore_ascii_case("MLST"));
             self.mlsd = Some(has);
         }
         if self.mlsd == Some(true) {
@@ -336,6 +341,67 @@ impl Conn {
         let lines = r?;
         back.map_err(|e| self.err(&home, e))?;
         Ok(listing::parse(&lines, listing::Format::List))
+    }
+
+    /// What FEAT lists, asked once per connection (nothing when the
+    /// server refuses FEAT).
+    fn features(&mut self) -> &suppaftp::types::Features {
+        let s = &mut self.s;
+        self.features
+            .get_or_insert_with(|| s.feat().unwrap_or_default())
+    }
+
+    /// The hash algorithms of FEAT's `HASH` line (draft-bryan-ftpext-hash),
+    /// as the server names them; empty when it has no HASH.
+    pub fn hash_algorithms(&mut self) -> Vec<String> {
+        let line = self
+            .features()
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("HASH"))
+            .and_then(|(_, v)| v.clone())
+            .unwrap_or_default();
+        crate::hash::feat_algorithms(&line)
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect()
+    }
+
+    /// The hash of the whole file `path`, computed by the server: `OPTS
+    /// HASH algo` (once per connection and algorithm), then `HASH path`.
+    /// The reply must name `algo` and start at byte 0. The server reads
+    /// the whole file before it answers, so the reply may take longer than
+    /// the usual timeout: up to 10 minutes per command.
+    pub fn hash(&mut self, path: &str, algo: &str) -> Result<Vec<u8>, FtpError> {
+        let what = self.url(path);
+        let bad = |why: String| FtpError::Remote(format!("{what}: HASH: {why}"));
+        if self.hash_algo.as_deref() != Some(algo) {
+            self.s
+                .custom_command(format!("OPTS HASH {algo}"), &[Status::CommandOk])
+                .map_err(|e| self.err(path, e))?;
+            self.hash_algo = Some(algo.to_string());
+        }
+        let slow = self.ep.timeout.max(Duration::from_secs(600));
+        let _ = self.s.get_ref().set_read_timeout(Some(slow));
+        let r = self
+            .s
+            .custom_command(format!("HASH {path}"), &[Status::File]);
+        let _ = self.s.get_ref().set_read_timeout(Some(self.ep.timeout));
+        let r = r.map_err(|e| self.err(path, e))?;
+        let reply =
+            crate::hash::parse_hash_reply(&String::from_utf8_lossy(&r.body)).map_err(&bad)?;
+        if !reply.algorithm.eq_ignore_ascii_case(algo) {
+            return Err(bad(format!(
+                "asked for {algo}, the server answered with {}",
+                reply.algorithm
+            )));
+        }
+        if reply.start != 0 {
+            return Err(bad(format!(
+                "the server hashed from byte {}, not the whole file",
+                reply.start
+            )));
+        }
+        Ok(reply.hash)
     }
 
     /// The lines of a listing command, at most [`MAX_LISTING`] bytes (a

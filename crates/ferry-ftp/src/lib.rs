@@ -14,6 +14,7 @@
 //! - [`Conn`]: commands (`SIZE`, `MDTM`, listings, `RETR`/`STOR`/`APPE`
 //!   with `REST`, `RNFR`/`RNTO`, `MKD`);
 //! - [`listing`]: MLSD and `LIST` lines into safe [`listing::Entry`]s;
+//! - [`hash`]: FEAT's `HASH` line and `HASH`'s reply (draft-bryan-ftpext-hash);
 //! - [`FtpError`]: every failure, with the server's reply code and text.
 //!
 //! ```no_run
@@ -27,6 +28,7 @@
 
 mod conn;
 mod error;
+pub mod hash;
 pub mod listing;
 
 pub use conn::{Conn, Endpoint, Security, Transfer};

@@ -1,11 +1,14 @@
 //! The FTP control connection as a server drives it: the welcome, replies
-//! to USER/PASS, TYPE, PWD, SIZE, MDTM, CWD (ferry_ftp::Conn, reading
-//! replies through suppaftp), then FEAT and the EPSV and PASV replies
+//! to USER/PASS, TYPE, PWD, SIZE, MDTM, CWD, FEAT's HASH line, OPTS HASH
+//! and HASH (ferry_ftp::Conn, reading replies through suppaftp), then FEAT
+//! and the EPSV and PASV replies
 //! whose addresses suppaftp parses (a raw suppaftp stream, its data
 //! connection refused before any connect). Each exec serves the input on
 //! a loopback socket from a thread of this process: up to the first NUL to
 //! ferry's connection, the rest to the raw one. Nothing may panic or hang,
 //! and every failure must map to one of ferry's FTP errors with a message.
+//! The first part is also given, line by line, to the HASH parsers
+//! (`ferry_ftp::hash`), whose results must keep their promises.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -54,6 +57,25 @@ fn serve(payload: &[u8]) -> SocketAddr {
     *addr
 }
 
+/// `ferry_ftp::hash` on each line: algorithm names are plain tokens, a
+/// parsed reply has a range in order and a hash of 1 to MAX_HASH bytes.
+fn hash_parsers(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    for line in text.split_inclusive('\n') {
+        for (name, _) in ferry_ftp::hash::feat_algorithms(line) {
+            assert!(
+                !name.is_empty() && !name.contains(['*', ';', ' ']),
+                "{name:?}"
+            );
+        }
+        if let Ok(r) = ferry_ftp::hash::parse_hash_reply(line) {
+            assert!(r.start <= r.end, "{r:?}");
+            assert!(!r.hash.is_empty() && r.hash.len() <= ferry_ftp::hash::MAX_HASH);
+            assert!(!r.algorithm.is_empty() && !r.path.contains(['\r', '\n']));
+        }
+    }
+}
+
 fn check_error(e: &FtpError) {
     assert!(!e.to_string().is_empty());
     let _ = (e.code(), e.is_not_found(), e.is_network());
@@ -89,9 +111,16 @@ pub fn ftp_control(data: &[u8]) {
             if let Err(e) = c.is_dir("/d") {
                 check_error(&e);
             }
+            let algos = c.hash_algorithms();
+            let algo = algos.first().map(String::as_str).unwrap_or("SHA-256");
+            match c.hash("/f", algo) {
+                Ok(h) => assert!(!h.is_empty() && h.len() <= ferry_ftp::hash::MAX_HASH),
+                Err(e) => check_error(&e),
+            }
         }
         Err(e) => check_error(&e),
     }
+    hash_parsers(ours);
 
     // suppaftp's EPSV/PASV reply parsing: the data connection is refused
     // by the builder, so no address from the input is ever connected to.

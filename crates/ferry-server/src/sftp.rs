@@ -1394,8 +1394,8 @@ fn choose_hash(list: &[u8]) -> Option<(Algo, &'static str)> {
 }
 
 /// Hash `length` bytes (0: to the end) of `path` from `start`: one hash,
-/// or one per `block_size` bytes.
-fn check_file(
+/// or one per `block_size` bytes. FTP's `HASH` uses it too.
+pub(crate) fn check_file(
     path: &std::path::Path,
     algo: Algo,
     start: u64,

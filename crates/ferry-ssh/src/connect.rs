@@ -136,6 +136,16 @@ enum Winner {
     Password,
 }
 
+/// What a command run by [`SshConnection::exec`] gave back.
+#[derive(Debug, Default, Clone)]
+pub struct ExecOutput {
+    /// The exit status, if the server sent one.
+    pub status: Option<u32>,
+    pub stdout: Vec<u8>,
+    /// The first 4 KiB.
+    pub stderr: Vec<u8>,
+}
+
 /// One authenticated SSH connection.
 pub struct SshConnection {
     handle: client::Handle<ClientHandler>,
@@ -176,6 +186,56 @@ impl SshConnection {
                 host: self.label.clone(),
                 message: e.to_string(),
             })
+    }
+
+    /// Run `command` on an exec channel of this connection (sshd runs it
+    /// with the user's shell, in the login directory) with stdin closed,
+    /// and collect what it prints: at most `max_out` bytes of stdout (more
+    /// is an error), the first 4 KiB of stderr, and the exit status. A
+    /// server that refuses exec requests answers with an error; one that
+    /// forces another command (`ForceCommand internal-sftp`) runs that
+    /// instead, and its output is what comes back.
+    pub async fn exec(&self, command: &[u8], max_out: usize) -> Result<ExecOutput, SshError> {
+        let mut ch = self
+            .handle
+            .channel_open_session()
+            .await
+            .map_err(|e| self.protocol(e))?;
+        ch.exec(true, command.to_vec())
+            .await
+            .map_err(|e| self.protocol(e))?;
+        ch.eof().await.map_err(|e| self.protocol(e))?;
+        let mut out = ExecOutput::default();
+        while let Some(msg) = ch.wait().await {
+            match msg {
+                russh::ChannelMsg::Data { data } => {
+                    if out.stdout.len() + data.len() > max_out {
+                        let _ = ch.close().await;
+                        return Err(SshError::Protocol {
+                            host: self.label.clone(),
+                            message: format!("the command printed more than {max_out} bytes"),
+                        });
+                    }
+                    out.stdout.extend_from_slice(&data);
+                }
+                russh::ChannelMsg::ExtendedData { data, .. } => {
+                    let room = 4096usize.saturating_sub(out.stderr.len());
+                    out.stderr
+                        .extend_from_slice(data.get(..room.min(data.len())).unwrap_or_default());
+                }
+                russh::ChannelMsg::ExitStatus { exit_status } => out.status = Some(exit_status),
+                russh::ChannelMsg::Failure => {
+                    let _ = ch.close().await;
+                    return Err(SshError::Protocol {
+                        host: self.label.clone(),
+                        message: "the server refused to run a command".into(),
+                    });
+                }
+                russh::ChannelMsg::Close => break,
+                _ => {}
+            }
+        }
+        Ok(out)
     }
 
     fn protocol(&self, e: russh::Error) -> SshError {

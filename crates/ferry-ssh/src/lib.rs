@@ -23,7 +23,7 @@ mod proxy_command;
 mod sftp;
 
 pub use compression::{compression_report, CompressionReport, SshCompression};
-pub use connect::{ConnectOptions, Connector, SshConnection, CIPHERS};
+pub use connect::{ConnectOptions, Connector, ExecOutput, SshConnection, CIPHERS};
 pub use prompt::{Prompt, PromptHandle};
 
 /// The largest channel packet to advertise or ask for. russh drops a

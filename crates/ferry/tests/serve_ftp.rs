@@ -417,6 +417,102 @@ fn refusals_logins_paths_and_read_only() {
     );
 }
 
+/// curl's `-v` trace of `-Q CMD`s sent after the login (then a listing
+/// of the root), with the token as the password.
+fn quote(s: &FerryServe, cmds: &[&str]) -> Output {
+    let mut a = args!["-v"];
+    for c in cmds {
+        a.extend(args!["-Q", c]);
+    }
+    a.push(s.ftp_url("").into());
+    curl(s, Some(&login(s)), &a)
+}
+
+#[test]
+fn hash_command_hashes_on_the_server_and_stays_in_the_root() {
+    need!("curl");
+    let s = FerryServe::start_ftp(&[]);
+    let outer = s.dir().join("secret.txt");
+    fs::write(&outer, b"outside the root").unwrap();
+    symlink(&outer, s.root().join("link-out")).unwrap();
+    fs::create_dir_all(s.root().join("sub dir")).unwrap();
+    make_file(&s.root().join("sub dir/it's a file.bin"), 300_000, 21);
+    let data = fs::read(s.root().join("sub dir/it's a file.bin")).unwrap();
+    let sha = hex(&<sha2::Sha256 as sha2::Digest>::digest(&data));
+    let b3 = blake3::hash(&data).to_hex().to_string();
+
+    // FEAT lists HASH with the current choice marked; SHA-256 first.
+    let o = quote(&s, &["FEAT"]);
+    assert_ok(&o, "FEAT");
+    assert!(
+        stderr_text(&o).contains(" HASH SHA-256*;BLAKE3"),
+        "{}",
+        describe(&o)
+    );
+    // The draft's reply: ALGO START-END HEX PATH, the path as sent.
+    let o = quote(&s, &["HASH sub dir/it's a file.bin"]);
+    assert_ok(&o, "HASH with SHA-256");
+    let want = format!("< 213 SHA-256 0-300000 {sha} sub dir/it's a file.bin");
+    assert!(stderr_text(&o).contains(&want), "{want}: {}", describe(&o));
+    let o = quote(
+        &s,
+        &[
+            "OPTS HASH BLAKE3",
+            "CWD sub dir",
+            "HASH it's a file.bin",
+            "FEAT",
+        ],
+    );
+    assert_ok(&o, "OPTS HASH BLAKE3, relative path");
+    let err = stderr_text(&o);
+    assert!(err.contains("< 200 BLAKE3"), "{err}");
+    assert!(
+        err.contains(&format!("< 213 BLAKE3 0-300000 {b3} it's a file.bin")),
+        "{err}"
+    );
+    assert!(
+        err.contains("HASH SHA-256;BLAKE3*"),
+        "FEAT marks the choice: {err}"
+    );
+
+    // Refused: an unknown algorithm (504), a missing file, a directory,
+    // `..` above the root, an absolute path out, a symlink out (550).
+    let o = quote(&s, &["OPTS HASH MD5"]);
+    assert_ne!(o.status.code(), Some(0), "OPTS HASH MD5");
+    assert!(stderr_text(&o).contains("< 504"), "{}", describe(&o));
+    for bad in [
+        "HASH missing.bin",
+        "HASH sub dir",
+        "HASH ../secret.txt",
+        "HASH /../secret.txt",
+        "HASH link-out",
+    ] {
+        let o = quote(&s, &[bad]);
+        assert_ne!(o.status.code(), Some(0), "{bad}: {}", describe(&o));
+        let err = stderr_text(&o);
+        assert!(err.contains("< 550"), "{bad}: {err}");
+        assert!(!err.contains("< 213"), "{bad}: {err}");
+    }
+    // Not before the login.
+    let o = Command::new("curl")
+        .args(["-sS", "-v", "--ssl-reqd", "--cacert"])
+        .arg(s.cert_pem())
+        .args(["-u", "ferry:wrong", "-Q", "HASH sub dir/it's a file.bin"])
+        .arg(s.ftp_url(""))
+        .output()
+        .unwrap();
+    assert_ne!(o.status.code(), Some(0));
+    assert!(
+        !stderr_text(&o).contains("< 213 SHA-256"),
+        "{}",
+        describe(&o)
+    );
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
 #[test]
 fn public_allows_anonymous_reads_only_and_plain_when_allowed() {
     need!("curl");

@@ -96,14 +96,53 @@ fn sync_to_sshd_twice_then_checksum_finds_the_change() {
         fs::read(&changed).unwrap(),
         fs::read(dst.join("nested/a.bin")).unwrap()
     );
-    // OpenSSH cannot hash: ferry says it reads the files, never silently
-    // falls back to sizes.
+    // OpenSSH's sftp-server cannot hash, but sshd runs sha256sum (or
+    // b3sum) on an exec channel: nothing is read through the link.
+    assert_eq!(field(&out, "hashed_by_reading"), 0, "{}", describe(&out));
+    assert!(
+        !stderr_text(&out).contains("reading them"),
+        "{}",
+        describe(&out)
+    );
+
+    // A name with a space and a single quote, and -v says how files are
+    // hashed.
+    let quoted = src.join("it's \"quoted\"");
+    change_keeping_size_and_time(&quoted);
+    let mut a = args!["check", "-v", "-c", "-F", sshd.ssh_config()];
+    a.extend(args![&src, sshd.url(&dst)]);
+    let out = ferry_in(sshd.dir(), &a, &[]);
+    assert_code(&out, 1, "check -c finds the change");
+    assert!(
+        stdout_text(&out).contains("differs (hash): it's \"quoted\""),
+        "{}",
+        describe(&out)
+    );
+    let err = stderr_text(&out);
+    assert!(
+        err.contains("hashed on the server by") && err.contains("over SSH exec channels"),
+        "{err}"
+    );
+    assert!(!err.contains("reading them"), "{err}");
+    assert!(!err.contains("not hashed on the server"), "{err}");
+
+    // sshd that runs only SFTP (ForceCommand internal-sftp): the files are
+    // read to hash them, and ferry says so; never a fallback to sizes.
+    let mut sshd = sshd;
+    sshd.set_sshd_options(&["ForceCommand internal-sftp"]);
+    let out = sync_sshd(&sshd, &args!["--checksum", &src, sshd.url(&dst)]);
+    sshd.assert_ok(&out, "--checksum with ForceCommand internal-sftp");
+    assert_eq!(field(&out, "copied"), 1, "{}", describe(&out));
     assert!(
         stderr_text(&out).contains("cannot hash files; reading them"),
         "{}",
         describe(&out)
     );
     assert!(field(&out, "hashed_by_reading") > 0);
+    assert_eq!(
+        fs::read(&quoted).unwrap(),
+        fs::read(dst.join("it's \"quoted\"")).unwrap()
+    );
 }
 
 #[test]
@@ -291,6 +330,94 @@ fn sync_to_vsftpd_compares_by_size_and_says_so() {
     let out = ferry(&args!["sync", "-q", "--json", &src, &url]);
     assert_ok(&out, "second sync to vsftpd");
     assert_eq!(field(&out, "copied"), 0, "{}", describe(&out));
+
+    // vsftpd has no HASH: -c reads its files to hash them, and says so.
+    change_keeping_size_and_time(&src.join("d e/b c.txt"));
+    let out = ferry(&args!["sync", "--json", "-c", &src, &url]);
+    assert_ok(&out, "sync -c to vsftpd");
+    assert_eq!(field(&out, "copied"), 1, "{}", describe(&out));
+    assert!(field(&out, "hashed_by_reading") > 0, "{}", describe(&out));
+    assert!(
+        stderr_text(&out).contains("cannot hash files; reading them"),
+        "{}",
+        describe(&out)
+    );
+    assert_same_tree(
+        &src,
+        &ftpd.root().join("up/mirror"),
+        Cmp::default(),
+        "vsftpd after -c",
+    );
+}
+
+/// `ferry CMD --ssl-reqd --pin CERT -u ferry:TOKEN ARGS...` against ferry
+/// serve's FTP.
+fn with_serve_ftp(serve: &FerryServe, cmd: &str, args: &[OsString]) -> std::process::Output {
+    let mut all = args![
+        cmd,
+        "--ssl-reqd",
+        "--pin",
+        format!("sha256:{}", serve.cert_sha256),
+        "-u",
+        format!("ferry:{}", serve.token),
+    ];
+    all.extend(args.iter().cloned());
+    ferry_in(&serve.home(), &all, &[])
+}
+
+/// A few odd names, small, an empty file and a nested one.
+fn small_odd_tree(root: &Path) {
+    fs::create_dir_all(root.join("nested/deeper")).unwrap();
+    make_file(&root.join("file with spaces.txt"), 1000, 31);
+    make_file(&root.join("it's \"quoted\""), 42, 32);
+    make_file(&root.join("ünïcödé 日本.bin"), 12_345, 33);
+    make_file(&root.join("-leading-dash"), 10, 34);
+    make_file(&root.join("empty.dat"), 0, 35);
+    make_file(&root.join("nested/a.bin"), 100_000, 36);
+    make_file(&root.join("nested/deeper/b.bin"), 2 * 1024 * 1024 + 3, 37);
+}
+
+#[test]
+fn check_and_sync_over_ftps_hash_with_ferry_serves_hash_command() {
+    let serve = FerryServe::start_ftp(&["--writable"]);
+    let work = tempdir();
+    let src = work.path().join("src");
+    small_odd_tree(&src);
+    let url = serve.ftp_url("mirror/");
+    let out = with_serve_ftp(&serve, "sync", &args!["-q", "--json", &src, &url]);
+    assert_ok(&out, "first sync to ferry serve over FTPS");
+    assert_eq!(field(&out, "copied"), 7, "{}", describe(&out));
+    let out = with_serve_ftp(&serve, "check", &args!["-c", &src, &url]);
+    assert_ok(&out, "check -c: the same");
+    let err = stderr_text(&out);
+    assert!(!err.contains("reading them"), "hashed on the server: {err}");
+    assert!(err.contains("compared by blake3"), "{err}");
+
+    // Same size, the old time: FTP compares by size (it cannot keep
+    // times), so only -c finds it, with HASH, not by reading.
+    change_keeping_size_and_time(&src.join("nested/a.bin"));
+    change_keeping_size_and_time(&src.join("it's \"quoted\""));
+    let out = with_serve_ftp(&serve, "check", &args!["-c", &src, &url]);
+    assert_code(&out, 1, "check -c finds the changes");
+    let text = stdout_text(&out);
+    assert!(text.contains("differs (hash): nested/a.bin"), "{text}");
+    assert!(text.contains("differs (hash): it's \"quoted\""), "{text}");
+    assert!(
+        !stderr_text(&out).contains("reading them"),
+        "{}",
+        describe(&out)
+    );
+    let out = with_serve_ftp(&serve, "sync", &args!["-q", "--json", "-c", &src, &url]);
+    assert_ok(&out, "sync -c");
+    assert_eq!(field(&out, "copied"), 2, "{}", describe(&out));
+    assert_eq!(field(&out, "hashed_by_reading"), 0, "{}", describe(&out));
+    assert_eq!(json_field(&out, "hash"), "blake3");
+    assert_same_tree(
+        &src,
+        &serve.root().join("mirror"),
+        Cmp::default(),
+        "after sync -c",
+    );
 }
 
 #[test]

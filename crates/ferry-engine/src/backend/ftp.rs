@@ -15,8 +15,8 @@ use bytes::Bytes;
 use ferry_ftp::{Conn, Endpoint, FtpError, Security};
 
 use super::{
-    path, Backend, BackendInfo, ByteStream, Capabilities, Entry, EntryKind, LocalRange, RangeTask,
-    Sink, WriteMode,
+    path, Backend, BackendInfo, ByteStream, Capabilities, Entry, EntryKind, HashAlgo, LocalRange,
+    RangeTask, Sink, WriteMode,
 };
 use crate::error::TransferError;
 use crate::location::FtpSpec;
@@ -44,6 +44,9 @@ pub struct Ftp {
     /// The server's refusal of the last path `stat` found missing (its
     /// SIZE reply, `550 ...`), for the "no such file" message.
     refusal: Mutex<Option<(Vec<u8>, String)>>,
+    /// The hashes the server computes with `HASH` (FEAT's HASH line, read
+    /// once at open), best first, with the server's names for them.
+    hashes: Vec<(HashAlgo, String)>,
 }
 
 /// Logged-in control connections to one server: at most `max` live
@@ -172,10 +175,14 @@ impl Ftp {
     pub async fn open(spec: &FtpSpec, opts: &CopyOptions) -> Result<(Ftp, Vec<u8>), TransferError> {
         let ep = endpoint(spec, opts)?;
         let e2 = ep.clone();
-        let conn = tokio::task::spawn_blocking(move || Conn::open(&e2))
-            .await
-            .map_err(|e| TransferError::Network(format!("internal: {e}")))?
-            .map_err(TransferError::from)?;
+        let (conn, hash_names) = tokio::task::spawn_blocking(move || {
+            let mut c = Conn::open(&e2)?;
+            let names = c.hash_algorithms();
+            Ok::<_, FtpError>((c, names))
+        })
+        .await
+        .map_err(|e| TransferError::Network(format!("internal: {e}")))?
+        .map_err(TransferError::from)?;
         let home = conn.home.clone();
         let resolved = absolute(&home, &spec.path);
         let scheme = match ep.security {
@@ -210,6 +217,7 @@ impl Ftp {
                 prefix: format!("{scheme}://{user}{}{port}", spec.host),
                 max,
                 refusal: Mutex::new(None),
+                hashes: known_hashes(&hash_names),
             },
             resolved,
         ))
@@ -462,6 +470,30 @@ impl Backend for Ftp {
         self.with(move |c| c.rmdir(&ps)).await
     }
 
+    fn hashes(&self) -> Vec<HashAlgo> {
+        self.hashes.iter().map(|(a, _)| *a).collect()
+    }
+
+    /// `HASH` on the server (draft-bryan-ftpext-hash): the file is read
+    /// there, not through the link. `Ok(None)` for an algorithm FEAT did
+    /// not list (the caller then reads the file).
+    async fn hash(&self, p: &[u8], algo: HashAlgo) -> Result<Option<Vec<u8>>, TransferError> {
+        let Some((_, name)) = self.hashes.iter().find(|(a, _)| *a == algo) else {
+            return Ok(None);
+        };
+        let (ps, name) = (s(p), name.clone());
+        let h = self.with(move |c| c.hash(&ps, &name)).await?;
+        if h.len() != 32 {
+            return Err(TransferError::Remote(format!(
+                "{}: HASH: a {}-byte {} hash; it has 32 bytes",
+                self.display(p),
+                h.len(),
+                algo.name()
+            )));
+        }
+        Ok(Some(h))
+    }
+
     async fn close(&self) {
         let conns = std::mem::take(&mut lock(&self.pool.state).idle);
         let _ = tokio::task::spawn_blocking(move || {
@@ -483,6 +515,23 @@ impl From<FtpError> for TransferError {
             FtpError::Network(m) => TransferError::Network(m),
         }
     }
+}
+
+/// The algorithms of FEAT's HASH line that ferry computes too (SHA-256,
+/// BLAKE3; others are left out), BLAKE3 first (the cheaper to compute),
+/// each with the name the server gave it.
+fn known_hashes(names: &[String]) -> Vec<(HashAlgo, String)> {
+    let mut v: Vec<(HashAlgo, String)> = names
+        .iter()
+        .filter_map(|n| match n.to_ascii_uppercase().as_str() {
+            "BLAKE3" => Some((HashAlgo::Blake3, n.clone())),
+            "SHA-256" | "SHA256" => Some((HashAlgo::Sha256, n.clone())),
+            _ => None,
+        })
+        .collect();
+    v.sort_by_key(|(a, _)| *a != HashAlgo::Blake3);
+    v.dedup_by_key(|(a, _)| *a);
+    v
 }
 
 /// User and password, in curl's order: the URL, then `-u`, then
@@ -870,5 +919,22 @@ mod tests {
         assert_eq!(absolute("/home/u", ""), "/home/u");
         assert_eq!(absolute("/", "d/"), "/d");
         assert_eq!(absolute("/home/u", "/srv/x"), "/srv/x");
+    }
+
+    #[test]
+    fn hashes_from_feat() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            known_hashes(&names(&["SHA-1", "SHA-256", "BLAKE3", "MD5"])),
+            vec![
+                (HashAlgo::Blake3, "BLAKE3".to_string()),
+                (HashAlgo::Sha256, "SHA-256".to_string())
+            ]
+        );
+        assert_eq!(
+            known_hashes(&names(&["sha-256", "SHA-256"])),
+            vec![(HashAlgo::Sha256, "sha-256".to_string())]
+        );
+        assert!(known_hashes(&names(&["MD5", "CRC32"])).is_empty());
     }
 }

@@ -21,6 +21,7 @@ use bytes::Bytes;
 
 use crate::error::TransferError;
 
+mod exec_hash;
 pub mod ftp;
 pub mod http;
 pub mod local;
@@ -444,6 +445,12 @@ pub trait Backend: Send + Sync {
     fn hashes(&self) -> Vec<HashAlgo> {
         Vec::new()
     }
+
+    /// Called once before a run that compares hashes (`sync -c`, `check
+    /// -c`), before [`Backend::hashes`]: a backend that must ask the server
+    /// what it can hash (SFTP: which tools an exec channel can run) asks
+    /// here, not on every copy.
+    async fn prepare_hashes(&self) {}
 
     /// The hash of a whole file computed where it lives; `Ok(None)` when
     /// this backend cannot (the caller then reads the file to hash it:

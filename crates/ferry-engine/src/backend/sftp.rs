@@ -5,18 +5,19 @@
 //! the final name, `copy-data` when the server copies by itself.
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use ferry_sftp::{FileAttrs, OpenFlags};
-use ferry_ssh::{Connector, Handle, SftpClient, SftpError};
+use ferry_ssh::{Connector, Handle, SftpClient, SftpError, SshConnection};
 use futures_util::stream::{FuturesOrdered, FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
 use tokio::sync::oneshot;
 
+use super::exec_hash;
 use super::{
     path, Backend, BackendInfo, ByteStream, Capabilities, Entry, EntryKind, HashAlgo, LocalRange,
     RangeTask, Role, Sink, WriteMode,
@@ -123,6 +124,17 @@ pub struct Sftp {
     copy_data: bool,
     /// Hashes the server computes (`check-file-name`), best first.
     check_file: Vec<HashAlgo>,
+    /// Without `check-file-name`: the first connection, whose exec
+    /// channels run `b3sum`/`sha256sum` on the server (exec_hash.rs).
+    /// Taken out at `close`, before the connection threads end.
+    exec: Mutex<Option<Arc<SshConnection>>>,
+    /// What `prepare_hashes` found the server can run, best first.
+    exec_hashes: std::sync::OnceLock<Vec<HashAlgo>>,
+    /// Set when the server refused to run a command: no more tries.
+    exec_refused: AtomicBool,
+    /// Exec channels open at once: sshd allows 10 sessions per connection
+    /// (`MaxSessions`), and the SFTP channel is one.
+    exec_slots: tokio::sync::Semaphore,
     /// Dropping these lets the connection threads say goodbye and end.
     holds: Mutex<Vec<oneshot::Sender<()>>>,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
@@ -148,6 +160,7 @@ fn spawn_connection(
     connector: Arc<Connector>,
     max_in_flight: usize,
     stall: std::time::Duration,
+    exec_out: Option<oneshot::Sender<Arc<SshConnection>>>,
 ) -> Result<Spawned, TransferError> {
     let (ready_tx, ready_rx) = oneshot::channel();
     let (hold_tx, hold_rx) = oneshot::channel::<()>();
@@ -171,7 +184,7 @@ fn spawn_connection(
                 // handshake is dropped, not waited for.
                 let mut hold_rx = hold_rx;
                 let up = async {
-                    let conn = connector.connect().await?;
+                    let conn = Arc::new(connector.connect().await?);
                     let sftp = conn.sftp(max_in_flight).await?;
                     Ok::<_, TransferError>((conn, sftp))
                 };
@@ -186,6 +199,9 @@ fn spawn_connection(
                     _ = &mut hold_rx => return,
                 };
                 sftp.set_stall_timeout(stall);
+                if let Some(tx) = exec_out {
+                    let _ = tx.send(conn.clone());
+                }
                 let here = tokio::runtime::Handle::current();
                 let _ = ready_tx.send(Ok((sftp.clone(), here)));
                 let _ = hold_rx.await;
@@ -193,8 +209,12 @@ fn spawn_connection(
                 // takes no more bytes (its goodbye would wait for ever, and
                 // the copy's end with it), so it gets none, and any other
                 // gets a short while.
+                // (An exec channel still running holds the connection:
+                // it is then dropped without a goodbye.)
                 if !sftp.is_closed() {
-                    let _ = tokio::time::timeout(GOODBYE, conn.close()).await;
+                    if let Ok(conn) = Arc::try_unwrap(conn) {
+                        let _ = tokio::time::timeout(GOODBYE, conn.close()).await;
+                    }
                 }
             });
         })
@@ -221,10 +241,18 @@ impl Sftp {
             (opts.files_in_flight().max(1) * opts.max_depth.max(4)).clamp(64, 16384);
         // The first connection alone: a password or host-key question is
         // asked once.
-        let (rx, hold, thread) = spawn_connection(connector.clone(), max_in_flight, opts.timeout)?;
+        let (exec_tx, exec_rx) = oneshot::channel();
+        let (rx, hold, thread) = spawn_connection(
+            connector.clone(),
+            max_in_flight,
+            opts.timeout,
+            Some(exec_tx),
+        )?;
         let (first, first_rt) = rx.await.map_err(|_| {
             TransferError::Network(format!("{}: the connection thread died", spec.host))
         })??;
+        // Sent before the client: here already.
+        let exec = exec_rx.await.ok();
         let info = first.info();
         let (read_chunk, write_chunk) = chunk_sizes(&info, opts);
         let resolved = match &spec.path {
@@ -254,6 +282,10 @@ impl Sftp {
                 prefix: format!("sftp://{user}{}{port}", spec.host),
                 copy_data: info.has(ferry_sftp::consts::EXT_COPY_DATA),
                 check_file: check_file_algos(&info),
+                exec: Mutex::new(exec),
+                exec_hashes: std::sync::OnceLock::new(),
+                exec_refused: AtomicBool::new(false),
+                exec_slots: tokio::sync::Semaphore::new(EXEC_SLOTS),
                 cipher: info.cipher.clone(),
                 conns: RwLock::new(vec![(first, first_rt)]),
                 connector,
@@ -303,7 +335,7 @@ impl Sftp {
     /// the client comes through the receiver once it is up.
     fn spawn_one(&self) -> Result<Ready, TransferError> {
         let (rx, hold, thread) =
-            spawn_connection(self.connector.clone(), self.max_in_flight, self.stall)?;
+            spawn_connection(self.connector.clone(), self.max_in_flight, self.stall, None)?;
         self.holds
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -375,7 +407,43 @@ impl Sftp {
     fn err(&self, p: &[u8], e: SftpError) -> TransferError {
         TransferError::sftp(&self.host, p, e)
     }
+
+    /// `b3sum`/`sha256sum -- 'PATH'` on an exec channel, its output
+    /// checked strictly (exec_hash.rs). Any failure is a reason to read the
+    /// file instead, returned as text.
+    async fn exec_hash(&self, p: &[u8], algo: HashAlgo) -> Result<Vec<u8>, String> {
+        let tool = exec_hash::tool(algo).unwrap_or("?");
+        let cmd = exec_hash::command(algo, p)
+            .ok_or("a name with a new line or NUL is not given to a shell")?;
+        let conn = self
+            .exec
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or("the connection is closed")?;
+        let _slot = self.exec_slots.acquire().await.map_err(|e| e.to_string())?;
+        let out = conn.exec(&cmd, 4096).await.map_err(|e| {
+            let e = e.to_string();
+            if e.contains("refused to run") {
+                self.exec_refused.store(true, Ordering::Relaxed);
+            }
+            e
+        })?;
+        if out.status != Some(0) {
+            return Err(format!(
+                "{tool} exited with {}: {}",
+                out.status.map_or("no status".into(), |s| s.to_string()),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        exec_hash::parse(&out.stdout, p).map_err(|e| format!("{tool}: {e}"))
+    }
 }
+
+/// Exec channels open at once per backend (under sshd's `MaxSessions` 10).
+const EXEC_SLOTS: usize = 8;
+/// How long the probe (`command -v b3sum sha256sum`) may take.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// The hashes a server offers through `check-file-name`: its extension
 /// data lists them (ferry serve: "blake3,sha256"); a server that names
@@ -750,12 +818,72 @@ impl Backend for Sftp {
     }
 
     fn hashes(&self) -> Vec<HashAlgo> {
-        self.check_file.clone()
+        if !self.check_file.is_empty() {
+            return self.check_file.clone();
+        }
+        self.exec_hashes.get().cloned().unwrap_or_default()
+    }
+
+    /// Without `check-file-name` (OpenSSH), ask once whether an exec
+    /// channel can run `b3sum` or `sha256sum`; `-v` says what was found.
+    async fn prepare_hashes(&self) {
+        if !self.check_file.is_empty() || self.exec_hashes.get().is_some() {
+            return;
+        }
+        let conn = self.exec.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let found = match conn {
+            None => Vec::new(),
+            Some(c) => {
+                match tokio::time::timeout(PROBE_TIMEOUT, c.exec(exec_hash::PROBE, 4096)).await {
+                    Ok(Ok(out)) => exec_hash::found(&out.stdout),
+                    Ok(Err(e)) => {
+                        tracing::info!("{}: cannot run commands over SSH: {e}", self.host);
+                        Vec::new()
+                    }
+                    Err(_) => {
+                        tracing::info!(
+                            "{}: no answer to `command -v b3sum sha256sum` over SSH",
+                            self.host
+                        );
+                        Vec::new()
+                    }
+                }
+            }
+        };
+        if found.is_empty() {
+            tracing::info!(
+                "{}: no b3sum or sha256sum to run over SSH: files are read through the \
+                 connection to hash them",
+                self.host
+            );
+        } else {
+            let tools: Vec<&str> = found.iter().filter_map(|a| exec_hash::tool(*a)).collect();
+            tracing::info!(
+                "{}: files are hashed on the server by {} over SSH exec channels",
+                self.host,
+                tools.join(" or ")
+            );
+        }
+        let _ = self.exec_hashes.set(found);
     }
 
     async fn hash(&self, p: &[u8], algo: HashAlgo) -> Result<Option<Vec<u8>>, TransferError> {
         if !self.check_file.contains(&algo) {
-            return Ok(None);
+            let by_exec = self.exec_hashes.get().is_some_and(|v| v.contains(&algo))
+                && !self.exec_refused.load(Ordering::Relaxed);
+            if !by_exec {
+                return Ok(None);
+            }
+            return match self.exec_hash(p, algo).await {
+                Ok(h) => Ok(Some(h)),
+                Err(why) => {
+                    tracing::info!(
+                        "{}: not hashed on the server ({why}); reading it to hash it",
+                        self.display(p)
+                    );
+                    Ok(None)
+                }
+            };
         }
         let r = self
             .client()
@@ -869,6 +997,7 @@ impl Backend for Sftp {
     }
 
     async fn close(&self) {
+        self.exec.lock().unwrap_or_else(|p| p.into_inner()).take();
         let holds = std::mem::take(&mut *self.holds.lock().unwrap_or_else(|p| p.into_inner()));
         drop(holds);
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));

@@ -10,13 +10,15 @@
 //!
 //! - [`auth::TokenAuth`] for `USER`/`PASS` (password = the serve token);
 //! - [`storage::ConfinedFs`] for every file operation, which maps each path
-//!   into the served root with [`crate::Root`] or refuses it.
+//!   into the served root with [`crate::Root`] or refuses it;
+//! - [`hash::HashCommand`] for `HASH` and `OPTS HASH` (draft-bryan-ftpext-hash).
 //!
 //! TLS is required for the login and for data connections unless
 //! [`FtpOptions::allow_plain`]. Implicit FTPS (TLS from the first byte, port
 //! 990) is not offered: libunftp 0.24 only speaks explicit `AUTH TLS`.
 //! docs/internals/server.md ("FTP") has the details and the defaults.
 pub mod auth;
+pub mod hash;
 pub mod storage;
 
 use std::ops::RangeInclusive;
@@ -123,6 +125,7 @@ impl FtpService {
             self.auth.clone(),
         )
         .authenticator(authenticator)
+        .command("HASH", hash::HashCommand::new())
         .greeting("ferry serve")
         .ftps(self.cert.clone(), self.key.clone())
         .ftps_required(required, required)

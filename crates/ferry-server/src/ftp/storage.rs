@@ -45,7 +45,7 @@ impl ConfinedFs {
         ConfinedFs { root }
     }
 
-    fn resolve(&self, path: &Path, no_follow: bool) -> storage::Result<Resolved> {
+    pub(crate) fn resolve(&self, path: &Path, no_follow: bool) -> storage::Result<Resolved> {
         use std::os::unix::ffi::OsStrExt;
         self.root
             .resolve(path.as_os_str().as_bytes(), no_follow)

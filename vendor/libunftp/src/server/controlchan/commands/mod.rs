@@ -1,0 +1,97 @@
+//! This module contains the implementations for the FTP commands defined in
+//!
+//! - [RFC 959 - FTP](https://tools.ietf.org/html/rfc959)
+//! - [RFC 3659 - Extensions to FTP](https://tools.ietf.org/html/rfc3659)
+//! - [RFC 2228 - FTP Security Extensions](https://tools.ietf.org/html/rfc2228)
+
+mod abor;
+mod acct;
+mod allo;
+mod appe;
+mod auth;
+mod ccc;
+mod cdup;
+mod cwd;
+mod dele;
+mod epsv;
+mod feat;
+mod help;
+mod list;
+mod md5;
+mod mdtm;
+mod mkd;
+mod mlsd;
+pub(crate) mod mlst;
+mod mode;
+mod nlst;
+mod noop;
+mod opts;
+mod pass;
+pub(crate) mod passive_common;
+mod pasv;
+mod pbsz;
+mod port;
+mod prot;
+mod pwd;
+mod quit;
+mod rest;
+mod retr;
+mod rmd;
+mod rnfr;
+mod rnto;
+mod site;
+mod size;
+mod stat;
+mod stor;
+mod stou;
+mod stru;
+mod syst;
+mod type_;
+mod user;
+
+pub use self::md5::Md5;
+pub use abor::Abor;
+pub use acct::Acct;
+pub use allo::Allo;
+pub use appe::Appe;
+pub use auth::{Auth, AuthParam};
+pub use ccc::Ccc;
+pub use cdup::Cdup;
+pub use cwd::Cwd;
+pub use dele::Dele;
+pub use epsv::Epsv;
+pub use feat::Feat;
+pub use help::Help;
+pub use list::List;
+pub use mdtm::Mdtm;
+pub use mkd::Mkd;
+pub use mlsd::Mlsd;
+pub use mlst::Mlst;
+pub use mode::{Mode, ModeParam};
+pub use nlst::Nlst;
+pub use noop::Noop;
+pub use opts::{Opt, Opts};
+pub use pass::Pass;
+pub use pasv::Pasv;
+pub use pasv::make_pasv_reply;
+pub use pbsz::Pbsz;
+pub use port::Port;
+pub use prot::{Prot, ProtParam};
+pub use pwd::Pwd;
+pub use quit::Quit;
+pub use rest::Rest;
+pub use retr::Retr;
+pub use rmd::Rmd;
+pub use rnfr::Rnfr;
+pub use rnto::Rnto;
+pub use site::Site;
+// ferry: for top-level commands registered with ServerBuilder::command.
+pub(crate) use site::extension_key;
+pub use size::Size;
+pub use stat::Stat;
+pub use stor::Stor;
+pub use stou::Stou;
+pub use stru::{Stru, StruParam};
+pub use syst::Syst;
+pub use type_::Type;
+pub use user::User;

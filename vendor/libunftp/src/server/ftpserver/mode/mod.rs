@@ -1,0 +1,3 @@
+mod pooled;
+#[cfg(feature = "proxy_protocol")]
+mod proxy;
