@@ -527,6 +527,26 @@ fn slowdown_storm_is_retried() {
     assert_eq!(tree_digest(&back), tree_digest(&src));
 }
 
+/// A download refused for a CRC32 that does not match: it says so, and
+/// nothing of `name` is left in `dir`, under the final name or a part.
+fn assert_refused_as_corrupt(o: &std::process::Output, dir: &Path, dst: &Path, name: &str) {
+    let err = stderr_text(o).to_lowercase();
+    assert!(
+        err.contains("does not match") && err.contains("crc32"),
+        "{name}: {}",
+        describe(o)
+    );
+    assert!(!dst.exists(), "{name} kept");
+    let left: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains(name))
+        .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "{name}: left {left:?}");
+}
+
 /// Same size, other bytes, written into the object's file on the server:
 /// the checksum versitygw keeps (in extended attributes) stays the old one.
 fn corrupt_in_place(p: &Path) {
@@ -582,21 +602,7 @@ fn download_checked_against_the_stored_crc32() {
         assert_code(&o, 4, name);
         // One stream: the backend's check; ranges: the engine's, of the
         // assembled part file against the same stored value.
-        let err = stderr_text(&o).to_lowercase();
-        assert!(
-            err.contains("does not match") && err.contains("crc32"),
-            "{name}: {}",
-            describe(&o)
-        );
-        assert!(!dst.exists(), "{name} kept");
-        let left: Vec<_> = fs::read_dir(t.path())
-            .unwrap()
-            .flatten()
-            .filter(|e| e.file_name().to_string_lossy().contains(name))
-            .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
-            .map(|e| e.file_name())
-            .collect();
-        assert!(left.is_empty(), "{name}: left {left:?}");
+        assert_refused_as_corrupt(&o, t.path(), &dst, name);
     }
 }
 
@@ -1091,20 +1097,6 @@ fn composite_multipart_objects_are_checked() {
             &envs,
         );
         assert_code(&o, 4, name);
-        let err = stderr_text(&o).to_lowercase();
-        assert!(
-            err.contains("does not match") && err.contains("crc32"),
-            "{name}: {}",
-            describe(&o)
-        );
-        assert!(!dst.exists(), "{name} kept");
-        let left: Vec<_> = fs::read_dir(t.path())
-            .unwrap()
-            .flatten()
-            .filter(|e| e.file_name().to_string_lossy().contains(name))
-            .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
-            .map(|e| e.file_name())
-            .collect();
-        assert!(left.is_empty(), "{name}: left {left:?}");
+        assert_refused_as_corrupt(&o, t.path(), &dst, name);
     }
 }
