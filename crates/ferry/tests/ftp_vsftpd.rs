@@ -166,7 +166,16 @@ fn parallel_files_and_streams_ranges_verify_every_byte() {
             &s(&dst),
         ]));
         assert_ok(&o, &format!("--streams {n}"));
-        assert_eq!(json_field(&o, "streams"), n, "one connection per range");
+        // Connections opened: one per range, less any a finished range
+        // handed on before the last range asked (a busy machine).
+        let (opened, asked): (usize, usize) = (
+            json_field(&o, "streams").parse().expect("streams"),
+            n.parse().expect("n"),
+        );
+        assert!(
+            (2..=asked).contains(&opened),
+            "--streams {n}: {opened} connection(s)"
+        );
         assert_eq!(hash_file(&dst), big, "--streams {n}");
     }
     // -P: 30 files over 4 connections, both ways.
