@@ -444,7 +444,12 @@ fn bad_finals_or(src: &Path, dst: &Path, also: &[(PathBuf, blake3::Hash)]) -> Ve
             // fails). Untidy, but no file of the source's name is wrong.
             eprintln!("leftover (not a source name): {}", d.display());
         } else if !ok(&s, &d) {
-            bad.push(format!("{} differs from {}", d.display(), s.display()));
+            bad.push(format!(
+                "{} differs from {}: {}",
+                d.display(),
+                s.display(),
+                describe_difference(&s, &d)
+            ));
         }
     }
     bad

@@ -724,6 +724,26 @@ impl Retr {
             len,
         } = self;
         let mut c = pool.take().map_err(|e| (e.into(), true))?;
+        // A REST past the end of a file that shrank is not refused by
+        // every server: vsftpd then sends the file from its start, and a
+        // retry wrote those bytes at the offset asked (the fault matrix's
+        // truncated source ended with exit 0 and a file of the old size
+        // matching neither version). The file's size now says whether the
+        // range is still there; a server without SIZE goes unchecked.
+        if offset > 0 {
+            if let Ok(now) = c.size(&ps) {
+                let need = offset.saturating_add(len.unwrap_or(0));
+                if now < need {
+                    pool.give_back(c);
+                    return Err((
+                        TransferError::Remote(format!(
+                            "{display}: the file is now {now} bytes, shorter than the {need} the copy needs (it changed during the copy); run again"
+                        )),
+                        true,
+                    ));
+                }
+            }
+        }
         let mut t = match c.retr(&ps, offset) {
             Ok(t) => t,
             Err(e) => {
