@@ -68,7 +68,19 @@ pub async fn by_reading(
     path: &[u8],
     algo: HashAlgo,
 ) -> Result<Vec<u8>, TransferError> {
-    let mut s = b.read(path, 0, None).await?;
+    range_by_reading(b, path, 0, None, algo).await
+}
+
+/// Hash `len` bytes of a file from `offset` (`None`: to its end) by
+/// reading them through the backend.
+async fn range_by_reading(
+    b: &dyn Backend,
+    path: &[u8],
+    offset: u64,
+    len: Option<u64>,
+    algo: HashAlgo,
+) -> Result<Vec<u8>, TransferError> {
+    let mut s = b.read(path, offset, len).await?;
     let mut h = Hasher::new(algo);
     while let Some(piece) = s.next().await? {
         h.update(&piece);
@@ -83,10 +95,8 @@ pub async fn of_file(
     path: &[u8],
     algo: HashAlgo,
 ) -> Result<(Vec<u8>, bool), TransferError> {
-    match b.hash(path, algo).await? {
-        Some(h) => Ok((h, false)),
-        None => Ok((by_reading(b, path, algo).await?, true)),
-    }
+    let h = b.hash(path, algo).await?;
+    or_read(b, path, algo, h).await
 }
 
 /// The CRC32 of the CRC32s of `parts` (consecutive sizes) of a file, read
@@ -99,12 +109,9 @@ pub async fn composite_by_reading(
     let mut crcs = Vec::with_capacity(parts.len());
     let mut offset = 0u64;
     for &len in parts {
-        let mut h = crc32fast::Hasher::new();
-        let mut s = b.read(path, offset, Some(len)).await?;
-        while let Some(piece) = s.next().await? {
-            h.update(&piece);
-        }
-        crcs.push(h.finalize());
+        let crc = range_by_reading(b, path, offset, Some(len), HashAlgo::Crc32).await?;
+        // `Hasher` gives CRC32 big-endian.
+        crcs.push(u32::from_be_bytes(crc.try_into().unwrap_or_default()));
         offset += len;
     }
     Ok(crate::s3::composite_of(&crcs).to_vec())

@@ -335,6 +335,21 @@ impl Inner {
         }
     }
 
+    /// A HEAD asking for the stored checksums (`x-amz-checksum-mode`).
+    async fn head_with_checksums(&self, key: &str) -> Result<Response, TransferError> {
+        self.send_retrying(&|| Req::new(Method::HEAD, key).h(s3::CHECKSUM_MODE, "ENABLED"))
+            .await
+    }
+
+    /// What a COMPOSITE multipart object keeps, from `resp` (its HEAD):
+    /// the CRC32 of its parts' CRC32s and the part sizes.
+    async fn composite_parts(&self, key: &str, resp: &Response) -> Option<(Vec<u8>, Vec<u64>)> {
+        let (want, n) = s3::composite_crc32(resp.header(s3::CHECKSUM_CRC32))?;
+        self.part_sizes(key, n, resp.content_length())
+            .await
+            .map(|parts| (want.to_vec(), parts))
+    }
+
     /// The sizes of a multipart object's `n` parts, in order: a HEAD of
     /// each part (`?partNumber=K` answers with that part's length).
     /// GetObjectAttributes would list them in one request on AWS, but
@@ -983,9 +998,7 @@ impl Backend for S3 {
         }
         let i = &self.inner;
         let key = key_of(p)?;
-        let resp = i
-            .send_retrying(&|| Req::new(Method::HEAD, key).h(s3::CHECKSUM_MODE, "ENABLED"))
-            .await?;
+        let resp = i.head_with_checksums(key).await?;
         if resp.status == StatusCode::NOT_FOUND {
             return Err(TransferError::Remote(format!(
                 "{}: no such object",
@@ -1006,18 +1019,11 @@ impl Backend for S3 {
     ) -> Result<Option<(Vec<u8>, Vec<u64>)>, TransferError> {
         let i = &self.inner;
         let key = key_of(p)?;
-        let resp = i
-            .send_retrying(&|| Req::new(Method::HEAD, key).h(s3::CHECKSUM_MODE, "ENABLED"))
-            .await?;
+        let resp = i.head_with_checksums(key).await?;
         if !resp.status.is_success() {
             return Ok(None);
         }
-        let Some((want, n)) = s3::composite_crc32(resp.header(s3::CHECKSUM_CRC32)) else {
-            return Ok(None);
-        };
-        Ok(i.part_sizes(key, n, resp.content_length())
-            .await
-            .map(|parts| (want.to_vec(), parts)))
+        Ok(i.composite_parts(key, &resp).await)
     }
 
     /// Before a split or resumed download: the ETag as the version (a
@@ -1026,9 +1032,7 @@ impl Backend for S3 {
     async fn read_info(&self, p: &[u8]) -> Result<ReadInfo, TransferError> {
         let i = &self.inner;
         let key = key_of(p)?;
-        let resp = i
-            .send_retrying(&|| Req::new(Method::HEAD, key).h(s3::CHECKSUM_MODE, "ENABLED"))
-            .await?;
+        let resp = i.head_with_checksums(key).await?;
         if !resp.status.is_success() {
             // The GET that follows says what is wrong, with its body.
             return Ok(ReadInfo {
@@ -1038,16 +1042,14 @@ impl Backend for S3 {
         }
         let version = resp.header("etag").map(str::to_string);
         let check = i.cfg.checksum != Checksum::None;
-        if let Some((want, n)) = s3::composite_crc32(resp.header(s3::CHECKSUM_CRC32))
-            .filter(|_| check && stored_crc32(&resp).is_none())
-        {
+        if check && stored_crc32(&resp).is_none() {
             // A COMPOSITE multipart object: checked part by part once the
             // part sizes are known.
-            if let Some(parts) = i.part_sizes(key, n, resp.content_length()).await {
+            if let Some((want, parts)) = i.composite_parts(key, &resp).await {
                 return Ok(ReadInfo {
                     ranges: true,
                     version,
-                    digest: Some((HashAlgo::Crc32, want.to_vec())),
+                    digest: Some((HashAlgo::Crc32, want)),
                     digest_parts: parts,
                 });
             }

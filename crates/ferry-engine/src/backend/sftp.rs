@@ -372,20 +372,25 @@ impl Sftp {
         }
         joining.retain_mut(|rx| match rx.try_recv() {
             Err(oneshot::error::TryRecvError::Empty) => true,
-            Ok(Ok(c)) => {
-                self.conns
-                    .write()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(c);
-                false
-            }
-            // An extra connection that fails is not fatal: fewer streams.
-            Ok(Err(e)) => {
-                tracing::debug!("{}: no extra connection: {e}", self.host);
+            Ok(up) => {
+                self.join(up);
                 false
             }
             Err(oneshot::error::TryRecvError::Closed) => false,
         });
+    }
+
+    /// An extra connection's outcome: up, it takes work; failed, it is
+    /// not fatal (fewer streams).
+    fn join(&self, up: Result<(SftpClient, tokio::runtime::Handle), TransferError>) {
+        match up {
+            Ok(c) => self
+                .conns
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(c),
+            Err(e) => tracing::debug!("{}: no extra connection: {e}", self.host),
+        }
     }
 
     async fn client(&self) -> Result<SftpClient, TransferError> {
@@ -981,16 +986,8 @@ impl Backend for Sftp {
             let joining =
                 std::mem::take(&mut *self.joining.lock().unwrap_or_else(|p| p.into_inner()));
             for rx in joining {
-                match rx.await {
-                    Ok(Ok(c)) => self
-                        .conns
-                        .write()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push(c),
-                    // An extra connection that fails is not fatal: fewer
-                    // streams.
-                    Ok(Err(e)) => tracing::debug!("{}: no extra connection: {e}", self.host),
-                    Err(_) => {}
+                if let Ok(up) = rx.await {
+                    self.join(up);
                 }
             }
         }
