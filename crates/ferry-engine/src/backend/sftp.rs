@@ -36,6 +36,9 @@ use crate::{CopyOptions, Tuning};
 const STREAM_INFLIGHT: u64 = 32 * 1024 * 1024;
 /// Work that earns one more connection (docs/internals/sftp.md).
 const PER_CONNECTION: u64 = 64 * 1024 * 1024;
+/// How often a writer waiting for a connection to join looks again when
+/// another writer waits on that connection ([`Sftp::conn_for_write`]).
+const JOIN_POLL: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// Fallback request size when the server does not state its limits: the
 /// size every SFTP server must accept (draft-02 suggests 32 KiB).
@@ -100,7 +103,7 @@ pub struct Sftp {
     /// The connections, each with its runtime (its thread): `put_whole`
     /// runs a small file's requests there, in one trip. One at first;
     /// `prepare` adds more when the work is worth them.
-    conns: RwLock<Vec<(SftpClient, tokio::runtime::Handle)>>,
+    conns: RwLock<Vec<Conn>>,
     connector: Arc<Connector>,
     max_in_flight: usize,
     /// `--streams` when given.
@@ -140,7 +143,65 @@ pub struct Sftp {
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// Connections `prepare` asked for that are still shaking hands: the
     /// work starts on those that are up, and each joins when it is.
-    joining: Mutex<Vec<Ready>>,
+    joining: Mutex<Vec<Joining>>,
+    /// How many connections are still shaking hands, those a writer is
+    /// waiting for included.
+    joining_n: Arc<AtomicUsize>,
+    /// Files in flight (`-P`), shared out over the connections an upload
+    /// asked for ([`Sftp::conn_for_write`]).
+    parallel: usize,
+    /// Each connection's share of the writes while others are still
+    /// joining; 0: no limit (nothing joining, or a download).
+    write_share: AtomicUsize,
+    /// A write ended or a connection joined: a writer waiting for room
+    /// looks again.
+    room: Arc<tokio::sync::Notify>,
+}
+
+/// One connection: its client, the runtime of its thread, and the weight
+/// of the writes open on it ([`WriteSlot`]).
+#[derive(Clone)]
+struct Conn {
+    c: SftpClient,
+    rt: tokio::runtime::Handle,
+    writes: Arc<AtomicUsize>,
+}
+
+impl Conn {
+    fn new((c, rt): (SftpClient, tokio::runtime::Handle)) -> Conn {
+        Conn {
+            c,
+            rt,
+            writes: Arc::default(),
+        }
+    }
+}
+
+/// A write's place on its connection, given back when the write ends.
+struct WriteSlot {
+    writes: Arc<AtomicUsize>,
+    weight: usize,
+    room: Arc<tokio::sync::Notify>,
+}
+
+impl Drop for WriteSlot {
+    fn drop(&mut self) {
+        self.writes.fetch_sub(self.weight, Ordering::Relaxed);
+        self.room.notify_waiters();
+    }
+}
+
+/// A connection still shaking hands; counted in `joining_n` until its
+/// outcome is taken or it is given up.
+struct Joining {
+    rx: Ready,
+    n: Arc<AtomicUsize>,
+}
+
+impl Drop for Joining {
+    fn drop(&mut self) {
+        self.n.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// How long a connection's goodbye (SSH_MSG_DISCONNECT) may take before
@@ -287,7 +348,7 @@ impl Sftp {
                 exec_refused: AtomicBool::new(false),
                 exec_slots: tokio::sync::Semaphore::new(EXEC_SLOTS),
                 cipher: info.cipher.clone(),
-                conns: RwLock::new(vec![(first, first_rt)]),
+                conns: RwLock::new(vec![Conn::new((first, first_rt))]),
                 connector,
                 max_in_flight,
                 streams: opts.streams,
@@ -303,6 +364,10 @@ impl Sftp {
                 holds: Mutex::new(vec![hold]),
                 threads: Mutex::new(vec![thread]),
                 joining: Mutex::new(Vec::new()),
+                joining_n: Arc::default(),
+                parallel: opts.files_in_flight(),
+                write_share: AtomicUsize::new(0),
+                room: Arc::default(),
             },
             resolved,
         ))
@@ -313,22 +378,95 @@ impl Sftp {
     /// restarted server), one new connection is made, so the engine's
     /// retry of a range or file has somewhere to go.
     async fn conn(&self) -> Result<(SftpClient, tokio::runtime::Handle), TransferError> {
-        if let Some(c) = self.live() {
-            return Ok(c);
+        let k = self.live_conn().await?;
+        Ok((k.c, k.rt))
+    }
+
+    /// [`Sftp::conn`], as the connection itself.
+    async fn live_conn(&self) -> Result<Conn, TransferError> {
+        if let Some(k) = self.live() {
+            return Ok(k);
         }
         let _one = self.reconnecting.lock().await;
-        if let Some(c) = self.live() {
-            return Ok(c);
+        if let Some(k) = self.live() {
+            return Ok(k);
         }
         tracing::info!("{}: every connection was lost; connecting again", self.host);
         let rx = self.spawn_one()?;
         let c = rx.await.map_err(|_| {
             TransferError::Network(format!("{}: the connection thread died", self.host))
         })??;
+        let k = Conn::new(c);
         let mut conns = self.conns.write().unwrap_or_else(|p| p.into_inner());
-        conns.retain(|(c, _)| !c.is_closed());
-        conns.push(c.clone());
-        Ok(c)
+        conns.retain(|k| !k.c.is_closed());
+        conns.push(k.clone());
+        Ok(k)
+    }
+
+    /// A connection for a write of `weight` (a file 1, a range of a split
+    /// file a connection's whole share), and its slot there. The least
+    /// busy connection takes it; while extra connections are still
+    /// shaking hands, each one up takes only its share of `-P` (as the
+    /// copy loop's workers did), so the files do not all pile on the
+    /// first connection: a file stays on the connection it was opened on,
+    /// and sshd's 2 MiB window caps each.
+    async fn conn_for_write(&self, weight: usize) -> Result<(Conn, WriteSlot), TransferError> {
+        loop {
+            // Registered before looking, so a slot freed meanwhile wakes it.
+            let room = self.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            self.adopt_joined();
+            let least = {
+                let conns = self.conns.read().unwrap_or_else(|p| p.into_inner());
+                conns
+                    .iter()
+                    .filter(|k| !k.c.is_closed())
+                    .min_by_key(|k| k.writes.load(Ordering::Relaxed))
+                    .cloned()
+            };
+            let k = match least {
+                Some(k) => k,
+                None => self.live_conn().await?,
+            };
+            let share = self.write_share.load(Ordering::Relaxed);
+            let busy = k.writes.load(Ordering::Relaxed);
+            let waiting = self.joining_n.load(Ordering::Relaxed) > 0;
+            if !waiting || share == 0 || busy + weight <= share.max(weight) {
+                k.writes.fetch_add(weight, Ordering::Relaxed);
+                let slot = WriteSlot {
+                    writes: k.writes.clone(),
+                    weight,
+                    room: self.room.clone(),
+                };
+                return Ok((k, slot));
+            }
+            // Every connection up has its share: wait for one still
+            // joining (or for a write to end, when another writer is
+            // already waiting for the next connection).
+            let next = self.joining.lock().unwrap_or_else(|p| p.into_inner()).pop();
+            match next {
+                Some(mut j) => {
+                    if let Ok(up) = (&mut j.rx).await {
+                        self.join(up);
+                    }
+                }
+                None => {
+                    let _ = tokio::time::timeout(JOIN_POLL, room).await;
+                }
+            }
+        }
+    }
+
+    /// The weight of a write on its connection ([`Sftp::conn_for_write`]).
+    fn write_weight(&self, mode: WriteMode) -> usize {
+        match mode {
+            WriteMode::Create { .. } => 1,
+            // A range of a split file fills a connection's window alone:
+            // a second one there would only share it, while a connection
+            // still joining could take it.
+            WriteMode::At(_) => self.write_share.load(Ordering::Relaxed).max(1),
+        }
     }
 
     /// One more connection on a thread of its own, kept until `close`;
@@ -348,19 +486,19 @@ impl Sftp {
     }
 
     /// A connection that is still up, round robin.
-    fn live(&self) -> Option<(SftpClient, tokio::runtime::Handle)> {
+    fn live(&self) -> Option<Conn> {
         self.adopt_joined();
         let conns = self.conns.read().unwrap_or_else(|p| p.into_inner());
         let n = conns.len();
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         (0..n)
             .filter_map(|k| conns.get((start + k) % n.max(1)))
-            .find(|(c, _)| !c.is_closed())
+            .find(|k| !k.c.is_closed())
             .cloned()
     }
 
     fn joining_count(&self) -> usize {
-        self.joining.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.joining_n.load(Ordering::Relaxed)
     }
 
     /// Move the connections that came up since the last look from
@@ -370,7 +508,7 @@ impl Sftp {
         if joining.is_empty() {
             return;
         }
-        joining.retain_mut(|rx| match rx.try_recv() {
+        joining.retain_mut(|j| match j.rx.try_recv() {
             Err(oneshot::error::TryRecvError::Empty) => true,
             Ok(up) => {
                 self.join(up);
@@ -388,9 +526,10 @@ impl Sftp {
                 .conns
                 .write()
                 .unwrap_or_else(|p| p.into_inner())
-                .push(c),
+                .push(Conn::new(c)),
             Err(e) => tracing::debug!("{}: no extra connection: {e}", self.host),
         }
+        self.room.notify_waiters();
     }
 
     async fn client(&self) -> Result<SftpClient, TransferError> {
@@ -406,7 +545,7 @@ impl Sftp {
 
     fn connections(&self) -> usize {
         let conns = self.conns.read().unwrap_or_else(|p| p.into_inner());
-        conns.iter().filter(|(c, _)| !c.is_closed()).count().max(1)
+        conns.iter().filter(|k| !k.c.is_closed()).count().max(1)
     }
 
     fn err(&self, p: &[u8], e: SftpError) -> TransferError {
@@ -622,7 +761,7 @@ impl Backend for Sftp {
         mode: WriteMode,
         _size: Option<u64>,
     ) -> Result<Box<dyn Sink>, TransferError> {
-        let (c, rt) = self.conn().await?;
+        let (Conn { c, rt, .. }, slot) = self.conn_for_write(self.write_weight(mode)).await?;
         let (flags, attrs) = match mode {
             WriteMode::Create { perm } => (
                 OpenFlags::WRITE | OpenFlags::CREATE | OpenFlags::TRUNCATE,
@@ -648,6 +787,7 @@ impl Backend for Sftp {
             pending: BytesMut::new(),
             held: None,
             running: FuturesUnordered::new(),
+            _slot: slot,
         }))
     }
 
@@ -717,7 +857,9 @@ impl Backend for Sftp {
         // OPEN, WRITEs, FSETSTAT, CLOSE, RENAME from the connection's own
         // thread: one hand-off for the file instead of one per request,
         // which was most of a small-file sync's CPU (perf).
-        let (c, rt) = self.conn().await?;
+        let (Conn { c, rt, .. }, slot) = self
+            .conn_for_write(self.write_weight(WriteMode::Create { perm }))
+            .await?;
         let w = part.unwrap_or(to).to_vec();
         let to_shown = to.to_vec();
         let (part, to) = (part.map(<[u8]>::to_vec), to.to_vec());
@@ -748,6 +890,7 @@ impl Backend for Sftp {
             if let Some(p) = part {
                 c.rename_over(&p, &to).await.map_err(|e| (to.clone(), e))?;
             }
+            drop(slot);
             Ok::<(), (Vec<u8>, SftpError)>(())
         });
         match job.await {
@@ -967,29 +1110,33 @@ impl Backend for Sftp {
         }
         for _ in have + self.joining_count()..want {
             match self.spawn_one() {
-                Ok(rx) => self
-                    .joining
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(rx),
+                Ok(rx) => {
+                    self.joining_n.fetch_add(1, Ordering::Relaxed);
+                    let j = Joining {
+                        rx,
+                        n: self.joining_n.clone(),
+                    };
+                    self.joining
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(j);
+                }
                 Err(e) => tracing::debug!("{}: no extra connection: {e}", self.host),
             }
         }
-        // A download starts on the first connection and `live` adopts each
-        // other one as it comes up: a second sshd session took ~190 ms to
+        // The work starts on the first connection and each other one
+        // joins as it comes up: a second sshd session took ~190 ms to
         // reach SFTP on the measuring host, longer than 100 x 1 MB then
-        // took to move (0.8x the copy loop, which never waited). An upload
-        // waits for them: every file it starts is bound to a connection,
-        // sshd's 2 MiB window caps each, and files piled on the first one
-        // made 100 x 1 MB 1.2x slower than waiting (2026-11-27).
+        // took to move. An upload's file stays on the connection it was
+        // opened on and sshd's 2 MiB window caps each, so while others
+        // join, each connection up takes only its share of the files
+        // (`conn_for_write`): files all piled on the first one made
+        // 100 x 1 MB 1.2x slower than waiting for every connection, and
+        // waiting 0.88x the copy loop, which shared them out this way
+        // (2026-11-27/28).
         if role == Role::Destination {
-            let joining =
-                std::mem::take(&mut *self.joining.lock().unwrap_or_else(|p| p.into_inner()));
-            for rx in joining {
-                if let Ok(up) = rx.await {
-                    self.join(up);
-                }
-            }
+            let share = self.parallel.div_ceil(want).max(1);
+            self.write_share.store(share, Ordering::Relaxed);
         }
     }
 
@@ -1130,6 +1277,8 @@ struct SftpWrite {
     /// and goes out as one WRITE without a copy.
     held: Option<Bytes>,
     running: FuturesUnordered<Call<()>>,
+    /// Its place on the connection, until the write ends.
+    _slot: WriteSlot,
 }
 
 impl SftpWrite {
