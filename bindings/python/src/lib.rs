@@ -53,6 +53,15 @@ fn runtime() -> PyResult<&'static tokio::runtime::Runtime> {
 /// arguments into these), and the credentials callable as the Prompt.
 fn options(pairs: Vec<(String, String)>, credentials: Option<Py<PyAny>>) -> PyResult<CopyOptions> {
     let mut o = CopyOptions::default();
+    // S3 as the AWS CLI finds it: the engine reads no environment, so the
+    // binding hands it the AWS_* variables and $HOME (for ~/.aws) as they
+    // are now, and lets requests go unsigned when they hold no
+    // credentials, as `ferry cp` does.
+    o.s3.aws_config = Some(ferry_engine::s3::AwsConfig::from_vars(
+        std::env::vars_os(),
+        std::env::var_os("HOME").map(Into::into),
+    ));
+    o.s3.anonymous = true;
     for (k, v) in pairs {
         o.set(&k, &v).map_err(PyValueError::new_err)?;
     }

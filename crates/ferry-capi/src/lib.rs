@@ -272,6 +272,19 @@ pub struct FerryTransfer {
     cancel_asked: AtomicBool,
 }
 
+/// S3 as the AWS CLI finds it: the engine reads no environment, so the
+/// C library hands it the `AWS_*` variables and `$HOME` (for `~/.aws`)
+/// as they are when a transfer starts, and lets requests go unsigned
+/// when they hold no credentials, as `ferry cp` does.
+fn with_aws_config(mut o: CopyOptions) -> CopyOptions {
+    o.s3.aws_config = Some(ferry_engine::s3::AwsConfig::from_vars(
+        std::env::vars_os(),
+        std::env::var_os("HOME").map(Into::into),
+    ));
+    o.s3.anonymous = true;
+    o
+}
+
 fn cstring(s: &str) -> CString {
     CString::new(s.replace('\0', " ")).unwrap_or_default()
 }
@@ -545,7 +558,7 @@ impl FerryTransfer {
         let (tx, rx) = mpsc::channel();
         let mut handle = {
             let _entered = rt.enter();
-            Transfer::new(srcs, dst, s.opts.clone()).start()
+            Transfer::new(srcs, dst, with_aws_config(s.opts.clone())).start()
         };
         *self.cancel.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle.canceller());
         rt.spawn(async move {

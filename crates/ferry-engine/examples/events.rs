@@ -8,7 +8,9 @@
 //! With `--cancel-after`, the transfer is cancelled once that many bytes
 //! have moved, and the program exits non-zero; nothing incomplete is left
 //! under a final name. The same URLs as `ferry cp` (ssh config, agent and
-//! known_hosts included; no prompts: this is an unattended program).
+//! known_hosts included; no prompts: this is an unattended program). For
+//! s3:// it hands the engine the AWS variables and ~/.aws, as `ferry cp`
+//! does; the engine itself reads none of them.
 use ferry_engine::{CopyOptions, Event, Location, Transfer};
 
 fn esc(s: &str) -> String {
@@ -67,6 +69,10 @@ fn json(e: &Event) -> String {
 async fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let mut opts = CopyOptions::default();
+    opts.s3.aws_config = Some(ferry_engine::s3::AwsConfig::from_vars(
+        std::env::vars_os(),
+        std::env::var_os("HOME").map(Into::into),
+    ));
     let mut cancel_after: Option<u64> = None;
     let mut paths = Vec::new();
     while !args.is_empty() {

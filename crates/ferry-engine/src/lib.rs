@@ -106,8 +106,10 @@ pub struct CopyOptions {
     /// are spread over (docs/internals/http.md, "Shards"); `None`: one per
     /// core, at most 4, when several files move at once.
     pub http_shards: Option<usize>,
-    /// S3: endpoint, region, addressing, part sizes, checksums; the rest
-    /// comes from the environment and ~/.aws (docs/internals/s3.md).
+    /// S3: endpoint, region, addressing, part sizes, checksums, and the
+    /// credentials (keys, a provider, or the AWS variables and ~/.aws the
+    /// application hands over; none are read from the process:
+    /// docs/internals/s3.md, "Credentials").
     pub s3: S3Options,
 }
 

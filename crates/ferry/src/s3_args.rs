@@ -2,8 +2,10 @@
 //! and how to address it, part sizes and checksums. What is not given
 //! comes from the environment (`AWS_ENDPOINT_URL`, `AWS_REGION`,
 //! `AWS_PROFILE`, `AWS_CA_BUNDLE`, the keys) and `~/.aws/config` and
-//! `credentials`, as for the AWS CLI (docs/internals/s3.md).
+//! `credentials`, as for the AWS CLI (docs/internals/s3.md): the binary
+//! hands them to the engine, which reads no environment itself.
 use clap::Args;
+use ferry_engine::s3::AwsConfig;
 use ferry_engine::S3Options;
 
 #[derive(Args, Debug, Default)]
@@ -45,5 +47,12 @@ impl S3Args {
         o.part_size = self.s3_part_size;
         o.upload_concurrency = self.s3_upload_concurrency;
         o.checksum = self.s3_checksum;
+        // As the AWS CLI: the AWS_* variables and ~/.aws, and unsigned
+        // requests when they hold no credentials (as ferry always did).
+        o.aws_config = Some(AwsConfig::from_vars(
+            std::env::vars_os(),
+            std::env::var_os("HOME").map(Into::into),
+        ));
+        o.anonymous = true;
     }
 }

@@ -5,6 +5,8 @@
 //! remote to remote, server-side copies, `-p` times kept in metadata,
 //! wrong credentials, a missing bucket, and a multipart upload cut short
 //! leaving no parts behind. Every byte is compared; no timing is asserted.
+//! `mod library` drives `ferry_engine` directly: keys and a provider given
+//! in `S3Options` with no AWS variables, and `ExpiredToken` answers.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[macro_use]
@@ -1098,5 +1100,296 @@ fn composite_multipart_objects_are_checked() {
         );
         assert_code(&o, 4, name);
         assert_refused_as_corrupt(&o, t.path(), &dst, name);
+    }
+}
+
+/// The library, not the binary: `ferry_engine` with S3 options built in
+/// code, reading nothing from the environment (this test process has no
+/// AWS keys, endpoint or profile; the harness gives them only to ferry
+/// children).
+mod library {
+    use super::*;
+    use ferry_engine::s3::{Credentials, CredentialsProvider, ExpiringCredentials, S3Options};
+    use ferry_engine::{run_blocking, CopyOptions, ErrorKind, Location, Transfer, TransferError};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::SystemTime;
+
+    /// Keys in this process's environment would make these tests prove
+    /// less (an AWS_CA_BUNDLE some machines set does not matter).
+    fn no_aws_env() {
+        let set: Vec<String> = std::env::vars_os()
+            .filter_map(|(k, _)| k.into_string().ok())
+            .filter(|k| {
+                k.starts_with("AWS_ACCESS")
+                    || k.starts_with("AWS_SECRET")
+                    || k.starts_with("AWS_SESSION")
+                    || k.starts_with("AWS_PROFILE")
+                    || k.starts_with("AWS_ENDPOINT")
+            })
+            .collect();
+        assert!(set.is_empty(), "the test process has {set:?}");
+    }
+
+    fn options(endpoint: String, cacert: Option<&Path>, s3: S3Options) -> CopyOptions {
+        let mut o = CopyOptions::default();
+        o.http.tls.cacert = cacert.map(Path::to_path_buf);
+        o.s3 = S3Options {
+            endpoint: Some(endpoint),
+            ..s3
+        };
+        o
+    }
+
+    fn copy(
+        src: impl AsRef<std::ffi::OsStr>,
+        dst: &str,
+        o: &CopyOptions,
+    ) -> Result<(), TransferError> {
+        let src = Location::parse(&src.as_ref().to_string_lossy()).unwrap();
+        let dst = Location::parse(dst).unwrap();
+        run_blocking(Transfer::new(vec![src], dst, o.clone()), |_| true)
+            .into_result()
+            .map(drop)
+    }
+
+    fn keys() -> Credentials {
+        Credentials::new(common::versitygw::ACCESS_KEY, common::versitygw::SECRET_KEY)
+    }
+
+    #[test]
+    fn static_keys_in_the_options() {
+        let Some(gw) = versitygw_or_skip("library::static_keys_in_the_options", &["bkt"]) else {
+            return;
+        };
+        no_aws_env();
+        let t = tempdir();
+        let f = t.path().join("lib.bin");
+        fs::write(&f, data(300_000, 31)).unwrap();
+        let with = |s3| options(gw.endpoint(), Some(&gw.cert), s3);
+
+        // Nothing given: refused before any request, saying how to give keys.
+        let e = copy(&f, "s3://bkt/lib/none.bin", &with(S3Options::default())).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Usage, "{e}");
+        assert!(e.to_string().contains("S3Options::credentials"), "{e}");
+
+        let o = with(S3Options {
+            credentials: Some(keys()),
+            ..S3Options::default()
+        });
+        copy(&f, "s3://bkt/lib/lib.bin", &o).unwrap();
+        assert_eq!(
+            fs::read(gw.root().join("bkt/lib/lib.bin")).unwrap(),
+            fs::read(&f).unwrap()
+        );
+        let back = t.path().join("back.bin");
+        copy("s3://bkt/lib/lib.bin", &back.display().to_string(), &o).unwrap();
+        assert_eq!(fs::read(&back).unwrap(), fs::read(&f).unwrap());
+
+        // Wrong keys: an Auth error that names where they came from.
+        let o = with(S3Options {
+            credentials: Some(Credentials::new(common::versitygw::ACCESS_KEY, "wrong")),
+            ..S3Options::default()
+        });
+        let e = copy(&f, "s3://bkt/lib/wrong.bin", &o).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Auth, "{e}");
+        assert!(e.to_string().contains("S3Options::credentials"), "{e}");
+        assert!(!e.to_string().contains("AWS_ACCESS_KEY_ID"), "{e}");
+    }
+
+    #[test]
+    fn keys_from_a_provider() {
+        let Some(gw) = versitygw_or_skip("library::keys_from_a_provider", &["bkt"]) else {
+            return;
+        };
+        no_aws_env();
+        let t = tempdir();
+        let src = t.path().join("tree");
+        fs::create_dir(&src).unwrap();
+        for i in 0..5 {
+            fs::write(src.join(format!("f{i}")), data(10_000 + i, i as u8)).unwrap();
+        }
+        let calls = Arc::new(AtomicUsize::new(0));
+        let c2 = calls.clone();
+        let provider = CredentialsProvider::blocking(move || {
+            c2.fetch_add(1, Ordering::SeqCst);
+            Ok(ExpiringCredentials {
+                credentials: keys(),
+                expiration: Some(SystemTime::now() + Duration::from_secs(3600)),
+            })
+        });
+        let mut o = options(
+            gw.endpoint(),
+            Some(&gw.cert),
+            S3Options {
+                provider: Some(provider),
+                ..S3Options::default()
+            },
+        );
+        o.recursive = true;
+        copy(&src, "s3://bkt/p/", &o).unwrap();
+        assert_eq!(
+            tree_digest(&gw.root().join("bkt/p/tree")),
+            tree_digest(&src)
+        );
+        // Asked when the backend opened, not per request.
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+        // A provider that fails: Auth, with its message.
+        let o = options(
+            gw.endpoint(),
+            Some(&gw.cert),
+            S3Options {
+                provider: Some(CredentialsProvider::blocking(|| Err("vault sealed".into()))),
+                ..S3Options::default()
+            },
+        );
+        let e = copy(src.join("f0"), "s3://bkt/p/x", &o).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Auth, "{e}");
+        assert!(e.to_string().contains("vault sealed"), "{e}");
+    }
+
+    /// A plain-HTTP proxy in front of the store that answers any request
+    /// signed with the access key `STALE` as AWS answers an expired
+    /// session token (400 ExpiredToken) and passes the rest on. Returns
+    /// its port and how many requests it refused.
+    fn expiring_proxy(upstream: u16) -> (u16, Arc<AtomicUsize>) {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let refused = Arc::new(AtomicUsize::new(0));
+        let r2 = refused.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut c) = conn else { continue };
+                let refused = r2.clone();
+                std::thread::spawn(move || {
+                    // The first request's head decides for the connection
+                    // (refused ones are closed).
+                    let mut seen = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    let end = loop {
+                        if let Some(i) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break i + 4;
+                        }
+                        match c.read(&mut buf) {
+                            Ok(0) | Err(_) => return,
+                            Ok(k) => seen.extend_from_slice(&buf[..k]),
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&seen[..end]).to_ascii_lowercase();
+                    if head.contains("credential=stale/") {
+                        refused.fetch_add(1, Ordering::SeqCst);
+                        let len: usize = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse().ok())
+                            .unwrap_or(0);
+                        let mut have = seen.len() - end;
+                        while have < len {
+                            match c.read(&mut buf) {
+                                Ok(0) | Err(_) => return,
+                                Ok(k) => have += k,
+                            }
+                        }
+                        let body = "<Error><Code>ExpiredToken</Code><Message>The provided token has expired.</Message></Error>";
+                        let _ = write!(
+                            c,
+                            "HTTP/1.1 400 Bad Request\r\nContent-Type: application/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                            body.len()
+                        );
+                        let _ = c.shutdown(std::net::Shutdown::Both);
+                        return;
+                    }
+                    let Ok(mut up) = std::net::TcpStream::connect(("127.0.0.1", upstream)) else {
+                        return;
+                    };
+                    if up.write_all(&seen).is_err() {
+                        return;
+                    }
+                    let (mut a, mut b) = (c.try_clone().unwrap(), up.try_clone().unwrap());
+                    let t = std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut a, &mut b);
+                        let _ = b.shutdown(std::net::Shutdown::Write);
+                    });
+                    let _ = std::io::copy(&mut up, &mut c);
+                    let _ = c.shutdown(std::net::Shutdown::Write);
+                    let _ = t.join();
+                });
+            }
+        });
+        (port, refused)
+    }
+
+    /// Keys the store calls expired (ExpiredToken) while their expiry is
+    /// an hour away: a provider is asked again at once and the requests
+    /// sent again with the new keys; fixed keys fail, saying they expired.
+    #[test]
+    fn expired_token_asks_the_provider_again() {
+        let Some(bin) = common::versitygw::versitygw_bin() else {
+            eprintln!(
+                "SKIPPED library::expired_token_asks_the_provider_again: versitygw not found"
+            );
+            return;
+        };
+        no_aws_env();
+        let gw = Versitygw::start_with(&bin, &["bkt"], false);
+        let (port, refused) = expiring_proxy(gw.port);
+        let endpoint = format!("http://127.0.0.1:{port}");
+        let t = tempdir();
+        let f = t.path().join("e.bin");
+        fs::write(&f, data(200_000, 41)).unwrap();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let c2 = calls.clone();
+        let provider = CredentialsProvider::blocking(move || {
+            let n = c2.fetch_add(1, Ordering::SeqCst);
+            Ok(ExpiringCredentials {
+                credentials: if n == 0 {
+                    Credentials::new("STALE", "x")
+                } else {
+                    keys()
+                },
+                expiration: Some(SystemTime::now() + Duration::from_secs(3600)),
+            })
+        });
+        let o = options(
+            endpoint.clone(),
+            None,
+            S3Options {
+                provider: Some(provider),
+                ..S3Options::default()
+            },
+        );
+        copy(&f, "s3://bkt/e/e.bin", &o).unwrap();
+        assert_eq!(
+            fs::read(gw.root().join("bkt/e/e.bin")).unwrap(),
+            fs::read(&f).unwrap()
+        );
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            2,
+            "asked when opened, then once on ExpiredToken"
+        );
+        assert!(refused.load(Ordering::SeqCst) >= 1);
+
+        let o = options(
+            endpoint,
+            None,
+            S3Options {
+                credentials: Some(Credentials::new("STALE", "x")),
+                ..S3Options::default()
+            },
+        );
+        let e = copy(&f, "s3://bkt/e/static.bin", &o).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Auth, "{e}");
+        let m = e.to_string();
+        assert!(
+            m.contains("s3://bkt/e/static.bin") && m.contains("ExpiredToken"),
+            "{m}"
+        );
+        assert!(
+            m.contains("have expired") && m.contains("not renewed"),
+            "{m}"
+        );
     }
 }

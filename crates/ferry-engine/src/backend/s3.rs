@@ -110,9 +110,9 @@ impl S3 {
         spec: &S3Spec,
         opts: &CopyOptions,
     ) -> Result<(S3, Vec<u8>, bool), TransferError> {
-        let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
-        let cfg = s3::resolve(&opts.s3, &s3::ProcessEnv, home.as_deref())
-            .map_err(TransferError::Usage)?;
+        // Nothing from the process environment: what the application put
+        // in the options (the binary puts the AWS variables there).
+        let cfg = s3::config(&opts.s3).map_err(TransferError::Usage)?;
         let creds = CredSource::open(&cfg).await?;
         let mut h = opts.http.clone();
         // Requests carry their own signature: no netrc, -u or --token.
@@ -173,23 +173,65 @@ impl Inner {
         )
     }
 
-    /// Sign and send one request.
+    /// Sign and send one request. When the credentials can be fetched
+    /// again (a provider, `credential_process`) and the store answers
+    /// 400 or 403 `ExpiredToken` (or `TokenRefreshRequired`), they are
+    /// fetched once more at once and the request is sent again, once; any
+    /// other 400 or 403 of such a source comes back as the error (its
+    /// body was read to tell). A HEAD's answer has no body to tell by.
     async fn send(&self, r: Req<'_>) -> Result<Response, TransferError> {
+        let mut creds = self.creds.get().await?;
+        let mut renewed = false;
+        loop {
+            let resp = self.send_signed(&r, creds.as_ref()).await?;
+            let refused =
+                resp.status == StatusCode::BAD_REQUEST || resp.status == StatusCode::FORBIDDEN;
+            if !refused || r.method == Method::HEAD || !self.creds.refreshable() {
+                return Ok(resp);
+            }
+            let status = resp.status.as_u16();
+            let retry_after = resp.header("retry-after").map(str::to_string);
+            let body = resp.bytes(ERROR_BODY).await.unwrap_or_default();
+            let code = xml::error(&body).map(|e| e.code).unwrap_or_default();
+            match &creds {
+                Some(stale) if !renewed && s3::expired_credentials(&code) => {
+                    creds = self.creds.renew(stale).await?;
+                    renewed = true;
+                }
+                _ => {
+                    let e = self.error(status, &body, r.key, retry_after);
+                    if renewed && s3::expired_credentials(&code) {
+                        return Err(TransferError::from_kind(
+                            e.kind(),
+                            format!("{e}; new credentials were fetched once, and were refused as expired too"),
+                        ));
+                    }
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Sign `r` with `creds` (none: unsigned) and send it.
+    async fn send_signed(
+        &self,
+        r: &Req<'_>,
+        creds: Option<&Arc<sigv4::Credentials>>,
+    ) -> Result<Response, TransferError> {
         let (url, path) = self.url(r.key, &r.query);
         let when = sigv4::AmzDate::now();
-        let mut signed: Vec<(String, String)> = r.headers;
+        let mut signed: Vec<(String, String)> = r.headers.clone();
         signed.push(("host".into(), url.authority()));
         signed.push(("x-amz-date".into(), when.datetime.clone()));
         signed.push((
             "x-amz-content-sha256".into(),
             sigv4::UNSIGNED_PAYLOAD.into(),
         ));
-        let creds = self.creds.get().await?;
-        if let Some(t) = creds.as_ref().and_then(|c| c.session_token.clone()) {
+        if let Some(t) = creds.and_then(|c| c.session_token.clone()) {
             signed.push(("x-amz-security-token".into(), t));
         }
         let mut headers = HeaderMap::new();
-        if let Some(c) = &creds {
+        if let Some(c) = creds {
             let auth = sigv4::authorization(
                 &sigv4::Request {
                     method: r.method.as_str(),
@@ -211,8 +253,6 @@ impl Inner {
             if k == "host" {
                 continue;
             }
-            let name = ferry_http::HeaderMap::new();
-            drop(name);
             let hn = http_name(k)?;
             let hv = HeaderValue::from_str(v).map_err(|_| {
                 TransferError::Usage(format!(
@@ -222,16 +262,18 @@ impl Inner {
             })?;
             headers.insert(hn, hv);
         }
-        let body = r.body;
-        match &body {
+        match &r.body {
             Some(b) => {
                 let make = || b.clone().boxed();
                 Ok(self
                     .client
-                    .send(r.method, &url, &headers, Some(&make))
+                    .send(r.method.clone(), &url, &headers, Some(&make))
                     .await?)
             }
-            None => Ok(self.client.send(r.method, &url, &headers, None).await?),
+            None => Ok(self
+                .client
+                .send(r.method.clone(), &url, &headers, None)
+                .await?),
         }
     }
 
@@ -253,6 +295,24 @@ impl Inner {
         let parsed = xml::error(body);
         let (code, message) = parsed.map(|e| (e.code, e.message)).unwrap_or_default();
         let (class, hint) = s3::explain(status, &code, &self.cfg.endpoint(), &self.bucket);
+        let hint = match (code.as_str(), self.cfg.aws_config) {
+            // Where the keys came from, when not from the AWS variables.
+            ("InvalidAccessKeyId" | "SignatureDoesNotMatch" | "InvalidToken", false) => format!(
+                "the store at {} refused the credentials ({}); check them",
+                self.cfg.endpoint(),
+                self.cfg.creds_from
+            ),
+            _ if s3::expired_credentials(&code) => format!(
+                "the credentials ({}) have expired; {}",
+                self.cfg.creds_from,
+                if self.creds.refreshable() {
+                    "their source gave no new ones in time"
+                } else {
+                    "fixed keys are not renewed: give new ones (or a provider or credential_process that fetches them)"
+                }
+            ),
+            _ => hint,
+        };
         let what = self.display_key(key);
         let mut msg = format!("{what}: HTTP {status}");
         if !code.is_empty() {
@@ -268,7 +328,11 @@ impl Inner {
             msg.push_str(&format!(" (Retry-After: {r})"));
         }
         if class == ErrorClass::Auth && self.creds.is_none() {
-            msg.push_str("; no credentials were found (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)");
+            msg.push_str(if self.cfg.aws_config {
+                "; no credentials were found (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)"
+            } else {
+                "; the requests were sent unsigned (S3Options::anonymous): give S3Options::credentials or a provider"
+            });
         }
         match class {
             ErrorClass::Auth => TransferError::Auth(msg),
@@ -728,7 +792,17 @@ impl Backend for S3 {
                 None
             });
         }
-        let resp = i.send_retrying(&|| Req::new(Method::HEAD, key)).await?;
+        let mut resp = i.send_retrying(&|| Req::new(Method::HEAD, key)).await?;
+        if (resp.status == StatusCode::FORBIDDEN || resp.status == StatusCode::BAD_REQUEST)
+            && i.creds.refreshable()
+        {
+            // A HEAD answer has no body to say why: a listing does, and
+            // when it says the credentials expired they are fetched again
+            // (`send`); with the listing allowed, the HEAD is tried again.
+            drop(resp);
+            i.any_under(key).await?;
+            resp = i.send_retrying(&|| Req::new(Method::HEAD, key)).await?;
+        }
         if resp.status.is_success() {
             let mtime = resp
                 .header("x-amz-meta-mtime")

@@ -1,9 +1,12 @@
 //! The credentials S3 requests are signed with: none, fixed keys, or a
-//! profile's `credential_process`, run when the backend opens and again
-//! shortly before the credentials it printed expire (`Expiration`), so a
-//! long transfer does not fail midway. Requests in flight share one value;
-//! one of them runs the process while the others that need new
-//! credentials wait for it (docs/internals/s3.md, "credential_process").
+//! source that is asked again shortly before the keys it gave expire
+//! (`Expiration`), so a long transfer does not fail midway: the
+//! application's provider (`S3Options::provider`) or a profile's
+//! `credential_process`, run when the backend opens. Requests in flight
+//! share one value; one of them asks the source while the others that need
+//! new credentials wait for it. A store that answers `ExpiredToken` makes
+//! the source be asked once more at once (docs/internals/s3.md,
+//! "Credentials").
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -11,7 +14,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::error::TransferError;
 use crate::s3::process::{self, CredentialProcess, ProcessCredentials};
-use crate::s3::{Config, Credentials};
+use crate::s3::{Config, Credentials, CredentialsProvider, ExpiringCredentials};
 
 /// The process's output read at most.
 const STDOUT_MAX: u64 = 1 << 20;
@@ -23,13 +26,18 @@ const RETRY_REFRESH: Duration = Duration::from_secs(10);
 pub(crate) enum CredSource {
     None,
     Static(Arc<Credentials>),
-    Process(Box<ProcessSource>),
+    Refreshing(Box<Refreshing>),
 }
 
-pub(crate) struct ProcessSource {
-    spec: CredentialProcess,
+pub(crate) struct Refreshing {
+    provider: CredentialsProvider,
+    /// Where the keys come from, for messages.
+    what: String,
+    /// The application's provider: its errors get `what` in front (the
+    /// process's errors name it already).
+    prefix: bool,
     state: Mutex<State>,
-    /// Held by the request that runs the process.
+    /// Held by the request that asks the source.
     refresh: tokio::sync::Mutex<()>,
 }
 
@@ -46,29 +54,33 @@ impl State {
 }
 
 impl CredSource {
-    /// From a resolved config; a `credential_process` is run now, once.
+    /// From a resolved config; the provider or `credential_process` is
+    /// asked now, once.
     pub(crate) async fn open(cfg: &Config) -> Result<CredSource, TransferError> {
         if let Some(c) = &cfg.creds {
             return Ok(CredSource::Static(Arc::new(c.clone())));
         }
-        let Some(spec) = cfg.creds_process.clone() else {
-            return Ok(CredSource::None);
+        let (provider, prefix) = match (&cfg.provider, &cfg.creds_process) {
+            (Some(p), _) => (p.clone(), true),
+            (None, Some(spec)) => {
+                let spec = spec.clone();
+                let p = CredentialsProvider::blocking(move || run(&spec).map(Into::into));
+                (p, false)
+            }
+            (None, None) => return Ok(CredSource::None),
         };
-        let got = run_blocking(&spec).await.map_err(TransferError::Auth)?;
-        let now = SystemTime::now();
-        Ok(CredSource::Process(Box::new(ProcessSource {
-            state: Mutex::new(State {
-                creds: Arc::new(got.creds),
-                expiration: got.expiration,
-                refresh_at: process::refresh_at(now, got.expiration),
-            }),
-            spec,
-            refresh: tokio::sync::Mutex::new(()),
-        })))
+        Refreshing::open(provider, cfg.creds_from.clone(), prefix)
+            .await
+            .map(|r| CredSource::Refreshing(Box::new(r)))
     }
 
     pub(crate) fn is_none(&self) -> bool {
         matches!(self, CredSource::None)
+    }
+
+    /// The source can give new credentials (asked again on `ExpiredToken`).
+    pub(crate) fn refreshable(&self) -> bool {
+        matches!(self, CredSource::Refreshing(_))
     }
 
     /// The credentials to sign a request with now.
@@ -76,47 +88,96 @@ impl CredSource {
         match self {
             CredSource::None => Ok(None),
             CredSource::Static(c) => Ok(Some(c.clone())),
-            CredSource::Process(p) => p.get().await.map(Some),
+            CredSource::Refreshing(p) => p.obtain(None).await.map(Some),
+        }
+    }
+
+    /// New credentials after the store refused `stale` as expired: the
+    /// source is asked at once, unless another request already replaced
+    /// them. Fixed keys cannot be renewed: they come back as they are.
+    pub(crate) async fn renew(
+        &self,
+        stale: &Arc<Credentials>,
+    ) -> Result<Option<Arc<Credentials>>, TransferError> {
+        match self {
+            CredSource::Refreshing(p) => p.obtain(Some(stale)).await.map(Some),
+            _ => self.get().await,
         }
     }
 }
 
-impl ProcessSource {
+impl Refreshing {
+    pub(crate) async fn open(
+        provider: CredentialsProvider,
+        what: String,
+        prefix: bool,
+    ) -> Result<Refreshing, TransferError> {
+        let got = fetch(&provider, &what, prefix)
+            .await
+            .map_err(TransferError::Auth)?;
+        let now = SystemTime::now();
+        Ok(Refreshing {
+            state: Mutex::new(State {
+                creds: Arc::new(got.credentials),
+                expiration: got.expiration,
+                refresh_at: process::refresh_at(now, got.expiration),
+            }),
+            provider,
+            what,
+            prefix,
+            refresh: tokio::sync::Mutex::new(()),
+        })
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    async fn get(&self) -> Result<Arc<Credentials>, TransferError> {
+    /// The current credentials, asking the source first when they are due
+    /// for a refresh, or (`stale`) when the store refused these as expired.
+    async fn obtain(
+        &self,
+        stale: Option<&Arc<Credentials>>,
+    ) -> Result<Arc<Credentials>, TransferError> {
+        let usable = |st: &State| {
+            st.fresh(SystemTime::now()) && stale.is_none_or(|s| !Arc::ptr_eq(s, &st.creds))
+        };
         {
             let st = self.lock();
-            if st.fresh(SystemTime::now()) {
+            if usable(&st) {
                 return Ok(st.creds.clone());
             }
         }
         let _running = self.refresh.lock().await;
         {
-            // Another request may have run it while this one waited.
+            // Another request may have asked while this one waited.
             let st = self.lock();
-            if st.fresh(SystemTime::now()) {
+            if usable(&st) {
                 return Ok(st.creds.clone());
             }
         }
-        tracing::debug!(
-            "S3 credentials of profile {:?} expire soon; running credential_process again",
-            self.spec.profile
-        );
-        let res = run_blocking(&self.spec).await;
+        match stale {
+            None => tracing::debug!(
+                "S3 credentials from {} expire soon; asking for new ones",
+                self.what
+            ),
+            Some(_) => tracing::info!(
+                "the S3 store says the credentials from {} have expired; asking for new ones",
+                self.what
+            ),
+        }
+        let res = fetch(&self.provider, &self.what, self.prefix).await;
         let now = SystemTime::now();
         let mut st = self.lock();
         match res {
             Ok(got) => {
-                st.creds = Arc::new(got.creds);
+                st.creds = Arc::new(got.credentials);
                 st.expiration = got.expiration;
                 st.refresh_at = process::refresh_at(now, got.expiration);
                 Ok(st.creds.clone())
             }
             // The old ones still work for a while: use them, try again soon.
-            Err(e) if st.expiration.is_some_and(|x| now < x) => {
+            Err(e) if stale.is_none() && st.expiration.is_some_and(|x| now < x) => {
                 tracing::warn!("{e}; the current S3 credentials are used until they expire");
                 let exp = st.expiration.unwrap_or(now);
                 st.refresh_at = Some((now + RETRY_REFRESH).min(exp));
@@ -127,11 +188,28 @@ impl ProcessSource {
     }
 }
 
-async fn run_blocking(spec: &CredentialProcess) -> Result<ProcessCredentials, String> {
-    let s = spec.clone();
-    tokio::task::spawn_blocking(move || run(&s))
-        .await
-        .map_err(|e| format!("{}: {e}", what(spec)))?
+/// Ask `provider` once; keys that have already expired are an error.
+async fn fetch(
+    provider: &CredentialsProvider,
+    what: &str,
+    prefix: bool,
+) -> Result<ExpiringCredentials, String> {
+    let got = provider.get().await.map_err(|e| {
+        if prefix {
+            format!("S3 credentials from {what}: {e}")
+        } else {
+            e
+        }
+    })?;
+    if let Some(exp) = got.expiration {
+        if exp <= SystemTime::now() {
+            return Err(format!(
+                "S3 credentials from {what}: they have already expired (expiration {})",
+                httpdate::fmt_http_date(exp)
+            ));
+        }
+    }
+    Ok(got)
 }
 
 fn what(spec: &CredentialProcess) -> String {
@@ -219,5 +297,137 @@ fn quoted_tail(kept: &[u8]) -> String {
         format!("; its stderr ends: ...{text}")
     } else {
         format!("; its stderr: {text}")
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::s3::ProvideCredentials;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Gives `K1`, `K2`, ... each time it is asked, valid for `life`;
+    /// fails once `fail_from` answers were given.
+    struct Counting {
+        calls: Arc<AtomicUsize>,
+        life: Option<Duration>,
+        fail_from: usize,
+    }
+
+    #[async_trait::async_trait]
+    impl ProvideCredentials for Counting {
+        async fn provide_credentials(&self) -> Result<ExpiringCredentials, String> {
+            let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+            // Let concurrent askers pile up behind the refresh lock.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            if n > self.fail_from {
+                return Err("the token service is down".into());
+            }
+            Ok(ExpiringCredentials {
+                credentials: Credentials::new(format!("K{n}"), "s"),
+                expiration: self.life.map(|l| SystemTime::now() + l),
+            })
+        }
+    }
+
+    async fn source(life: Option<Duration>, fail_from: usize) -> (CredSource, Arc<AtomicUsize>) {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let p = CredentialsProvider::new(Counting {
+            calls: calls.clone(),
+            life,
+            fail_from,
+        });
+        let r = Refreshing::open(p, "the test provider".into(), true)
+            .await
+            .unwrap();
+        (CredSource::Refreshing(Box::new(r)), calls)
+    }
+
+    async fn key(s: &CredSource) -> String {
+        s.get().await.unwrap().unwrap().access_key.clone()
+    }
+
+    #[tokio::test]
+    async fn provider_asked_once_then_before_expiry() {
+        // No expiry: asked when opened, never again.
+        let (s, calls) = source(None, 99).await;
+        for _ in 0..3 {
+            assert_eq!(key(&s).await, "K1");
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        // A 2 s life is refreshed halfway: at once after 1.1 s.
+        let (s, calls) = source(Some(Duration::from_secs(2)), 99).await;
+        assert_eq!(key(&s).await, "K1");
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        assert_eq!(key(&s).await, "K2");
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn expired_token_renews_once_for_all_requests() {
+        let (s, calls) = source(Some(Duration::from_secs(3600)), 99).await;
+        let stale = s.get().await.unwrap().unwrap();
+        // Eight requests refused with the same keys: one new fetch.
+        let renewed = futures_util::future::join_all((0..8).map(|_| s.renew(&stale))).await;
+        for r in renewed {
+            assert_eq!(r.unwrap().unwrap().access_key, "K2");
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        // A request that still held K1 gets K2 without another fetch.
+        assert_eq!(s.renew(&stale).await.unwrap().unwrap().access_key, "K2");
+        assert_eq!(key(&s).await, "K2");
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn failed_renewal_is_an_auth_error() {
+        // The keys have an hour left by the clock, but the store said they
+        // expired: a failed fetch is the request's error, not the old keys.
+        let (s, _) = source(Some(Duration::from_secs(3600)), 1).await;
+        let stale = s.get().await.unwrap().unwrap();
+        match s.renew(&stale).await {
+            Err(TransferError::Auth(m)) => {
+                assert!(m.contains("the test provider") && m.contains("down"), "{m}")
+            }
+            other => panic!("{:?}", other.map(|c| c.map(|c| c.access_key.clone()))),
+        }
+        // A scheduled refresh that fails keeps the old keys while they last.
+        let (s, calls) = source(Some(Duration::from_secs(2)), 1).await;
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        assert_eq!(key(&s).await, "K1");
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn fixed_keys_are_not_renewed() {
+        let s = CredSource::Static(Arc::new(Credentials::new("A", "s")));
+        assert!(!s.refreshable());
+        let c = s.get().await.unwrap().unwrap();
+        assert_eq!(s.renew(&c).await.unwrap().unwrap().access_key, "A");
+    }
+
+    #[tokio::test]
+    async fn provider_errors_and_expired_answers() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let p = CredentialsProvider::new(Counting {
+            calls,
+            life: None,
+            fail_from: 0,
+        });
+        let Err(TransferError::Auth(m)) = Refreshing::open(p, "app".into(), true).await else {
+            panic!("opened")
+        };
+        assert_eq!(m, "S3 credentials from app: the token service is down");
+        let p = CredentialsProvider::blocking(|| {
+            Ok(ExpiringCredentials {
+                credentials: Credentials::new("A", "s"),
+                expiration: Some(SystemTime::now() - Duration::from_secs(1)),
+            })
+        });
+        let Err(TransferError::Auth(m)) = Refreshing::open(p, "app".into(), true).await else {
+            panic!("opened")
+        };
+        assert!(m.contains("already expired"), "{m}");
     }
 }

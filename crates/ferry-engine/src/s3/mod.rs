@@ -1,19 +1,24 @@
 //! S3 without I/O: where a bucket lives (endpoint, region, path-style or
-//! virtual-hosted addressing), whose credentials sign for it (the AWS
-//! tools' chain: flags, environment, `~/.aws/credentials` and `config`),
+//! virtual-hosted addressing), whose credentials sign for it (given in
+//! [`S3Options`], or the AWS tools' chain when the application asks for
+//! it: flags, environment, `~/.aws/credentials` and `config`),
 //! SigV4 signing ([`sigv4`]), the XML answers ([`xml`]), multipart part
 //! sizes, and what an S3 error means for the user. The requests themselves
 //! are made by `backend::s3` over ferry's own HTTP client.
 //!
 //! docs/internals/s3.md has the design and the measurements.
 pub mod process;
+pub mod provider;
 pub mod sigv4;
 pub mod xml;
 
 use std::collections::HashMap;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 pub use process::CredentialProcess;
+pub use provider::{CredentialsProvider, ExpiringCredentials, ProvideCredentials};
 pub use sigv4::Credentials;
 
 /// S3's limits (<https://docs.aws.amazon.com/AmazonS3/latest/userguide/qfacts.html>).
@@ -24,15 +29,49 @@ pub const MAX_PART: u64 = 5 << 30;
 /// parts (UploadPartCopy).
 pub const MAX_COPY: u64 = 5 << 30;
 
-/// How to reach S3, from flags; what is not given comes from the
-/// environment and the AWS config files (see [`resolve`]).
+/// How to reach S3 and what to sign with. The engine reads nothing from
+/// the process environment: keys come from [`credentials`](Self::credentials)
+/// or [`provider`](Self::provider), or from the AWS variables and files
+/// when the application hands them over in [`aws_config`](Self::aws_config)
+/// (what the `ferry` binary and the Python and C bindings do, so they
+/// behave as the AWS CLI). With none of these the S3 backend fails with
+/// [`TransferError::Usage`](crate::TransferError::Usage), unless
+/// [`anonymous`](Self::anonymous).
+///
+/// ```no_run
+/// use ferry_engine::s3::{Credentials, S3Options};
+/// let s3 = S3Options {
+///     endpoint: Some("https://minio.local:9000".into()),
+///     credentials: Some(Credentials::new("AKIA...", "secret")),
+///     ..S3Options::default()
+/// };
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct S3Options {
-    /// `--s3-endpoint`: `https://host[:port]` of an S3-compatible store.
+    /// `--s3-endpoint`: `https://host[:port]` of an S3-compatible store
+    /// (else `AWS_ENDPOINT_URL...` from `aws_config`, else AWS).
     pub endpoint: Option<String>,
+    /// Region to sign for (else from `aws_config`, else `us-east-1`).
     pub region: Option<String>,
-    /// `--s3-profile` (else `AWS_PROFILE`, else `default`).
+    /// `--s3-profile`: the profile of the AWS files (else `AWS_PROFILE`,
+    /// else `default`); needs `aws_config`.
     pub profile: Option<String>,
+    /// Keys to sign with. They come first: before `provider` and anything
+    /// `aws_config` holds.
+    pub credentials: Option<Credentials>,
+    /// The application's source of keys, asked when the backend opens and
+    /// again before they expire (see [`ProvideCredentials`]). Used when
+    /// `credentials` is `None`; comes before `aws_config`.
+    pub provider: Option<CredentialsProvider>,
+    /// Read what the AWS CLI reads, from here: `AWS_*` variables
+    /// (keys, `AWS_PROFILE`, region, endpoint, `AWS_CA_BUNDLE`, the files'
+    /// paths) and `~/.aws/credentials` and `config` (a profile's keys or
+    /// its `credential_process`, which is then run). `None` (the default):
+    /// none of it is read.
+    pub aws_config: Option<AwsConfig>,
+    /// With no credentials from the above, send requests unsigned (public
+    /// buckets) instead of failing. The `ferry` binary sets it.
+    pub anonymous: bool,
     /// Bucket in the host name (`bucket.host`) instead of the path.
     pub virtual_hosted: bool,
     /// Objects at least this big are uploaded in parts (default 16 MiB).
@@ -60,6 +99,48 @@ pub enum Checksum {
     None,
 }
 
+/// Where [`S3Options::aws_config`] reads the AWS variables and files:
+/// an environment (a snapshot, or any [`Env`]) and the home directory
+/// whose `.aws/` holds them.
+#[derive(Clone)]
+pub struct AwsConfig {
+    pub env: Arc<dyn Env + Send + Sync>,
+    pub home: Option<PathBuf>,
+}
+
+impl AwsConfig {
+    pub fn new(env: impl Env + Send + Sync + 'static, home: Option<PathBuf>) -> AwsConfig {
+        AwsConfig {
+            env: Arc::new(env),
+            home,
+        }
+    }
+
+    /// The `AWS_*` variables of `vars` (others, and values that are not
+    /// UTF-8, are left out) and `home`. What the binary and the bindings
+    /// pass, as the AWS CLI reads them:
+    /// `AwsConfig::from_vars(std::env::vars_os(), std::env::var_os("HOME").map(Into::into))`.
+    pub fn from_vars(
+        vars: impl IntoIterator<Item = (OsString, OsString)>,
+        home: Option<PathBuf>,
+    ) -> AwsConfig {
+        let env: HashMap<String, String> = vars
+            .into_iter()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .filter(|(k, _)| k.starts_with("AWS_"))
+            .collect();
+        AwsConfig::new(env, home)
+    }
+}
+
+impl std::fmt::Debug for AwsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AwsConfig")
+            .field("home", &self.home)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Everything resolved: ready to sign requests.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -70,11 +151,15 @@ pub struct Config {
     pub region: String,
     pub virtual_hosted: bool,
     pub creds: Option<Credentials>,
+    /// [`S3Options::provider`], asked when `creds` is `None`.
+    pub provider: Option<CredentialsProvider>,
     /// The profile's `credential_process`, run for the credentials (and
-    /// again before they expire) when `creds` is `None`.
+    /// again before they expire) when `creds` and `provider` are `None`.
     pub creds_process: Option<CredentialProcess>,
     /// Where the credentials came from, for messages.
     pub creds_from: String,
+    /// The AWS variables and files were read ([`S3Options::aws_config`]).
+    pub aws_config: bool,
     pub ca_bundle: Option<PathBuf>,
     pub threshold: u64,
     pub part_size: u64,
@@ -82,17 +167,9 @@ pub struct Config {
     pub checksum: Checksum,
 }
 
-/// Where variables come from (the process environment, or a map in tests).
+/// Where the AWS variables come from ([`AwsConfig`]; a map in tests).
 pub trait Env {
     fn var(&self, k: &str) -> Option<String>;
-}
-
-pub struct ProcessEnv;
-
-impl Env for ProcessEnv {
-    fn var(&self, k: &str) -> Option<String> {
-        std::env::var(k).ok().filter(|v| !v.is_empty())
-    }
 }
 
 impl Env for HashMap<String, String> {
@@ -129,9 +206,38 @@ fn read_ini(p: &Path) -> HashMap<String, HashMap<String, String>> {
         .unwrap_or_default()
 }
 
+/// What [`config`] says when no credentials were given.
+pub const NO_CREDENTIALS: &str = "S3 needs credentials: give S3Options::credentials (keys) or S3Options::provider, or S3Options::aws_config to read them as the AWS CLI does (AWS_* variables, ~/.aws); S3Options::anonymous sends unsigned requests (public buckets)";
+
+/// The options resolved into a [`Config`]: the AWS variables and files
+/// only from [`S3Options::aws_config`], never from the process.
+pub fn config(o: &S3Options) -> Result<Config, String> {
+    let none: HashMap<String, String> = HashMap::new();
+    let c = match &o.aws_config {
+        Some(a) => resolve(o, &*a.env, a.home.as_deref())?,
+        None => {
+            if let Some(p) = &o.profile {
+                return Err(format!(
+                    "S3 profile {p:?}: profiles are read from the AWS files; set S3Options::aws_config to say where they are"
+                ));
+            }
+            resolve(o, &none, None)?
+        }
+    };
+    let some = c.creds.is_some() || c.provider.is_some() || c.creds_process.is_some();
+    if !some && !o.anonymous {
+        return Err(NO_CREDENTIALS.to_string());
+    }
+    Ok(Config {
+        aws_config: o.aws_config.is_some(),
+        ..c
+    })
+}
+
 /// Resolve options, environment and the AWS files into a [`Config`], in
-/// the AWS CLI's order: flags, then `AWS_*` variables, then the profile
-/// in `~/.aws/credentials` and `~/.aws/config`.
+/// the AWS CLI's order: flags (and the options' own credentials and
+/// provider), then `AWS_*` variables, then the profile in
+/// `~/.aws/credentials` and `~/.aws/config`.
 pub fn resolve(o: &S3Options, env: &dyn Env, home: Option<&Path>) -> Result<Config, String> {
     let profile = o
         .profile
@@ -158,10 +264,13 @@ pub fn resolve(o: &S3Options, env: &dyn Env, home: Option<&Path>) -> Result<Conf
     let in_conf = conf_section.unwrap_or(&empty);
     let from_profile = |k: &str| in_creds.get(k).or_else(|| in_conf.get(k)).cloned();
 
+    let given = o.credentials.is_some() || o.provider.is_some();
     let (creds, creds_from) = match (
         env.var("AWS_ACCESS_KEY_ID"),
         env.var("AWS_SECRET_ACCESS_KEY"),
     ) {
+        _ if o.credentials.is_some() => (o.credentials.clone(), "S3Options::credentials".into()),
+        _ if o.provider.is_some() => (None, "the application's credentials provider".into()),
         (Some(a), Some(s)) => (
             Some(Credentials {
                 access_key: a,
@@ -187,7 +296,7 @@ pub fn resolve(o: &S3Options, env: &dyn Env, home: Option<&Path>) -> Result<Conf
     };
     // The SDKs' order: a profile's own keys, then its credential_process.
     let creds_process = match (&creds, from_profile("credential_process")) {
-        (None, Some(command)) if !command.trim().is_empty() => Some(CredentialProcess {
+        (None, Some(command)) if !given && !command.trim().is_empty() => Some(CredentialProcess {
             profile: profile.clone(),
             command,
         }),
@@ -246,8 +355,10 @@ pub fn resolve(o: &S3Options, env: &dyn Env, home: Option<&Path>) -> Result<Conf
         // path-style unless asked (as rclone does for most providers).
         virtual_hosted: o.virtual_hosted || !custom,
         creds,
+        provider: o.provider.clone(),
         creds_process,
         creds_from,
+        aws_config: true,
         ca_bundle: env.var("AWS_CA_BUNDLE").map(PathBuf::from),
         threshold,
         part_size,
@@ -307,11 +418,24 @@ pub enum ErrorClass {
     Usage,
 }
 
+/// The store's answer says the credentials (their session token) have
+/// expired and should be fetched again: `ExpiredToken` ("The provided
+/// token has expired", HTTP 400) and `TokenRefreshRequired` ("The
+/// provided token must be refreshed", 400) in S3's list of error codes.
+/// Not `RequestExpired` (a request signed too long ago, or a clock that
+/// is off) nor `InvalidToken` (a malformed token): new keys cure neither.
+pub fn expired_credentials(code: &str) -> bool {
+    matches!(code, "ExpiredToken" | "TokenRefreshRequired")
+}
+
 /// Classify an S3 error and say what to do.
 pub fn explain(status: u16, code: &str, endpoint: &str, bucket: &str) -> (ErrorClass, String) {
     match code {
-        "InvalidAccessKeyId" | "SignatureDoesNotMatch" | "InvalidToken" | "ExpiredToken"
-        | "TokenRefreshRequired"
+        "ExpiredToken" | "TokenRefreshRequired" => (
+            ErrorClass::Auth,
+            format!("the credentials have expired; {endpoint} wants new ones"),
+        ),
+        "InvalidAccessKeyId" | "SignatureDoesNotMatch" | "InvalidToken"
         // versitygw's answer (HTTP 404!) to an unknown access key.
         | "XAdminUserNotFound" => (
             ErrorClass::Auth,
@@ -519,6 +643,100 @@ mod tests {
         .unwrap();
         assert_eq!(c.creds.unwrap().access_key, "E");
         assert!(c.creds_process.is_none());
+    }
+
+    #[test]
+    fn nothing_from_the_process_unless_given() {
+        // No credentials, no AWS config: refused, saying how to give them.
+        let e = config(&S3Options::default()).unwrap_err();
+        assert!(
+            e.contains("S3Options::credentials") && e.contains("aws_config"),
+            "{e}"
+        );
+        let c = config(&S3Options {
+            anonymous: true,
+            ..S3Options::default()
+        })
+        .unwrap();
+        assert!(c.creds.is_none() && !c.aws_config);
+        assert_eq!(c.host, "s3.us-east-1.amazonaws.com");
+        // A profile lives in the AWS files: it needs aws_config.
+        assert!(config(&S3Options {
+            profile: Some("p".into()),
+            credentials: Some(Credentials::new("A", "s")),
+            ..S3Options::default()
+        })
+        .unwrap_err()
+        .contains("aws_config"));
+        // Keys in the options, with nothing else.
+        let c = config(&S3Options {
+            credentials: Some(Credentials::new("A", "s").with_session_token("t")),
+            endpoint: Some("http://127.0.0.1:9000".into()),
+            ..S3Options::default()
+        })
+        .unwrap();
+        assert_eq!(
+            c.creds.as_ref().unwrap().session_token.as_deref(),
+            Some("t")
+        );
+        assert_eq!(c.creds_from, "S3Options::credentials");
+        assert!(c.ca_bundle.is_none());
+    }
+
+    #[test]
+    fn options_credentials_come_first() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join(".aws")).unwrap();
+        std::fs::write(
+            dir.path().join(".aws/config"),
+            "[default]\nregion = eu-west-3\ncredential_process = /bin/c0\n",
+        )
+        .unwrap();
+        let env = AwsConfig::from_vars(
+            [
+                ("AWS_ACCESS_KEY_ID".into(), "E".into()),
+                ("AWS_SECRET_ACCESS_KEY".into(), "e".into()),
+                ("AWS_CA_BUNDLE".into(), "/ca.pem".into()),
+                ("PATH".into(), "/bin".into()),
+            ],
+            Some(dir.path().to_path_buf()),
+        );
+        assert_eq!(env.env.var("PATH"), None, "only AWS_* variables are kept");
+        let aws = |o: S3Options| S3Options {
+            aws_config: Some(env.clone()),
+            ..o
+        };
+        let c = config(&aws(S3Options::default())).unwrap();
+        assert_eq!(c.creds.unwrap().access_key, "E");
+        assert_eq!(c.region, "eu-west-3");
+        assert_eq!(c.ca_bundle, Some(PathBuf::from("/ca.pem")));
+        assert!(c.aws_config);
+        let c = config(&aws(S3Options {
+            credentials: Some(Credentials::new("O", "o")),
+            ..S3Options::default()
+        }))
+        .unwrap();
+        assert_eq!(c.creds.unwrap().access_key, "O");
+        let p = CredentialsProvider::blocking(|| Err("unused".into()));
+        let c = config(&aws(S3Options {
+            provider: Some(p),
+            ..S3Options::default()
+        }))
+        .unwrap();
+        assert!(c.creds.is_none() && c.creds_process.is_none() && c.provider.is_some());
+        assert_eq!(c.creds_from, "the application's credentials provider");
+    }
+
+    #[test]
+    fn expired_credentials_codes() {
+        assert!(expired_credentials("ExpiredToken"));
+        assert!(expired_credentials("TokenRefreshRequired"));
+        for other in ["RequestExpired", "InvalidToken", "AccessDenied", ""] {
+            assert!(!expired_credentials(other), "{other}");
+        }
+        let (c, m) = explain(400, "ExpiredToken", "http://h", "b");
+        assert_eq!(c, ErrorClass::Auth);
+        assert!(m.contains("expired"), "{m}");
     }
 
     #[test]

@@ -45,6 +45,23 @@ pub struct Credentials {
     pub session_token: Option<String>,
 }
 
+impl Credentials {
+    /// An access key and its secret, no session token.
+    pub fn new(access_key: impl Into<String>, secret_key: impl Into<String>) -> Credentials {
+        Credentials {
+            access_key: access_key.into(),
+            secret_key: secret_key.into(),
+            session_token: None,
+        }
+    }
+
+    /// The same with a session token (temporary credentials from STS).
+    pub fn with_session_token(mut self, token: impl Into<String>) -> Credentials {
+        self.session_token = Some(token.into());
+        self
+    }
+}
+
 impl std::fmt::Debug for Credentials {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Credentials {{ access_key: {:?}, .. }}", self.access_key)
