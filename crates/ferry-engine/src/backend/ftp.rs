@@ -460,6 +460,40 @@ impl Backend for Ftp {
         self.with(move |c| c.rename(&f, &t)).await
     }
 
+    async fn put_whole(
+        &self,
+        part: Option<&[u8]>,
+        to: &[u8],
+        data: Bytes,
+        _perm: Option<u32>,
+        _mtime: Option<i64>,
+        _mode: Option<u32>,
+    ) -> Result<(), TransferError> {
+        // STOR, the bytes and RNFR/RNTO in one trip to a blocking thread:
+        // the ordinary calls took five thread switches a file, most of
+        // the client's CPU for 1000 x 20 kB (perf: `finish_task_switch`),
+        // and 2.4x the copy loop's. FTP sets no times or modes.
+        let w = s(part.unwrap_or(to));
+        let rename = part.map(|_| s(to));
+        let shown = self.display(part.unwrap_or(to));
+        self.with(move |c| {
+            let mut t = c.stor(&w, false)?;
+            if let Err(e) = t.write_all(&data) {
+                // The server may have said why it stopped reading (452/552).
+                return Err(match c.finish(t, &w) {
+                    Err(r @ FtpError::Reply { .. }) => r,
+                    _ => FtpError::Network(format!("{shown}: {e}")),
+                });
+            }
+            c.finish(t, &w)?;
+            if let Some(to) = rename {
+                c.rename(&w, &to)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
     async fn remove(&self, p: &[u8]) -> Result<(), TransferError> {
         let ps = s(p);
         self.with(move |c| c.remove(&ps)).await
