@@ -4,7 +4,8 @@
 //! vsftpd. What must hold for a user: a second run copies nothing; a
 //! same-size change with the old mtime put back is found by --checksum
 //! and not by default; --dry-run changes nothing; --delete never deletes
-//! after an error; every byte right. No timing is asserted.
+//! after an error; every byte right. No timing is asserted, but for an
+//! upper bound where a hang is the failure.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[macro_use]
@@ -142,6 +143,110 @@ fn sync_to_sshd_twice_then_checksum_finds_the_change() {
     assert_eq!(
         fs::read(&quoted).unwrap(),
         fs::read(dst.join("it's \"quoted\"")).unwrap()
+    );
+}
+
+/// Executable `name` in `dir` running the shell script `body`.
+fn fake_tool(dir: &Path, name: &str, body: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.join(name);
+    fs::write(&p, format!("#!/bin/sh\n{body}")).unwrap();
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// sshd whose sessions find `bin` first in PATH; `None` (the test is
+/// skipped) when this sshd is too old for `SetEnv`.
+fn sshd_with_path_first(bin: &Path) -> Option<Sshd> {
+    let mut sshd = Sshd::start();
+    let path = format!("PATH={}:/usr/local/bin:/usr/bin:/bin", bin.display());
+    if !sshd.set_sshd_env(&[&path]) {
+        eprintln!("skipped: this sshd has no SetEnv");
+        return None;
+    }
+    Some(sshd)
+}
+
+/// `ferry check -v -c ARGS... SRC DST` against sshd.
+fn check_sshd(sshd: &Sshd, args: &[OsString], src: &Path, dst: &Path) -> std::process::Output {
+    let mut a = args!["check", "-v", "-c", "-F", sshd.ssh_config()];
+    a.extend(args.iter().cloned());
+    a.extend(args![src, sshd.url(dst)]);
+    ferry_in(sshd.dir(), &a, &[])
+}
+
+#[test]
+fn check_reads_files_whose_hash_command_hangs_on_the_server() {
+    // A hash command that never answers (a stalled disk, a FIFO): each
+    // file gets --timeout plus its size at 50 MB/s, then its channel is
+    // closed (the command killed) and the file is read through the link.
+    let work = tempdir();
+    let bin = work.path().join("bin");
+    fs::create_dir(&bin).unwrap();
+    let pids = work.path().join("pids");
+    for tool in ["b3sum", "sha256sum"] {
+        fake_tool(
+            &bin,
+            tool,
+            &format!("echo $$ >> '{}'\nexec sleep 300\n", pids.display()),
+        );
+    }
+    let Some(sshd) = sshd_with_path_first(&bin) else {
+        return;
+    };
+    let src = work.path().join("src");
+    fs::create_dir(&src).unwrap();
+    let dst = sshd.mkdir("hang-dst");
+    for (name, len) in [("a.bin", 1000), ("b c.bin", 70_000)] {
+        make_file(&src.join(name), len, len);
+        fs::copy(src.join(name), dst.join(name)).unwrap();
+    }
+
+    let started = std::time::Instant::now();
+    let out = check_sshd(&sshd, &args!["--timeout", "2"], &src, &dst);
+    let took = started.elapsed();
+    sshd.assert_ok(&out, "check -c with a hanging hash command");
+    let err = stderr_text(&out);
+    assert!(err.contains("over SSH exec channels"), "{err}");
+    for name in ["a.bin", "b c.bin"] {
+        assert!(
+            err.lines().any(|l| l.contains(name)
+                && l.contains("did not finish within 3 s")
+                && l.contains("its channel is closed")
+                && l.contains("reading it to hash it")),
+            "{name}: {err}"
+        );
+    }
+    // The commands sleep 300 s: ferry did not wait for them.
+    assert!(took < Duration::from_secs(120), "took {took:?}: {err}");
+    // ferry sent them a KILL signal. sshd delivers it for a user's
+    // session, not for root's (no privilege separation after a root
+    // login: "session signalling requires privilege separation"), so as
+    // root the request in sshd's log is what can be checked.
+    let listed = fs::read_to_string(&pids).unwrap_or_default();
+    let started: Vec<u32> = listed.lines().filter_map(|l| l.parse().ok()).collect();
+    assert_eq!(started.len(), 2, "{listed}");
+    let log = sshd.dir().join("sshd.log");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let signalled = || {
+        let text = fs::read_to_string(&log).unwrap_or_default();
+        text.matches("session_signal_req").count() >= 2
+    };
+    while !(signalled() || started.iter().all(|&p| !pid_alive(p)))
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let alive: Vec<u32> = started.iter().copied().filter(|&p| pid_alive(p)).collect();
+    for &p in &alive {
+        // Ours (the fake tool's sleep), as root: not left for 300 s.
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &p.to_string()])
+            .status();
+    }
+    assert!(
+        alive.is_empty() || (is_root() && signalled()),
+        "still running: {alive:?}; sshd.log:\n{}",
+        fs::read_to_string(&log).unwrap_or_default()
     );
 }
 
