@@ -251,6 +251,68 @@ fn check_reads_files_whose_hash_command_hangs_on_the_server() {
 }
 
 #[test]
+fn check_uses_b3sum_on_the_server_when_it_is_there() {
+    // A b3sum that prints what the real one prints (BLAKE3 computed here):
+    // BLAKE3 is chosen over sha256sum, and its hashes are compared with
+    // ferry's own. One file's line has a wrong hash, so a match cannot
+    // come from reading the files instead.
+    let work = tempdir();
+    let bin = work.path().join("bin");
+    fs::create_dir(&bin).unwrap();
+    let src = work.path().join("src");
+    fs::create_dir(&src).unwrap();
+    let log = work.path().join("b3sum.log");
+    let dst = work.path().join("dst");
+    fs::create_dir(&dst).unwrap();
+    let mut cases = String::new();
+    for (name, len) in [("a.bin", 0u64), ("with space.bin", 5000), ("liar.bin", 300)] {
+        make_file(&src.join(name), len, len + 7);
+        fs::copy(src.join(name), dst.join(name)).unwrap();
+        let remote = dst.join(name);
+        let hash = if name == "liar.bin" {
+            hash_bytes(b"something else")
+        } else {
+            hash_file(&remote)
+        };
+        cases.push_str(&format!(
+            "  '{p}') echo '{h}  {p}' ;;\n",
+            p = remote.display(),
+            h = hash.to_hex()
+        ));
+    }
+    fake_tool(
+        &bin,
+        "b3sum",
+        &format!(
+            "echo \"$*\" >> '{log}'\n[ \"$1\" = -- ] || exit 2\ncase \"$2\" in\n{cases}  *) echo \"b3sum: $2: No such file\" >&2; exit 1 ;;\nesac\n",
+            log = log.display()
+        ),
+    );
+    let Some(sshd) = sshd_with_path_first(&bin) else {
+        return;
+    };
+
+    let out = check_sshd(&sshd, &[], &src, &dst);
+    assert_code(&out, 1, "check -c with b3sum on the server");
+    let stdout = stdout_text(&out);
+    assert!(
+        stdout.contains("differs (hash): liar.bin"),
+        "{}",
+        describe(&out)
+    );
+    assert!(!stdout.contains("a.bin"), "{}", describe(&out));
+    assert!(!stdout.contains("with space.bin"), "{}", describe(&out));
+    let err = stderr_text(&out);
+    assert!(
+        err.contains("hashed on the server by b3sum or sha256sum"),
+        "{err}"
+    );
+    assert!(!err.contains("not hashed on the server"), "{err}");
+    let calls = fs::read_to_string(&log).unwrap();
+    assert_eq!(calls.lines().count(), 3, "{calls}");
+}
+
+#[test]
 fn sync_and_check_with_ferry_serve_hash_on_the_server() {
     let serve = FerryServe::start(&["--writable"]);
     let work = tempdir();
