@@ -134,9 +134,10 @@ impl From<SshError> for TransferError {
         match e.root() {
             SshError::Config(_) => TransferError::Usage(message),
             SshError::HostKey(_) | SshError::Auth(_) => TransferError::Auth(message),
-            SshError::Connect { .. } | SshError::Protocol { .. } | SshError::Jump { .. } => {
-                TransferError::Network(message)
-            }
+            SshError::Connect { .. }
+            | SshError::Protocol { .. }
+            | SshError::ExecTimeout { .. }
+            | SshError::Jump { .. } => TransferError::Network(message),
         }
     }
 }

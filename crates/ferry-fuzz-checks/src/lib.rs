@@ -20,6 +20,7 @@
 // tests alike: here `unwrap`/`expect` are assertions, not shortcuts.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod exec_hash;
 pub mod ftp_control;
 pub mod ftp_listing;
 pub mod http_content_range;
@@ -36,6 +37,7 @@ pub mod ssh_config;
 pub mod ssh_zstd;
 pub mod sync_filter;
 
+pub use exec_hash::exec_hash;
 pub use ftp_control::ftp_control;
 pub use ftp_listing::ftp_listing;
 pub use http_content_range::http_content_range;
@@ -57,7 +59,8 @@ pub type Check = fn(&[u8]);
 
 /// Every target by name, as `fuzz/fuzz_targets/NAME.rs` and
 /// `fuzz/seeds/NAME/` are named.
-pub const TARGETS: [(&str, Check); 15] = [
+pub const TARGETS: [(&str, Check); 16] = [
+    ("exec_hash", exec_hash),
     ("ftp_control", ftp_control),
     ("ftp_listing", ftp_listing),
     ("http_content_range", http_content_range),

@@ -106,6 +106,7 @@ macro_rules! replay_tests {
 }
 
 replay_tests!(
+    exec_hash,
     ftp_control,
     ftp_listing,
     http_content_range,

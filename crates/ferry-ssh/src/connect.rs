@@ -195,47 +195,77 @@ impl SshConnection {
     /// server that refuses exec requests answers with an error; one that
     /// forces another command (`ForceCommand internal-sftp`) runs that
     /// instead, and its output is what comes back.
-    pub async fn exec(&self, command: &[u8], max_out: usize) -> Result<ExecOutput, SshError> {
-        let mut ch = self
-            .handle
-            .channel_open_session()
+    ///
+    /// The whole run may take at most `limit`. Past it the command gets a
+    /// KILL signal (sshd >= 7.9 delivers it when privilege separation is
+    /// on, which it is not after a root login; older ones ignore it), the
+    /// channel is closed and the answer is [`SshError::ExecTimeout`].
+    /// Dropping the future instead would leave the channel open on both
+    /// sides for as long as the command runs.
+    pub async fn exec(
+        &self,
+        command: &[u8],
+        max_out: usize,
+        limit: std::time::Duration,
+    ) -> Result<ExecOutput, SshError> {
+        let deadline = tokio::time::Instant::now() + limit;
+        let late = || SshError::ExecTimeout {
+            host: self.label.clone(),
+            seconds: limit.as_secs_f64(),
+        };
+        let mut ch = tokio::time::timeout_at(deadline, self.handle.channel_open_session())
             .await
+            .map_err(|_| late())?
             .map_err(|e| self.protocol(e))?;
-        ch.exec(true, command.to_vec())
-            .await
-            .map_err(|e| self.protocol(e))?;
-        ch.eof().await.map_err(|e| self.protocol(e))?;
-        let mut out = ExecOutput::default();
-        while let Some(msg) = ch.wait().await {
-            match msg {
-                russh::ChannelMsg::Data { data } => {
-                    if out.stdout.len() + data.len() > max_out {
-                        let _ = ch.close().await;
+        let run = async {
+            ch.exec(true, command.to_vec())
+                .await
+                .map_err(|e| self.protocol(e))?;
+            ch.eof().await.map_err(|e| self.protocol(e))?;
+            let mut out = ExecOutput::default();
+            while let Some(msg) = ch.wait().await {
+                match msg {
+                    russh::ChannelMsg::Data { data } => {
+                        if out.stdout.len() + data.len() > max_out {
+                            return Err(SshError::Protocol {
+                                host: self.label.clone(),
+                                message: format!("the command printed more than {max_out} bytes"),
+                            });
+                        }
+                        out.stdout.extend_from_slice(&data);
+                    }
+                    russh::ChannelMsg::ExtendedData { data, .. } => {
+                        let room = 4096usize.saturating_sub(out.stderr.len());
+                        out.stderr.extend_from_slice(
+                            data.get(..room.min(data.len())).unwrap_or_default(),
+                        );
+                    }
+                    russh::ChannelMsg::ExitStatus { exit_status } => out.status = Some(exit_status),
+                    russh::ChannelMsg::Failure => {
                         return Err(SshError::Protocol {
                             host: self.label.clone(),
-                            message: format!("the command printed more than {max_out} bytes"),
+                            message: "the server refused to run a command".into(),
                         });
                     }
-                    out.stdout.extend_from_slice(&data);
+                    russh::ChannelMsg::Close => break,
+                    _ => {}
                 }
-                russh::ChannelMsg::ExtendedData { data, .. } => {
-                    let room = 4096usize.saturating_sub(out.stderr.len());
-                    out.stderr
-                        .extend_from_slice(data.get(..room.min(data.len())).unwrap_or_default());
-                }
-                russh::ChannelMsg::ExitStatus { exit_status } => out.status = Some(exit_status),
-                russh::ChannelMsg::Failure => {
-                    let _ = ch.close().await;
-                    return Err(SshError::Protocol {
-                        host: self.label.clone(),
-                        message: "the server refused to run a command".into(),
-                    });
-                }
-                russh::ChannelMsg::Close => break,
-                _ => {}
+            }
+            Ok(out)
+        };
+        let r = tokio::time::timeout_at(deadline, run).await;
+        match r {
+            Ok(Ok(out)) => Ok(out),
+            Ok(Err(e)) => {
+                let _ = ch.close().await;
+                Err(e)
+            }
+            Err(_) => {
+                let _ = ch.signal(russh::Sig::KILL).await;
+                let _ = ch.close().await;
+                Err(late())
             }
         }
-        Ok(out)
     }
 
     fn protocol(&self, e: russh::Error) -> SshError {

@@ -20,6 +20,10 @@ pub enum SshError {
     Auth(String),
     #[error("SSH connection to {host}: {message}")]
     Protocol { host: String, message: String },
+    /// A command on an exec channel ran past its time limit
+    /// ([`crate::SshConnection::exec`]); the channel was closed.
+    #[error("SSH connection to {host}: the command did not finish within {seconds} s")]
+    ExecTimeout { host: String, seconds: f64 },
     /// A hop of a ProxyJump chain failed: `hop` names it, `source` says
     /// how (and decides the exit code).
     #[error("jump host {hop}: {source}")]

@@ -166,7 +166,9 @@ struct ConnArgs {
     #[arg(short = 'J', value_name = "[USER@]HOST[:PORT][,...]")]
     jump: Option<String>,
     /// A connection that delivers no byte for this many seconds has
-    /// stalled: it is cut and the file or range is tried again.
+    /// stalled: it is cut and the file or range is tried again. A hash
+    /// command run over SSH (check -c, sync -c) gets this plus its file's
+    /// size at 50 MB/s; then the file is read to hash it instead.
     #[arg(long, value_name = "SECS", default_value_t = 60)]
     timeout: u64,
     /// TCP congestion control of ferry's connections: auto (BBR when the

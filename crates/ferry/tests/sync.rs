@@ -4,7 +4,8 @@
 //! vsftpd. What must hold for a user: a second run copies nothing; a
 //! same-size change with the old mtime put back is found by --checksum
 //! and not by default; --dry-run changes nothing; --delete never deletes
-//! after an error; every byte right. No timing is asserted.
+//! after an error; every byte right. No timing is asserted, but for an
+//! upper bound where a hang is the failure.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[macro_use]
@@ -143,6 +144,172 @@ fn sync_to_sshd_twice_then_checksum_finds_the_change() {
         fs::read(&quoted).unwrap(),
         fs::read(dst.join("it's \"quoted\"")).unwrap()
     );
+}
+
+/// Executable `name` in `dir` running the shell script `body`.
+fn fake_tool(dir: &Path, name: &str, body: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.join(name);
+    fs::write(&p, format!("#!/bin/sh\n{body}")).unwrap();
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// sshd whose sessions find `bin` first in PATH; `None` (the test is
+/// skipped) when this sshd is too old for `SetEnv`.
+fn sshd_with_path_first(bin: &Path) -> Option<Sshd> {
+    let mut sshd = Sshd::start();
+    let path = format!("PATH={}:/usr/local/bin:/usr/bin:/bin", bin.display());
+    if !sshd.set_sshd_env(&[&path]) {
+        eprintln!("skipped: this sshd has no SetEnv");
+        return None;
+    }
+    Some(sshd)
+}
+
+/// `ferry check -v -c ARGS... SRC DST` against sshd.
+fn check_sshd(sshd: &Sshd, args: &[OsString], src: &Path, dst: &Path) -> std::process::Output {
+    let mut a = args!["check", "-v", "-c", "-F", sshd.ssh_config()];
+    a.extend(args.iter().cloned());
+    a.extend(args![src, sshd.url(dst)]);
+    ferry_in(sshd.dir(), &a, &[])
+}
+
+#[test]
+fn check_reads_files_whose_hash_command_hangs_on_the_server() {
+    // A hash command that never answers (a stalled disk, a FIFO): each
+    // file gets --timeout plus its size at 50 MB/s, then its channel is
+    // closed (the command killed) and the file is read through the link.
+    let work = tempdir();
+    let bin = work.path().join("bin");
+    fs::create_dir(&bin).unwrap();
+    let pids = work.path().join("pids");
+    for tool in ["b3sum", "sha256sum"] {
+        fake_tool(
+            &bin,
+            tool,
+            &format!("echo $$ >> '{}'\nexec sleep 300\n", pids.display()),
+        );
+    }
+    let Some(sshd) = sshd_with_path_first(&bin) else {
+        return;
+    };
+    let src = work.path().join("src");
+    fs::create_dir(&src).unwrap();
+    let dst = sshd.mkdir("hang-dst");
+    for (name, len) in [("a.bin", 1000), ("b c.bin", 70_000)] {
+        make_file(&src.join(name), len, len);
+        fs::copy(src.join(name), dst.join(name)).unwrap();
+    }
+
+    let started = std::time::Instant::now();
+    let out = check_sshd(&sshd, &args!["--timeout", "2"], &src, &dst);
+    let took = started.elapsed();
+    sshd.assert_ok(&out, "check -c with a hanging hash command");
+    let err = stderr_text(&out);
+    assert!(err.contains("over SSH exec channels"), "{err}");
+    for name in ["a.bin", "b c.bin"] {
+        assert!(
+            err.lines().any(|l| l.contains(name)
+                && l.contains("did not finish within 3 s")
+                && l.contains("its channel is closed")
+                && l.contains("reading it to hash it")),
+            "{name}: {err}"
+        );
+    }
+    // The commands sleep 300 s: ferry did not wait for them.
+    assert!(took < Duration::from_secs(120), "took {took:?}: {err}");
+    // ferry sent them a KILL signal. sshd delivers it for a user's
+    // session, not for root's (no privilege separation after a root
+    // login: "session signalling requires privilege separation"), so as
+    // root the request in sshd's log is what can be checked.
+    let listed = fs::read_to_string(&pids).unwrap_or_default();
+    let started: Vec<u32> = listed.lines().filter_map(|l| l.parse().ok()).collect();
+    assert_eq!(started.len(), 2, "{listed}");
+    let log = sshd.dir().join("sshd.log");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let signalled = || {
+        let text = fs::read_to_string(&log).unwrap_or_default();
+        text.matches("session_signal_req").count() >= 2
+    };
+    while !(signalled() || started.iter().all(|&p| !pid_alive(p)))
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let alive: Vec<u32> = started.iter().copied().filter(|&p| pid_alive(p)).collect();
+    for &p in &alive {
+        // Ours (the fake tool's sleep), as root: not left for 300 s.
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &p.to_string()])
+            .status();
+    }
+    assert!(
+        alive.is_empty() || (is_root() && signalled()),
+        "still running: {alive:?}; sshd.log:\n{}",
+        fs::read_to_string(&log).unwrap_or_default()
+    );
+}
+
+#[test]
+fn check_uses_b3sum_on_the_server_when_it_is_there() {
+    // A b3sum that prints what the real one prints (BLAKE3 computed here):
+    // BLAKE3 is chosen over sha256sum, and its hashes are compared with
+    // ferry's own. One file's line has a wrong hash, so a match cannot
+    // come from reading the files instead.
+    let work = tempdir();
+    let bin = work.path().join("bin");
+    fs::create_dir(&bin).unwrap();
+    let src = work.path().join("src");
+    fs::create_dir(&src).unwrap();
+    let log = work.path().join("b3sum.log");
+    let dst = work.path().join("dst");
+    fs::create_dir(&dst).unwrap();
+    let mut cases = String::new();
+    for (name, len) in [("a.bin", 0u64), ("with space.bin", 5000), ("liar.bin", 300)] {
+        make_file(&src.join(name), len, len + 7);
+        fs::copy(src.join(name), dst.join(name)).unwrap();
+        let remote = dst.join(name);
+        let hash = if name == "liar.bin" {
+            hash_bytes(b"something else")
+        } else {
+            hash_file(&remote)
+        };
+        cases.push_str(&format!(
+            "  '{p}') echo '{h}  {p}' ;;\n",
+            p = remote.display(),
+            h = hash.to_hex()
+        ));
+    }
+    fake_tool(
+        &bin,
+        "b3sum",
+        &format!(
+            "echo \"$*\" >> '{log}'\n[ \"$1\" = -- ] || exit 2\ncase \"$2\" in\n{cases}  *) echo \"b3sum: $2: No such file\" >&2; exit 1 ;;\nesac\n",
+            log = log.display()
+        ),
+    );
+    let Some(sshd) = sshd_with_path_first(&bin) else {
+        return;
+    };
+
+    let out = check_sshd(&sshd, &[], &src, &dst);
+    assert_code(&out, 1, "check -c with b3sum on the server");
+    let stdout = stdout_text(&out);
+    assert!(
+        stdout.contains("differs (hash): liar.bin"),
+        "{}",
+        describe(&out)
+    );
+    assert!(!stdout.contains("a.bin"), "{}", describe(&out));
+    assert!(!stdout.contains("with space.bin"), "{}", describe(&out));
+    let err = stderr_text(&out);
+    assert!(
+        err.contains("hashed on the server by b3sum or sha256sum"),
+        "{err}"
+    );
+    assert!(!err.contains("not hashed on the server"), "{err}");
+    let calls = fs::read_to_string(&log).unwrap();
+    assert_eq!(calls.lines().count(), 3, "{calls}");
 }
 
 #[test]

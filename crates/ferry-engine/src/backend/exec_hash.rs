@@ -2,8 +2,11 @@
 //! SFTP server without a hash extension (OpenSSH) whose sshd lets the user
 //! run commands: the file is read on the server, not through the link.
 //! These are the pure parts (the probe's answer, the command line, the
-//! output); `sftp.rs` runs them. Every doubt is a refusal, and the caller
-//! then reads the file through the connection to hash it.
+//! output, the time limit); `sftp.rs` runs them. Every doubt is a
+//! refusal, and the caller then reads the file through the connection to
+//! hash it. Public for the `exec_hash` fuzz target (ferry-fuzz-checks).
+use std::time::Duration;
+
 use super::HashAlgo;
 
 /// The command that asks which tools the server has: `command -v` prints
@@ -34,6 +37,22 @@ pub fn found(probe_stdout: &[u8]) -> Vec<HashAlgo> {
         .into_iter()
         .filter(|a| tool(*a).is_some_and(has))
         .collect()
+}
+
+/// The slowest rate a server's disk is expected to hash at, bytes per
+/// second: [`limit`] allows a file's size at this rate.
+pub const SLOW_RATE: u64 = 50_000_000;
+
+/// How long the tool may take for a file of `size` bytes: the engine's
+/// stall time (`--timeout`: how long ferry waits for any answer) plus the
+/// size at [`SLOW_RATE`]. The tool prints nothing until it has read the
+/// whole file, so "no output for `--timeout`" would cut every big file;
+/// past this limit the disk is stalled or the name is something that
+/// never ends (a FIFO made after the listing), and reading the file
+/// through the link is the better bet. Unknown size: `stall` alone.
+pub fn limit(size: Option<u64>, stall: Duration) -> Duration {
+    let secs = size.unwrap_or(0) as f64 / SLOW_RATE as f64;
+    stall.saturating_add(Duration::from_secs_f64(secs.ceil()))
 }
 
 /// `path` in single quotes for a POSIX shell (`'` becomes `'\''`); `None`
@@ -144,6 +163,16 @@ mod tests {
         assert!(found(b"/usr/bin/notsha256sum\nsh: command not found\n").is_empty());
         // internal-sftp answering with SFTP bytes, or a banner.
         assert!(found(b"\x00\x00\x00\x05\x02\x00\x00\x00\x03").is_empty());
+    }
+
+    #[test]
+    fn limits() {
+        let s = Duration::from_secs(60);
+        assert_eq!(limit(None, s), s);
+        assert_eq!(limit(Some(0), s), s);
+        assert_eq!(limit(Some(1), s), Duration::from_secs(61));
+        assert_eq!(limit(Some(5_000_000_000), s), Duration::from_secs(160));
+        assert!(limit(Some(u64::MAX), s).as_secs() >= u64::MAX / SLOW_RATE);
     }
 
     #[test]

@@ -21,7 +21,7 @@ use bytes::Bytes;
 
 use crate::error::TransferError;
 
-mod exec_hash;
+pub mod exec_hash;
 pub mod ftp;
 pub mod http;
 pub mod local;

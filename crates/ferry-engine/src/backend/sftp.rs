@@ -554,7 +554,9 @@ impl Sftp {
 
     /// `b3sum`/`sha256sum -- 'PATH'` on an exec channel, its output
     /// checked strictly (exec_hash.rs). Any failure is a reason to read the
-    /// file instead, returned as text.
+    /// file instead, returned as text; so is a command that takes longer
+    /// than [`exec_hash::limit`] for the file's size (a stalled disk, a
+    /// FIFO), whose channel is then closed.
     async fn exec_hash(&self, p: &[u8], algo: HashAlgo) -> Result<Vec<u8>, String> {
         let tool = exec_hash::tool(algo).unwrap_or("?");
         let cmd = exec_hash::command(algo, p)
@@ -565,8 +567,25 @@ impl Sftp {
             .unwrap_or_else(|e| e.into_inner())
             .clone()
             .ok_or("the connection is closed")?;
+        // The size sets how long the tool may take; a name that is not
+        // there, or not a file, is not hashed by a command.
+        let size = match self.stat(p).await {
+            Ok(Some(e)) if e.kind == EntryKind::File => e.size,
+            Ok(Some(_)) => return Err("not a regular file".into()),
+            Ok(None) => return Err("no such file".into()),
+            Err(e) => return Err(e.to_string()),
+        };
+        let limit = exec_hash::limit(size, self.stall);
         let _slot = self.exec_slots.acquire().await.map_err(|e| e.to_string())?;
-        let out = conn.exec(&cmd, 4096).await.map_err(|e| {
+        let out = conn.exec(&cmd, 4096, limit).await.map_err(|e| {
+            if let ferry_ssh::SshError::ExecTimeout { .. } = e {
+                return format!(
+                    "{tool} did not finish within {} s, --timeout plus its size at {} MB/s; \
+                     its channel is closed",
+                    limit.as_secs(),
+                    exec_hash::SLOW_RATE / 1_000_000
+                );
+            }
             let e = e.to_string();
             if e.contains("refused to run") {
                 self.exec_refused.store(true, Ordering::Relaxed);
@@ -981,22 +1000,20 @@ impl Backend for Sftp {
         let conn = self.exec.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let found = match conn {
             None => Vec::new(),
-            Some(c) => {
-                match tokio::time::timeout(PROBE_TIMEOUT, c.exec(exec_hash::PROBE, 4096)).await {
-                    Ok(Ok(out)) => exec_hash::found(&out.stdout),
-                    Ok(Err(e)) => {
-                        tracing::info!("{}: cannot run commands over SSH: {e}", self.host);
-                        Vec::new()
-                    }
-                    Err(_) => {
-                        tracing::info!(
-                            "{}: no answer to `command -v b3sum sha256sum` over SSH",
-                            self.host
-                        );
-                        Vec::new()
-                    }
+            Some(c) => match c.exec(exec_hash::PROBE, 4096, PROBE_TIMEOUT).await {
+                Ok(out) => exec_hash::found(&out.stdout),
+                Err(ferry_ssh::SshError::ExecTimeout { .. }) => {
+                    tracing::info!(
+                        "{}: no answer to `command -v b3sum sha256sum` over SSH",
+                        self.host
+                    );
+                    Vec::new()
                 }
-            }
+                Err(e) => {
+                    tracing::info!("{}: cannot run commands over SSH: {e}", self.host);
+                    Vec::new()
+                }
+            },
         };
         if found.is_empty() {
             tracing::info!(

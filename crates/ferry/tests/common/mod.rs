@@ -618,6 +618,8 @@ pub struct Sshd {
     no_setenv: bool,
     /// Lines added to sshd_config ([`Sshd::set_sshd_options`]).
     extra_config: Vec<String>,
+    /// `NAME=value` pairs added to the `SetEnv` line ([`Sshd::set_sshd_env`]).
+    extra_env: Vec<String>,
 }
 
 fn keygen(path: &Path, kind: &str, bits: Option<&str>, passphrase: &str) {
@@ -755,6 +757,7 @@ impl Sshd {
             host_key_line,
             no_setenv: false,
             extra_config: Vec::new(),
+            extra_env: Vec::new(),
         };
         let mut last = String::new();
         for _ in 0..10 {
@@ -801,6 +804,22 @@ impl Sshd {
         self.extra_config = lines.iter().map(|l| l.to_string()).collect();
         self.write_sshd_config();
         self.restart();
+    }
+
+    /// Give every session `vars` (`NAME=value`, replacing earlier ones
+    /// given here) through sshd_config's one `SetEnv` line (sshd keeps the
+    /// first `SetEnv` it reads, so not through [`Sshd::set_sshd_options`])
+    /// and restart sshd on the same port, e.g. a `PATH` with fake tools
+    /// first. `false`, and nothing changed, when this sshd is too old for
+    /// `SetEnv`.
+    pub fn set_sshd_env(&mut self, vars: &[&str]) -> bool {
+        if self.no_setenv {
+            return false;
+        }
+        self.extra_env = vars.iter().map(|v| v.to_string()).collect();
+        self.write_sshd_config();
+        self.restart();
+        true
     }
 
     /// Sign this server's host key with the CA key `ca` (`ssh-keygen -s CA
@@ -869,9 +888,10 @@ impl Sshd {
             // would stall every SFTP session; bash skips that when SHLVL
             // says it is nested. (SetEnv needs OpenSSH >= 8.7.)
             setenv = if self.no_setenv {
-                ""
+                String::new()
             } else {
-                "SetEnv SHLVL=1\n"
+                let more: String = self.extra_env.iter().map(|v| format!(" {v}")).collect();
+                format!("SetEnv SHLVL=1{more}\n")
             },
             extra = self
                 .extra_config
