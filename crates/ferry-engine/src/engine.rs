@@ -37,7 +37,8 @@ use crate::{CopyOptions, Stats};
 
 /// Bytes of a partial file compared with the source before resuming.
 const RESUME_CHECK: u64 = 64 * 1024;
-/// Listings in flight at once while walking a tree.
+/// Listings in flight at once while walking a tree (and stats of the
+/// sources named).
 const LISTINGS: usize = 16;
 
 /// A source or destination: a backend and a path in it.
@@ -121,13 +122,21 @@ pub(crate) async fn plan(
     } else {
         dest.path.clone()
     };
-    for (i, s) in sources.iter().enumerate() {
+    // Each named source's stat (an HTTP HEAD, an SFTP STAT), LISTINGS in
+    // flight: one after the other, 1,000 URLs named cost 1,000 round
+    // trips before the first byte.
+    let calls: Vec<_> = sources.iter().map(|s| s.backend.stat(&s.path)).collect();
+    let stats: Vec<_> = futures_util::stream::iter(calls)
+        .buffered(LISTINGS)
+        .collect()
+        .await;
+    for ((i, s), stat) in sources.iter().enumerate().zip(stats) {
         let target = if into {
             path::join(&dest.path, path::basename(&s.path))
         } else {
             dest_file.clone()
         };
-        let Some(e) = s.backend.stat(&s.path).await? else {
+        let Some(e) = stat? else {
             if sources.len() == 1 {
                 return Err(s.backend.missing(&s.path));
             }
