@@ -1103,3 +1103,28 @@ async fn a_file_listed_without_a_size_resumes() {
     assert_eq!(read, 1_000_000 + 64 * 1024);
     assert!(parts(&b).is_empty());
 }
+
+#[tokio::test]
+async fn many_named_sources_with_one_missing() {
+    // Stat'ed 16 at a time while planning: every one still copied to its
+    // name, the missing one reported once, first.
+    let (a, b) = (Memory::new("a"), Memory::new("b"));
+    b.mkdir("/d");
+    let mut srcs = Vec::new();
+    for i in 0..40 {
+        let p = format!("/s/f{i:02}");
+        if i != 17 {
+            a.put(&p, &data(100 + i, i as u8), 0);
+        }
+        srcs.push(at(&a, &p));
+    }
+    let (r, _) = run(Transfer::between(srcs, at(&b, "/d"), opts())).await;
+    let failed: Vec<_> = r.files.iter().filter(|f| f.error.is_some()).collect();
+    assert_eq!(failed.len(), 1);
+    assert!(r.files[0].source.ends_with("/s/f17"), "{:?}", r.files[0]);
+    for i in (0..40).filter(|&i| i != 17) {
+        assert_eq!(b.get(&format!("/d/f{i:02}")), a.get(&format!("/s/f{i:02}")));
+    }
+    assert_eq!(b.get("/d/f17"), None);
+    assert_eq!(counter(&a.counters.stats), 40);
+}
