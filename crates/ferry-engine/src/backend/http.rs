@@ -123,8 +123,7 @@ impl Http {
         first.trust(&spec.url);
         let mut clients = vec![first.clone()];
         clients.extend((1..n).map(|_| first.sibling(h1)));
-        let root_path = spec.url.decoded_path();
-        let dir = spec.url.is_dir();
+        let (root_path, dir) = Http::path_of(spec);
         Ok((
             Http {
                 clients,
@@ -139,6 +138,12 @@ impl Http {
             root_path,
             dir,
         ))
+    }
+
+    /// The location's path in a backend for its server, and whether it
+    /// names a directory (ends with `/`).
+    pub fn path_of(spec: &HttpSpec) -> (Vec<u8>, bool) {
+        (spec.url.decoded_path(), spec.url.is_dir())
     }
 
     /// Which client serves `p`: the same one for every request about a

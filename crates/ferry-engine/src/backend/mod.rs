@@ -828,8 +828,14 @@ pub(crate) async fn open(
             Ok((Arc::new(b), p, dir))
         }
         Location::Http(h) => {
+            if let Some(b) = existing {
+                // Same server: no new clients (each loads its TLS trust
+                // and .netrc), only the path.
+                let (p, dir) = http::Http::path_of(h);
+                return Ok((b, p, dir));
+            }
             let (b, p, dir) = http::Http::open(h, opts)?;
-            Ok((existing.unwrap_or_else(|| Arc::new(b)), p, dir))
+            Ok((Arc::new(b), p, dir))
         }
         Location::S3(s) => {
             if let Some(b) = existing {
