@@ -37,7 +37,8 @@ use crate::{CopyOptions, Stats};
 
 /// Bytes of a partial file compared with the source before resuming.
 const RESUME_CHECK: u64 = 64 * 1024;
-/// Listings in flight at once while walking a tree.
+/// Listings in flight at once while walking a tree (and stats of the
+/// sources named).
 const LISTINGS: usize = 16;
 
 /// A source or destination: a backend and a path in it.
@@ -121,13 +122,21 @@ pub(crate) async fn plan(
     } else {
         dest.path.clone()
     };
-    for (i, s) in sources.iter().enumerate() {
+    // Each named source's stat (an HTTP HEAD, an SFTP STAT), LISTINGS in
+    // flight: one after the other, 1,000 URLs named cost 1,000 round
+    // trips before the first byte.
+    let calls: Vec<_> = sources.iter().map(|s| s.backend.stat(&s.path)).collect();
+    let stats: Vec<_> = futures_util::stream::iter(calls)
+        .buffered(LISTINGS)
+        .collect()
+        .await;
+    for ((i, s), stat) in sources.iter().enumerate().zip(stats) {
         let target = if into {
             path::join(&dest.path, path::basename(&s.path))
         } else {
             dest_file.clone()
         };
-        let Some(e) = s.backend.stat(&s.path).await? else {
+        let Some(e) = stat? else {
             if sources.len() == 1 {
                 return Err(s.backend.missing(&s.path));
             }
@@ -429,24 +438,73 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
             renamed: false,
         }
     };
-    // A listing without sizes (an HTML index): the file's own stat says
-    // its size, and its time for -p where the listing had none.
-    let stated;
+    // A part file here can be continued later (from a record, or from its
+    // length where it was written in order).
+    let resumable = target.renamed && dc.continues() && sc.ranged_read;
+    // A listing without sizes (an HTML index): the read itself says the
+    // size, the time for -p and the validators a later resume needs, so
+    // the file costs one request (a stat before it made two round trips
+    // a file). The stat still comes first where the size must be known
+    // before any byte moves: a part file --resume may continue, a
+    // server that may copy by itself, a backend that cannot.
+    let mut first: Option<Box<dyn ByteStream>> = None;
+    let mut first_info: Option<ReadInfo> = None;
+    let learned;
     let f = match f.size {
         Some(_) => f,
         None => {
-            let e = src.stat(&f.src).await?;
-            stated = FilePlan {
-                size: e.as_ref().and_then(|e| e.size),
-                mtime: f.mtime.or(e.as_ref().and_then(|e| e.mtime)),
-                ..f.clone()
+            let server_side = dc.server_copy
+                && (target.renamed || dc.atomic_write)
+                && src.endpoint_key() == dst.endpoint_key()
+                && !r.opts.resume;
+            let may_resume = r.opts.resume
+                && if target.renamed {
+                    resumable && dst.stat(&target.write).await?.is_some()
+                } else {
+                    sc.ranged_read
+                };
+            let opened = if server_side || may_resume {
+                None
+            } else {
+                retried(r, || src.read_unsized(&f.src)).await?
             };
-            &stated
+            learned = match opened {
+                Some(o) => {
+                    first = Some(o.stream);
+                    first_info = Some(o.info);
+                    FilePlan {
+                        size: o.size,
+                        mtime: f.mtime.or(o.mtime),
+                        ..f.clone()
+                    }
+                }
+                None => match retried(r, || src.stat(&f.src)).await? {
+                    None => return Err(src.missing(&f.src)),
+                    Some(e) if e.kind != EntryKind::File => {
+                        return Err(TransferError::Remote(format!(
+                            "{}: not a regular file any more",
+                            src.display(&f.src)
+                        )))
+                    }
+                    Some(e) => FilePlan {
+                        size: e.size,
+                        mtime: f.mtime.or(e.mtime),
+                        ..f.clone()
+                    },
+                },
+            };
+            // The plan's total had nothing of this file: it grows as
+            // sizes are learned (by the bytes as they come, below, where
+            // nothing says the size).
+            if let Some(n) = learned.size {
+                r.stats.bytes_total.fetch_add(n, Ordering::Relaxed);
+            }
+            &learned
         }
     };
-    let size = f
-        .size
-        .ok_or_else(|| TransferError::Remote(format!("{}: size unknown", src.display(&f.src))))?;
+    let Some(size) = f.size else {
+        return copy_unsized(r, f, &target, first).await;
+    };
 
     // One server holds both ends and can copy by itself (into a part
     // file, or, where writes appear whole, the final name: S3's
@@ -472,20 +530,21 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
         .streams
         .unwrap_or(sc.max_ranges.min(dc.max_ranges))
         .clamp(1, 64);
-    // A part file here can be continued later (from a record, or from its
-    // length where it was written in order).
-    let resumable = target.renamed && dc.continues() && sc.ranged_read;
     // Split when big enough, or when --streams asked for ranges and each
-    // gets at least MIN_RANGE.
+    // gets at least MIN_RANGE; a file whose size came with its first read
+    // goes on in that one stream.
     let asked = r.opts.streams.is_some() && size >= 2 * MIN_RANGE;
-    let may_split = sc.ranged_read
+    let may_split = first.is_none()
+        && sc.ranged_read
         && dc.offset_write
         && target.renamed
         && (size >= r.opts.split_min || asked)
         && streams > 1;
     // What this file allows (an HTTP server may ignore ranges for it), and
     // its version for the record: asked only where it matters.
-    let info = if size > WHOLE_FILE && (may_split || resumable) {
+    let info = if let Some(i) = first_info {
+        i
+    } else if size > WHOLE_FILE && (may_split || resumable) {
         src.read_info(&f.src).await?
     } else {
         ReadInfo {
@@ -522,7 +581,7 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
     }
     let fresh = missing == [(0, size)];
     if fresh && size <= WHOLE_FILE {
-        return copy_whole(r, f, &target, size).await;
+        return copy_whole(r, f, &target, size, first).await;
     }
     let todo = span(&missing);
     let asked = r.opts.streams.is_some() && todo >= 2 * MIN_RANGE;
@@ -555,7 +614,7 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
             if in_order_record {
                 rec.save(dst.as_ref()).await?;
             }
-            let pumped = pump_with_retry(r, f, &target, 0, size, Some(sink), &mut 0).await;
+            let pumped = pump_with_retry(r, f, &target, 0, size, (Some(sink), first), &mut 0).await;
             if let Err(e) = pumped {
                 // The server's own word against its bytes (a digest that
                 // does not match): what arrived is not worth keeping.
@@ -604,7 +663,7 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
                 let Some((at, len)) = queue.next() else { break };
                 running.push(async move {
                     let mut kept = 0;
-                    match pump_with_retry(r, f, target, at, len, None, &mut kept).await {
+                    match pump_with_retry(r, f, target, at, len, (None, None), &mut kept).await {
                         Ok(()) => (at, len, None),
                         Err(e) => (at, kept, Some(e)),
                     }
@@ -830,6 +889,7 @@ async fn copy_whole(
     f: &FilePlan,
     target: &Target,
     size: u64,
+    mut first: Option<Box<dyn ByteStream>>,
 ) -> Result<u64, TransferError> {
     let src = &r.sources[f.source].backend;
     let dst = &r.dest.backend;
@@ -846,8 +906,16 @@ async fn copy_whole(
         if r.cancel.is_cancelled() {
             return Err(TransferError::cancelled());
         }
+        // The read that said the size, on the first attempt.
+        let opened = first.take();
         let once = async {
-            let data = tokio::time::timeout(stall, src.get_whole(&f.src, size))
+            let read = async {
+                match opened {
+                    Some(s) => crate::backend::gather(s, size).await,
+                    None => src.get_whole(&f.src, size).await,
+                }
+            };
+            let data = tokio::time::timeout(stall, read)
                 .await
                 .map_err(|_| stalled(src.as_ref(), &f.src, stall))??;
             if data.len() as u64 != size {
@@ -882,6 +950,23 @@ async fn copy_whole(
                 attempt += 1;
             }
         }
+    }
+}
+
+/// `call`, again after a transient failure (a lost connection) as a
+/// range is.
+async fn retried<T, C, F>(r: &Run, mut call: C) -> Result<T, TransferError>
+where
+    C: FnMut() -> F,
+    F: std::future::Future<Output = Result<T, TransferError>>,
+{
+    let mut attempt = 0u32;
+    loop {
+        match call().await {
+            Ok(v) => return Ok(v),
+            Err(e) => retry_after(r, e, attempt, true).await?,
+        }
+        attempt += 1;
     }
 }
 
@@ -942,7 +1027,11 @@ async fn read_all(b: &dyn Backend, p: &[u8], at: u64, n: u64) -> Result<Vec<u8>,
     Ok(out)
 }
 
+/// A sink and a stream already open for a range's first attempt.
+type Opened = (Option<Box<dyn Sink>>, Option<Box<dyn ByteStream>>);
+
 /// Move one range, retrying transient failures with backoff and jitter.
+/// `first`: a sink and a stream already open for the first attempt.
 /// `kept` is how much of the range, from `at`, is in the destination
 /// for sure when this returns an error (a resume record keeps it).
 async fn pump_with_retry(
@@ -951,9 +1040,10 @@ async fn pump_with_retry(
     target: &Target,
     at: u64,
     len: u64,
-    mut first_sink: Option<Box<dyn Sink>>,
+    first: Opened,
     kept: &mut u64,
 ) -> Result<(), TransferError> {
+    let (mut first_sink, mut first_stream) = first;
     let dc = r.dest.backend.capabilities();
     // Bytes written before a failure of the source's side stay, where
     // the part file can be continued from them: flushed, they need not
@@ -975,7 +1065,16 @@ async fn pump_with_retry(
             }
         };
         let mut moved = 0u64;
-        let res = pump(r, f, from, len - *kept, sink, &mut moved).await;
+        let res = pump(
+            r,
+            f,
+            from,
+            len - *kept,
+            sink,
+            first_stream.take(),
+            &mut moved,
+        )
+        .await;
         match res {
             Ok(()) => return Ok(()),
             Err((e, sink)) => {
@@ -1008,34 +1107,43 @@ async fn pump_with_retry(
 /// source's (its bytes so far can still be flushed).
 type Pumped = Result<(), (TransferError, Option<Box<dyn Sink>>)>;
 
-/// Stream `len` bytes of the source at `at` into `sink`.
+/// Stream `len` bytes of the source at `at` into `sink` ([`TO_END`]:
+/// all there is, its bytes counted in `bytes_total` too as they come),
+/// from `first` when a read is already open there.
 async fn pump(
     r: &Run,
     f: &FilePlan,
     at: u64,
     len: u64,
     mut sink: Box<dyn Sink>,
+    first: Option<Box<dyn ByteStream>>,
     moved: &mut u64,
 ) -> Pumped {
     let src = &r.sources[f.source].backend;
-    let mut stream = match src.read(&f.src, at, Some(len)).await {
-        Ok(s) => s,
-        Err(e) => return Err((e, None)),
+    let to_end = len == TO_END;
+    let mut stream = match first {
+        Some(s) => s,
+        None => match src.read(&f.src, at, (!to_end).then_some(len)).await {
+            Ok(s) => s,
+            Err(e) => return Err((e, None)),
+        },
     };
     // A local file on one side and a connection's thread on the other:
-    // the whole range runs on that thread.
-    if let Some(file) = sink.local_file() {
-        let to = LocalRange::new(file, len, src.display(&f.src));
-        let (shown, progress) = (to.shown.clone(), to.progress.clone());
-        if let Some(task) = stream.write_into(to) {
-            return pump_on_home(r, &shown, task, progress, sink, moved).await;
+    // the whole range runs on that thread (a range of known length).
+    if !to_end {
+        if let Some(file) = sink.local_file() {
+            let to = LocalRange::new(file, len, src.display(&f.src));
+            let (shown, progress) = (to.shown.clone(), to.progress.clone());
+            if let Some(task) = stream.write_into(to) {
+                return pump_on_home(r, &shown, task, progress, sink, moved).await;
+            }
         }
-    }
-    if let Some(file) = stream.local_file() {
-        let from = LocalRange::new(file, len, r.dest.backend.display(&f.dst));
-        let (shown, progress) = (from.shown.clone(), from.progress.clone());
-        if let Some(task) = sink.read_from(from) {
-            return pump_on_home(r, &shown, task, progress, sink, moved).await;
+        if let Some(file) = stream.local_file() {
+            let from = LocalRange::new(file, len, r.dest.backend.display(&f.dst));
+            let (shown, progress) = (from.shown.clone(), from.progress.clone());
+            if let Some(task) = sink.read_from(from) {
+                return pump_on_home(r, &shown, task, progress, sink, moved).await;
+            }
         }
     }
     let cancelled = || (TransferError::cancelled(), None);
@@ -1063,11 +1171,51 @@ async fn pump(
         }
         *moved += n;
         r.stats.bytes_done.fetch_add(n, Ordering::Relaxed);
+        if to_end {
+            r.stats.bytes_total.fetch_add(n, Ordering::Relaxed);
+        }
     }
-    if *moved != len {
+    if !to_end && *moved != len {
         return Err((too_short(&src.display(&f.src), *moved, len), None));
     }
     sink.finish().await.map_err(|e| (e, None))
+}
+
+/// A stream's length for "to the end of the file" ([`pump`]).
+const TO_END: u64 = u64::MAX;
+
+/// A file nothing gave the size of (a compressed HTTP body after a
+/// listing without sizes): one stream to its end, into a file created
+/// anew on each attempt; its size is what arrived (checked where it lies
+/// before the rename), its bytes counted in `bytes_total` as they come.
+async fn copy_unsized(
+    r: &Run,
+    f: &FilePlan,
+    target: &Target,
+    mut first: Option<Box<dyn ByteStream>>,
+) -> Result<u64, TransferError> {
+    let dst = &r.dest.backend;
+    let mut attempt = 0u32;
+    loop {
+        let opened = first.take();
+        let sink = dst
+            .write(&target.write, WriteMode::Create { perm: f.perm() }, None)
+            .await?;
+        let mut moved = 0u64;
+        match pump(r, f, 0, TO_END, sink, opened, &mut moved).await {
+            Ok(()) => {
+                finalize(r, f, target, moved, false).await?;
+                return Ok(moved);
+            }
+            Err((e, _)) => {
+                // Sent again from the start: take them back.
+                r.stats.bytes_done.fetch_sub(moved, Ordering::Relaxed);
+                r.stats.bytes_total.fetch_sub(moved, Ordering::Relaxed);
+                retry_after(r, e, attempt, true).await?;
+                attempt += 1;
+            }
+        }
+    }
 }
 
 fn too_long(src: &str) -> TransferError {

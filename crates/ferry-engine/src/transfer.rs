@@ -40,8 +40,12 @@ use crate::{CopyOptions, Location, Stats, Summary};
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Event {
-    /// The plan is made: this many files and bytes will move.
+    /// The plan is made: this many files and bytes will move (`bytes`
+    /// counts the sizes the listings gave; an HTML index gives none).
     Planned { files: u64, bytes: u64 },
+    /// `size`: `None` when the listing did not say it; the file's read
+    /// then says it, and `Progress`'s `bytes_total` grows by it (by each
+    /// piece as it arrives, where no answer says the size).
     FileStarted {
         source: String,
         dest: String,

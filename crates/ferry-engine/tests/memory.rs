@@ -923,3 +923,208 @@ async fn cancel_stops_an_upload_on_the_destination_thread() {
         }
     }
 }
+
+/// A source whose listing has no sizes (an HTML index): every file costs
+/// one read, its size and time learned from that read, no stat a file.
+fn unsized_tree(a: &Memory, faults: Faults) -> Vec<(String, Vec<u8>)> {
+    let mut files = Vec::new();
+    for (i, len) in [0usize, 1, 1000, 20_000, 262_144, 300_000, 3_000_000]
+        .into_iter()
+        .enumerate()
+    {
+        let p = format!("/t/d{}/f{i}.bin", i % 2);
+        let body = data(len, i as u8);
+        a.put(&p, &body, 1_600_000_000 + i as i64);
+        files.push((p, body));
+    }
+    a.set_faults(Faults {
+        listing_without_sizes: true,
+        ..faults
+    });
+    files
+}
+
+fn counter(c: &std::sync::atomic::AtomicUsize) -> usize {
+    c.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The last progress event's `bytes_total`.
+fn last_total(events: &[Event]) -> u64 {
+    events
+        .iter()
+        .rev()
+        .find_map(|e| match e {
+            Event::Progress { bytes_total, .. } => Some(*bytes_total),
+            _ => None,
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_listing_without_sizes_costs_one_read_a_file() {
+    let (a, b) = (Memory::new("a"), Memory::new("b"));
+    let files = unsized_tree(&a, Faults::default());
+    let total: usize = files.iter().map(|(_, d)| d.len()).sum();
+    let o = CopyOptions {
+        recursive: true,
+        preserve: true,
+        // The 3 MB file would be split if its size were known first.
+        split_min: 1_000_000,
+        ..opts()
+    };
+    let (r, ev) = run(Transfer::between(vec![at(&a, "/t")], at(&b, "/c"), o)).await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    for (i, (p, body)) in files.iter().enumerate() {
+        let d = p.replacen("/t/", "/c/", 1);
+        assert_eq!(b.get(&d).as_deref(), Some(&body[..]), "{d}");
+        // -p: the time the read said.
+        assert_eq!(b.mtime(&d), Some(1_600_000_000 + i as i64), "{d}");
+    }
+    assert!(parts(&b).is_empty());
+    // The plan's stat of the top, then one read a file and nothing else.
+    assert_eq!(counter(&a.counters.stats), 1);
+    assert_eq!(counter(&a.counters.reads), files.len());
+    assert_eq!(r.bytes, total as u64);
+    // The plan knew no size; the total grew as they were learned.
+    assert!(matches!(ev.first(), Some(Event::Planned { bytes: 0, .. })));
+    assert_eq!(last_total(&ev), total as u64);
+    assert_eq!(last_progress(&ev), total as u64);
+}
+
+#[tokio::test]
+async fn a_read_without_a_size_streams_to_its_end_and_retries() {
+    let (a, b) = (Memory::new("a"), Memory::new("b"));
+    // Nothing says the sizes (a compressed body), and the first read that
+    // gets 100 kB in fails once.
+    let files = unsized_tree(
+        &a,
+        Faults {
+            read_without_size: true,
+            fail_read_after: Some(100_000),
+            transient_reads: 1,
+            ..Faults::default()
+        },
+    );
+    let total: usize = files.iter().map(|(_, d)| d.len()).sum();
+    let o = CopyOptions {
+        recursive: true,
+        parallel: Some(1),
+        ..opts()
+    };
+    let (r, ev) = run(Transfer::between(vec![at(&a, "/t")], at(&b, "/c"), o)).await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    for (p, body) in &files {
+        let d = p.replacen("/t/", "/c/", 1);
+        assert_eq!(b.get(&d).as_deref(), Some(&body[..]), "{d}");
+    }
+    assert!(parts(&b).is_empty());
+    assert_eq!(counter(&a.counters.failed_reads), 1);
+    // One read a file, one more for the retry; no stat a file.
+    assert_eq!(counter(&a.counters.reads), files.len() + 1);
+    assert_eq!(counter(&a.counters.stats), 1);
+    // Bytes of the failed attempt were taken back from both counts.
+    assert_eq!(r.bytes, total as u64);
+    assert_eq!(last_total(&ev), total as u64);
+    assert_eq!(last_progress(&ev), total as u64);
+}
+
+#[tokio::test]
+async fn a_read_shorter_than_its_size_fails_and_leaves_no_file() {
+    let (a, b) = (Memory::new("a"), Memory::new("b"));
+    a.put("/t/small", &data(1000, 1), 0);
+    a.put("/t/big", &data(300_000, 2), 0);
+    a.set_faults(Faults {
+        listing_without_sizes: true,
+        short_reads: Some(500),
+        ..Faults::default()
+    });
+    let o = CopyOptions {
+        recursive: true,
+        retries: 1,
+        ..opts()
+    };
+    let (r, _) = run(Transfer::between(vec![at(&a, "/t")], at(&b, "/c"), o)).await;
+    assert!(r.error.is_some());
+    assert_eq!(r.files.iter().filter(|f| f.error.is_some()).count(), 2);
+    assert_eq!(b.get("/c/small"), None);
+    assert_eq!(b.get("/c/big"), None);
+}
+
+#[tokio::test]
+async fn a_file_listed_without_a_size_resumes() {
+    // Cut after 2 MB: the part and its in-order record (the read's
+    // version) stay; --resume stats the file (a part is there) and
+    // sends only the rest.
+    let (a, b) = (Memory::new("a"), Memory::new("b"));
+    let body = data(3_000_000, 5);
+    a.put("/t/f", &body, 0);
+    b.mkdir("/c");
+    a.set_faults(Faults {
+        listing_without_sizes: true,
+        fail_read_after: Some(2_000_000),
+        ..Faults::default()
+    });
+    let o = CopyOptions {
+        recursive: true,
+        retries: 1,
+        ..opts()
+    };
+    let (r, _) = run(Transfer::between(
+        vec![at(&a, "/t")],
+        at(&b, "/c"),
+        o.clone(),
+    ))
+    .await;
+    assert!(r.error.is_some());
+    assert_eq!(b.get("/c/t/f"), None);
+    assert_eq!(
+        b.get("/c/t/.f.ferry-part").map(|p| p.len()),
+        Some(2_000_000)
+    );
+    assert!(b.get("/c/t/.f.ferry-resume").is_some());
+
+    a.set_faults(Faults {
+        listing_without_sizes: true,
+        ..Faults::default()
+    });
+    let read_before = a
+        .counters
+        .bytes_read
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let o = CopyOptions { resume: true, ..o };
+    let (r, _) = run(Transfer::between(vec![at(&a, "/t")], at(&b, "/c"), o)).await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(b.get("/c/t/f").as_deref(), Some(&body[..]));
+    let read = a
+        .counters
+        .bytes_read
+        .load(std::sync::atomic::Ordering::Relaxed)
+        - read_before;
+    assert_eq!(read, 1_000_000 + 64 * 1024);
+    assert!(parts(&b).is_empty());
+}
+
+#[tokio::test]
+async fn many_named_sources_with_one_missing() {
+    // Stat'ed 16 at a time while planning: every one still copied to its
+    // name, the missing one reported once, first.
+    let (a, b) = (Memory::new("a"), Memory::new("b"));
+    b.mkdir("/d");
+    let mut srcs = Vec::new();
+    for i in 0..40 {
+        let p = format!("/s/f{i:02}");
+        if i != 17 {
+            a.put(&p, &data(100 + i, i as u8), 0);
+        }
+        srcs.push(at(&a, &p));
+    }
+    let (r, _) = run(Transfer::between(srcs, at(&b, "/d"), opts())).await;
+    let failed: Vec<_> = r.files.iter().filter(|f| f.error.is_some()).collect();
+    assert_eq!(failed.len(), 1);
+    assert!(r.files[0].source.ends_with("/s/f17"), "{:?}", r.files[0]);
+    for i in (0..40).filter(|&i| i != 17) {
+        assert_eq!(b.get(&format!("/d/f{i:02}")), a.get(&format!("/s/f{i:02}")));
+    }
+    assert_eq!(b.get("/d/f17"), None);
+    assert_eq!(counter(&a.counters.stats), 40);
+}

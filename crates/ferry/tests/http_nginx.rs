@@ -492,6 +492,101 @@ fn recursive_download_of_an_autoindex() {
     }
 }
 
+/// The requests nginx logged for paths under `prefix` since line `from`
+/// of its access log: (GETs, HEADs), and the lines.
+fn requests_under(ng: &Nginx, from: usize, prefix: &str) -> (usize, usize, String) {
+    let lines: Vec<String> = ng
+        .access_log()
+        .lines()
+        .skip(from)
+        .filter(|l| l.contains(&format!(" {prefix}")))
+        .map(str::to_string)
+        .collect();
+    let n = |m: &str| lines.iter().filter(|l| l.contains(m)).count();
+    (n("\"GET "), n("\"HEAD "), lines.join("\n"))
+}
+
+/// A tree from an HTML index (no sizes in it) costs one GET a file and no
+/// HEAD (issues #20, #26): the size, and -p's time, come with the GET's
+/// answer. A compressed answer says no file size: it streams whole.
+#[test]
+fn an_autoindex_tree_costs_one_get_a_file() {
+    let Some(ng) = nginx_or_skip("an_autoindex_tree_costs_one_get_a_file") else {
+        return;
+    };
+    let root = ng.www().join("count");
+    fs::create_dir_all(root.join("sub")).unwrap();
+    let mut want = Vec::new();
+    for i in 0..20u64 {
+        let rel = if i % 2 == 0 {
+            format!("f{i}.bin")
+        } else {
+            format!("sub/f{i}.bin")
+        };
+        // One file --streams would split, were its size known first.
+        let len = if i == 0 { 3 * MIB } else { 5000 + i };
+        let h = make_file(&root.join(&rel), len, 300 + i);
+        set_mtime(&root.join(&rel), 1_600_000_000 + i);
+        want.push((rel, h, 1_600_000_000 + i as i64));
+    }
+    for (tag, extra) in [("h2", None), ("h1", Some("--http1.1"))] {
+        let out = tempdir();
+        let from = ng.access_log().lines().count();
+        let mut a = cacert(&ng);
+        // --streams 4 splits a 3 MiB file whose size is known first.
+        a.extend(["-r".into(), "-p".into(), "--streams".into(), "4".into()]);
+        if let Some(e) = extra {
+            a.push(e.into());
+        }
+        a.extend([ng.https("/count/"), s(out.path())]);
+        assert_ok(&cp(&a), tag);
+        for (rel, h, t) in &want {
+            let p = out.path().join("count").join(rel);
+            assert_file_hash(&p, h, rel);
+            assert_eq!(mtime_of(&p), *t, "{tag} {rel}: -p");
+        }
+        assert!(part_files(out.path()).is_empty());
+        let (gets, heads, log) = requests_under(&ng, from, "/count/");
+        assert_eq!(heads, 0, "{tag}: no HEAD a file:\n{log}");
+        // Two listings and one GET a file.
+        assert_eq!(gets, want.len() + 2, "{tag}:\n{log}");
+    }
+
+    let gz = ng.www().join("gz/tree");
+    fs::create_dir_all(&gz).unwrap();
+    let texts: Vec<String> = (0..5)
+        .map(|k| {
+            (0..2000 * (k + 1))
+                .map(|i| format!("{k} line {i}\n"))
+                .collect()
+        })
+        .collect();
+    for (k, t) in texts.iter().enumerate() {
+        fs::write(gz.join(format!("t{k}.txt")), t).unwrap();
+    }
+    let out = tempdir();
+    let from = ng.access_log().lines().count();
+    let mut a = cacert(&ng);
+    a.extend([
+        "-r".into(),
+        "--compressed".into(),
+        "--json".into(),
+        ng.https("/gz/tree/"),
+        s(out.path()),
+    ]);
+    let o = cp(&a);
+    assert_ok(&o, "--compressed");
+    for (k, t) in texts.iter().enumerate() {
+        let got = fs::read_to_string(out.path().join(format!("tree/t{k}.txt"))).unwrap();
+        assert!(got == *t, "t{k}.txt differs");
+    }
+    let total: usize = texts.iter().map(String::len).sum();
+    assert_eq!(json_field(&o, "bytes"), total.to_string());
+    let (gets, heads, log) = requests_under(&ng, from, "/gz/tree/");
+    assert_eq!(heads, 0, "--compressed:\n{log}");
+    assert_eq!(gets, texts.len() + 1, "--compressed:\n{log}");
+}
+
 #[test]
 fn put_uploads_to_dav_and_read_back() {
     let Some(ng) = nginx_or_skip("put_uploads_to_dav_and_read_back") else {

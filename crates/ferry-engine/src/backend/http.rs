@@ -1,6 +1,7 @@
 //! HTTP(S) as a backend: GET with `Range` for reads (any offset, so big
 //! files go in parallel ranges), HEAD for `stat`, ferry serve's JSON or an
-//! HTML index for listings, PUT for writes (streamed from the source) and
+//! HTML index for listings (a file an HTML index gives no size of is one
+//! GET, its size learned from the answer: `read_unsized`), PUT for writes (streamed from the source) and
 //! MKCOL for directories (WebDAV: nginx's dav module, ferry serve).
 //!
 //! A PUT becomes visible under its name only when complete on both
@@ -16,7 +17,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use super::{
     path, Backend, BackendInfo, ByteStream, Capabilities, Entry, EntryKind, ReadInfo, Sink,
-    Unfinished, WriteMode,
+    Unfinished, UnsizedRead, WriteMode,
 };
 use crate::error::TransferError;
 use crate::location::HttpSpec;
@@ -68,8 +69,9 @@ pub struct Http {
     stall: Duration,
     /// `--compressed`: whole-file reads ask for zstd or gzip.
     compressed: bool,
-    /// What each file's HEAD (`stat`, `read_info`) said: a split or a
-    /// resume costs no second HEAD, and ranges carry `If-Range`.
+    /// What each file's HEAD (`stat`, `read_info`) or first GET
+    /// (`read_unsized`) said: a split or a resume costs no second HEAD,
+    /// and ranges carry `If-Range`.
     heads: std::sync::Mutex<std::collections::HashMap<Vec<u8>, ReadInfo>>,
     /// Shards whose connection the server refused.
     refused: Vec<AtomicBool>,
@@ -121,8 +123,7 @@ impl Http {
         first.trust(&spec.url);
         let mut clients = vec![first.clone()];
         clients.extend((1..n).map(|_| first.sibling(h1)));
-        let root_path = spec.url.decoded_path();
-        let dir = spec.url.is_dir();
+        let (root_path, dir) = Http::path_of(spec);
         Ok((
             Http {
                 clients,
@@ -137,6 +138,12 @@ impl Http {
             root_path,
             dir,
         ))
+    }
+
+    /// The location's path in a backend for its server, and whether it
+    /// names a directory (ends with `/`).
+    pub fn path_of(spec: &HttpSpec) -> (Vec<u8>, bool) {
+        (spec.url.decoded_path(), spec.url.is_dir())
     }
 
     /// Which client serves `p`: the same one for every request about a
@@ -225,7 +232,8 @@ impl Http {
         self.request(Method::HEAD, p, &HeaderMap::new()).await
     }
 
-    /// What a HEAD of `p` says for `read_info`, kept for the copy.
+    /// What a HEAD (or a whole GET) of `p` says for `read_info`, kept
+    /// for the copy.
     fn note_head(&self, p: &[u8], resp: &ferry_http::Response) -> ReadInfo {
         let ranges = resp
             .header("accept-ranges")
@@ -267,6 +275,105 @@ impl Http {
         }
         u.path = s;
         u
+    }
+
+    /// A GET of `len` bytes of `p` from `offset` (`None`: to the end).
+    async fn get(
+        &self,
+        p: &[u8],
+        offset: u64,
+        len: Option<u64>,
+    ) -> Result<HttpRead, TransferError> {
+        let display = self.display(p);
+        // What the plan's HEAD said of this file, if it made one.
+        let known = self.heads.lock().ok().and_then(|h| h.get(p).cloned());
+        let no_ranges = known.as_ref().is_some_and(|i| !i.ranges);
+        // From the start of a file whose server ignores ranges: a plain
+        // GET, read as far as asked.
+        let ranged = offset > 0 || (len.is_some() && !no_ranges);
+        // Content coding only for a whole file: ranges count the file's
+        // own bytes.
+        let whole_asked = offset == 0;
+        let coded = self.compressed && whole_asked;
+        let mut h = HeaderMap::new();
+        h.insert(
+            "accept-encoding",
+            HeaderValue::from_static(if coded { "zstd, gzip" } else { "identity" }),
+        );
+        if ranged && !coded {
+            let range = match len {
+                Some(0) => return Ok(HttpRead::empty(display)),
+                Some(l) => format!("bytes={offset}-{}", offset + l - 1),
+                None => format!("bytes={offset}-"),
+            };
+            h.insert(
+                "range",
+                HeaderValue::from_str(&range)
+                    .map_err(|e| TransferError::Local(format!("internal: {e}")))?,
+            );
+            // The version the plan saw: a server whose file changed since
+            // answers with all of it (200) instead of mixing versions.
+            let version = known.and_then(|i| i.version).filter(|_| !no_ranges);
+            if let Some(v) = version.and_then(|v| HeaderValue::from_str(&v).ok()) {
+                h.insert("if-range", v);
+            }
+        }
+        let stall = self.stall;
+        let resp = self.request(Method::GET, p, &h).await?;
+        if resp.status == StatusCode::NOT_FOUND {
+            return Err(self.missing(p));
+        }
+        let resp = resp.error_for_status()?;
+        let decoder = ferry_http::decode::Decoder::for_encoding(resp.header("content-encoding"))
+            .map_err(|e| TransferError::Remote(format!("{display}: {e}")))?;
+        let coded = !decoder.is_identity();
+        let total = if coded { None } else { resp.content_length() };
+        let partial = resp.status == StatusCode::PARTIAL_CONTENT;
+        let got = resp
+            .header("content-range")
+            .and_then(ferry_http::range::parse_content_range)
+            .filter(|_| partial);
+        if partial {
+            // The range answered must be the one asked for.
+            let end_ok = |last: u64| len.is_none_or(|l| last + 1 == offset + l);
+            if !got.is_some_and(|r| r.first == offset && end_ok(r.last)) {
+                return Err(TransferError::Remote(format!(
+                    "{display}: the server answered another byte range than asked for ({:?})",
+                    resp.header("content-range").unwrap_or("none")
+                )));
+            }
+        } else if ranged && h.contains_key("if-range") {
+            return Err(TransferError::Remote(format!(
+                "{display}: the file changed on the server during the copy (its validator no longer matches); run the copy again"
+            )));
+        } else if offset > 0 {
+            return Err(TransferError::Remote(format!(
+                "{display}: the server ignored the byte range asked for (HTTP {}); copy with --streams 1",
+                resp.status.as_u16()
+            )));
+        }
+        let left = len
+            .or(if partial { total } else { total.or(len) })
+            .unwrap_or(u64::MAX);
+        // The whole file in one response: check it against the digest
+        // the server announced (ferry serve's Repr-Digest), if any.
+        let whole = if partial {
+            offset == 0 && got.is_some_and(|r| r.complete.is_some() && r.complete == len)
+        } else {
+            offset == 0 && !coded
+        };
+        let check = ferry_http::digest::expected(&resp.headers)
+            .filter(|_| whole)
+            .map(|e| (e, ferry_http::digest::Hasher::new(e.algo)));
+        Ok(HttpRead {
+            resp: Some(resp),
+            left,
+            display,
+            check,
+            decoder: coded.then_some(decoder),
+            pending: Bytes::new(),
+            stall,
+        })
     }
 
     fn origin(&self) -> String {
@@ -429,95 +536,34 @@ impl Backend for Http {
         offset: u64,
         len: Option<u64>,
     ) -> Result<Box<dyn ByteStream>, TransferError> {
-        let display = self.display(p);
-        // What the plan's HEAD said of this file, if it made one.
-        let known = self.heads.lock().ok().and_then(|h| h.get(p).cloned());
-        let no_ranges = known.as_ref().is_some_and(|i| !i.ranges);
-        // From the start of a file whose server ignores ranges: a plain
-        // GET, read as far as asked.
-        let ranged = offset > 0 || (len.is_some() && !no_ranges);
-        // Content coding only for a whole file: ranges count the file's
-        // own bytes.
-        let whole_asked = offset == 0;
-        let coded = self.compressed && whole_asked;
-        let mut h = HeaderMap::new();
-        h.insert(
-            "accept-encoding",
-            HeaderValue::from_static(if coded { "zstd, gzip" } else { "identity" }),
-        );
-        if ranged && !coded {
-            let range = match len {
-                Some(0) => return Ok(Box::new(HttpRead::empty(display))),
-                Some(l) => format!("bytes={offset}-{}", offset + l - 1),
-                None => format!("bytes={offset}-"),
-            };
-            h.insert(
-                "range",
-                HeaderValue::from_str(&range)
-                    .map_err(|e| TransferError::Local(format!("internal: {e}")))?,
-            );
-            // The version the plan saw: a server whose file changed since
-            // answers with all of it (200) instead of mixing versions.
-            let version = known.and_then(|i| i.version).filter(|_| !no_ranges);
-            if let Some(v) = version.and_then(|v| HeaderValue::from_str(&v).ok()) {
-                h.insert("if-range", v);
-            }
-        }
-        let stall = self.stall;
-        let resp = self.request(Method::GET, p, &h).await?;
-        if resp.status == StatusCode::NOT_FOUND {
-            return Err(self.missing(p));
-        }
-        let resp = resp.error_for_status()?;
-        let decoder = ferry_http::decode::Decoder::for_encoding(resp.header("content-encoding"))
-            .map_err(|e| TransferError::Remote(format!("{display}: {e}")))?;
-        let coded = !decoder.is_identity();
-        let total = if coded { None } else { resp.content_length() };
-        let partial = resp.status == StatusCode::PARTIAL_CONTENT;
-        let got = resp
-            .header("content-range")
-            .and_then(ferry_http::range::parse_content_range)
-            .filter(|_| partial);
-        if partial {
-            // The range answered must be the one asked for.
-            let end_ok = |last: u64| len.is_none_or(|l| last + 1 == offset + l);
-            if !got.is_some_and(|r| r.first == offset && end_ok(r.last)) {
-                return Err(TransferError::Remote(format!(
-                    "{display}: the server answered another byte range than asked for ({:?})",
-                    resp.header("content-range").unwrap_or("none")
-                )));
-            }
-        } else if ranged && h.contains_key("if-range") {
-            return Err(TransferError::Remote(format!(
-                "{display}: the file changed on the server during the copy (its validator no longer matches); run the copy again"
-            )));
-        } else if offset > 0 {
-            return Err(TransferError::Remote(format!(
-                "{display}: the server ignored the byte range asked for (HTTP {}); copy with --streams 1",
-                resp.status.as_u16()
-            )));
-        }
-        let left = len
-            .or(if partial { total } else { total.or(len) })
-            .unwrap_or(u64::MAX);
-        // The whole file in one response: check it against the digest
-        // the server announced (ferry serve's Repr-Digest), if any.
-        let whole = if partial {
-            offset == 0 && got.is_some_and(|r| r.complete.is_some() && r.complete == len)
-        } else {
-            offset == 0 && !coded
+        Ok(Box::new(self.get(p, offset, len).await?))
+    }
+
+    /// One GET, no HEAD before it: the size (`Content-Length`), the time
+    /// (`Last-Modified`) and what a later range or resume needs (strong
+    /// ETag or Last-Modified for `If-Range`, `Accept-Ranges`, a digest)
+    /// come with the body, and are kept as a HEAD's would be. A compressed
+    /// body (`--compressed`) says no file size: it streams to its end.
+    async fn read_unsized(&self, p: &[u8]) -> Result<Option<UnsizedRead>, TransferError> {
+        let stream = self.get(p, 0, None).await?;
+        let Some(resp) = stream.resp.as_ref() else {
+            return Ok(None);
         };
-        let check = ferry_http::digest::expected(&resp.headers)
-            .filter(|_| whole)
-            .map(|e| (e, ferry_http::digest::Hasher::new(e.algo)));
-        Ok(Box::new(HttpRead {
-            resp: Some(resp),
-            left,
-            display,
-            check,
-            decoder: coded.then_some(decoder),
-            pending: Bytes::new(),
-            stall,
+        if resp.url.is_dir() {
+            return Err(TransferError::Remote(format!(
+                "{}: is a directory (the server answered with {})",
+                self.display(p),
+                resp.url
+            )));
+        }
+        let info = self.note_head(p, resp);
+        let mtime = last_modified(&resp.headers).map(i64::from);
+        let size = (stream.decoder.is_none() && stream.left != u64::MAX).then_some(stream.left);
+        Ok(Some(UnsizedRead {
+            stream: Box::new(stream),
+            size,
+            mtime,
+            info,
         }))
     }
 

@@ -7,7 +7,9 @@
 //! heals: a transient failure), a read of one named file that fails every
 //! time, reads that stall (bytes stop, nothing closes), ranges that complete
 //! in reverse order, writes that arrive in small pieces, a disk that fills
-//! up after N bytes, and a rename that fails.
+//! up after N bytes, and a rename that fails. It can also stand in for an
+//! HTML index: listings without sizes or times, each file's size learned
+//! from its read (`Faults::listing_without_sizes`, `read_unsized`).
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -17,8 +19,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::{
-    path, Backend, ByteStream, Capabilities, Entry, EntryKind, LocalRange, RangeTask, Sink,
-    WriteMode,
+    path, Backend, ByteStream, Capabilities, Entry, EntryKind, LocalRange, RangeTask, ReadInfo,
+    Sink, UnsizedRead, WriteMode,
 };
 use crate::error::TransferError;
 
@@ -51,6 +53,17 @@ pub struct Faults {
     /// The next this many `stat`s fail with a network error: a server
     /// lost while ferry connects and plans.
     pub lost_stats: usize,
+    /// Listings give no sizes or times (an HTML index), and
+    /// `read_unsized` says them as an HTTP GET's answer does (`stat`
+    /// still says them, as a HEAD does).
+    pub listing_without_sizes: bool,
+    /// With `listing_without_sizes`: the read does not say the size
+    /// either (a compressed or chunked body); the stream ends where the
+    /// file does.
+    pub read_without_size: bool,
+    /// Reads end cleanly after this many bytes, against the contract (a
+    /// body shorter than the length its answer announced).
+    pub short_reads: Option<u64>,
     /// Reads and writes run on a thread of the backend's own, as an SSH
     /// connection's do: a copy between this backend and a local file goes
     /// whole to that thread (`ByteStream::write_into`, `Sink::read_from`).
@@ -96,6 +109,8 @@ struct State {
 #[derive(Debug, Default)]
 pub struct Counters {
     pub reads: AtomicUsize,
+    /// `stat` calls.
+    pub stats: AtomicUsize,
     pub bytes_read: AtomicU64,
     pub bytes_written: AtomicU64,
     pub renames: AtomicUsize,
@@ -225,6 +240,7 @@ impl Backend for Memory {
     }
 
     async fn stat(&self, p: &[u8]) -> Result<Option<Entry>, TransferError> {
+        self.counters.stats.fetch_add(1, Ordering::Relaxed);
         {
             let mut f = lock(&self.faults);
             if f.lost_stats > 0 {
@@ -280,6 +296,7 @@ impl Backend for Memory {
             )));
         }
         let under = |p: &[u8]| path::parent(p) == d && p != d;
+        let sizes = !lock(&self.faults).listing_without_sizes;
         let mut out: Vec<Entry> = s
             .dirs
             .iter()
@@ -299,8 +316,8 @@ impl Backend for Memory {
                 .map(|(p, f)| Entry {
                     name: path::basename(p).to_vec(),
                     kind: EntryKind::File,
-                    size: Some(f.data.len() as u64),
-                    mtime: Some(f.mtime),
+                    size: Some(f.data.len() as u64).filter(|_| sizes),
+                    mtime: Some(f.mtime).filter(|_| sizes),
                     mode: Some(f.mode),
                 }),
         );
@@ -331,6 +348,10 @@ impl Backend for Memory {
                 Some(l) => (start + l as usize).min(f.data.len()),
                 None => f.data.len(),
             };
+            let end = match faults.short_reads {
+                Some(n) => end.min(start + n as usize),
+                None => end,
+            };
             Bytes::copy_from_slice(f.data.get(start..end).unwrap_or_default())
         };
         let fail_after = faults.fail_read_after.filter(|_| {
@@ -350,6 +371,48 @@ impl Backend for Memory {
             display: self.display(p),
             store: self.clone(),
             own_thread: faults.own_thread,
+        }))
+    }
+
+    /// With `listing_without_sizes`, a version as an HTTP server's
+    /// validator (size and time), the same `read_unsized` says.
+    async fn read_info(&self, p: &[u8]) -> Result<ReadInfo, TransferError> {
+        let version = lock(&self.faults)
+            .listing_without_sizes
+            .then(|| lock(&self.state).files.get(p).map(version_of))
+            .flatten();
+        Ok(ReadInfo {
+            ranges: true,
+            version,
+            ..ReadInfo::default()
+        })
+    }
+
+    async fn read_unsized(&self, p: &[u8]) -> Result<Option<UnsizedRead>, TransferError> {
+        let faults = lock(&self.faults).clone();
+        if !faults.listing_without_sizes {
+            return Ok(None);
+        }
+        let stream = self.read(p, 0, None).await?;
+        let Some((size, mtime, version)) = lock(&self.state)
+            .files
+            .get(p)
+            .map(|f| (f.data.len() as u64, f.mtime, version_of(f)))
+        else {
+            return Err(TransferError::Remote(format!(
+                "{}: no such file",
+                self.display(p)
+            )));
+        };
+        Ok(Some(UnsizedRead {
+            stream,
+            size: Some(size).filter(|_| !faults.read_without_size),
+            mtime: Some(mtime),
+            info: ReadInfo {
+                ranges: true,
+                version: Some(version),
+                ..ReadInfo::default()
+            },
         }))
     }
 
@@ -495,6 +558,11 @@ impl Backend for Memory {
         }
         Ok(())
     }
+}
+
+/// A validator of a file's content, as an HTTP server's ETag.
+fn version_of(f: &MemFile) -> String {
+    format!("\"{}-{}\"", f.data.len(), f.mtime)
 }
 
 struct MemRead {

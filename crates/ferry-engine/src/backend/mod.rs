@@ -141,6 +141,22 @@ pub struct ReadInfo {
     pub digest_parts: Vec<u64>,
 }
 
+/// A read of a whole file whose size the plan did not know
+/// ([`Backend::read_unsized`]), with what its answer said of the file.
+pub struct UnsizedRead {
+    /// The file's bytes from its start; it errs when it ends before
+    /// `size`.
+    pub stream: Box<dyn ByteStream>,
+    /// The whole file's size as the answer said it; `None` when it did
+    /// not (a compressed or chunked HTTP body): the stream ends where the
+    /// file does.
+    pub size: Option<u64>,
+    /// Seconds since the epoch (an HTTP Last-Modified), for `-p`.
+    pub mtime: Option<i64>,
+    /// What [`Backend::read_info`] would say, from the same answer.
+    pub info: ReadInfo,
+}
+
 /// What [`Backend::unfinished`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unfinished {
@@ -320,6 +336,16 @@ pub trait Backend: Send + Sync {
         })
     }
 
+    /// Open a file the plan knows no size of (a listing without sizes:
+    /// an HTML index) from its start, and learn its size, time and
+    /// validators from that same answer: one request instead of a `stat`
+    /// and a read (an HTTP HEAD and GET: two round trips a file). A
+    /// missing file is the error `read` gives. `Ok(None)`: this backend
+    /// does not; the engine then `stat`s the file first. The default.
+    async fn read_unsized(&self, _path: &[u8]) -> Result<Option<UnsizedRead>, TransferError> {
+        Ok(None)
+    }
+
     /// The entries of a directory (no `.` or `..`).
     async fn list(&self, dir: &[u8]) -> Result<Vec<Entry>, TransferError> {
         Err(TransferError::Usage(format!(
@@ -421,15 +447,7 @@ pub trait Backend: Send + Sync {
     /// cross threads (SFTP) does OPEN, READs and CLOSE in one trip. The
     /// default reads the stream.
     async fn get_whole(&self, path: &[u8], len: u64) -> Result<Bytes, TransferError> {
-        let mut s = self.read(path, 0, Some(len)).await?;
-        let mut out = bytes::BytesMut::with_capacity(len as usize);
-        while let Some(piece) = s.next().await? {
-            if out.is_empty() && piece.len() as u64 == len {
-                return Ok(piece);
-            }
-            out.extend_from_slice(&piece);
-        }
-        Ok(out.freeze())
+        gather(self.read(path, 0, Some(len)).await?, len).await
     }
 
     /// Remove an empty directory.
@@ -515,6 +533,23 @@ pub trait Backend: Send + Sync {
     /// Close connections politely. Dropping works too.
     async fn close(&self) {}
 }
+
+/// The rest of a stream in one buffer, `len` bytes expected (a stream
+/// that ends early errs; one that sends more is cut by the caller's
+/// length check).
+pub(crate) async fn gather(mut s: Box<dyn ByteStream>, len: u64) -> Result<Bytes, TransferError> {
+    let mut out = bytes::BytesMut::with_capacity(len.min(WHOLE_GATHER) as usize);
+    while let Some(piece) = s.next().await? {
+        if out.is_empty() && piece.len() as u64 == len {
+            return Ok(piece);
+        }
+        out.extend_from_slice(&piece);
+    }
+    Ok(out.freeze())
+}
+
+/// Most bytes [`gather`] reserves up front.
+const WHOLE_GATHER: u64 = 1 << 20;
 
 /// Which end of a copy a backend is, for [`Backend::prepare`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -793,8 +828,14 @@ pub(crate) async fn open(
             Ok((Arc::new(b), p, dir))
         }
         Location::Http(h) => {
+            if let Some(b) = existing {
+                // Same server: no new clients (each loads its TLS trust
+                // and .netrc), only the path.
+                let (p, dir) = http::Http::path_of(h);
+                return Ok((b, p, dir));
+            }
             let (b, p, dir) = http::Http::open(h, opts)?;
-            Ok((existing.unwrap_or_else(|| Arc::new(b)), p, dir))
+            Ok((Arc::new(b), p, dir))
         }
         Location::S3(s) => {
             if let Some(b) = existing {
