@@ -417,6 +417,7 @@ fn http_errors_exit_4_with_status_and_url() {
         ng.https("/nope2.bin"),
         s(&dir),
     ]);
+    let from = ng.access_log().lines().count();
     let o = cp(&a);
     assert_eq!(o.status.code(), Some(4), "{}", describe(&o));
     let err = stderr_text(&o);
@@ -426,6 +427,9 @@ fn http_errors_exit_4_with_status_and_url() {
     );
     assert_file_hash(&dir.join("good.bin"), &good, "good file among failures");
     assert_eq!(list_dir(&dir), vec!["good.bin".to_string()]);
+    // Named among several, a file costs its GET alone, no HEAD before it.
+    let (gets, heads, log) = requests_under(&ng, from, "/good.bin");
+    assert_eq!((gets, heads), (1, 0), "{log}");
 
     let mut a = cacert(&ng);
     a.extend([ng.https("/loop"), s(&dst)]);

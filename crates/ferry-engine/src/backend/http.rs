@@ -539,6 +539,10 @@ impl Backend for Http {
         Ok(Box::new(self.get(p, offset, len).await?))
     }
 
+    fn sizes_by_reading(&self) -> bool {
+        true
+    }
+
     /// One GET, no HEAD before it: the size (`Content-Length`), the time
     /// (`Last-Modified`) and what a later range or resume needs (strong
     /// ETag or Last-Modified for `If-Range`, `Accept-Ranges`, a digest)

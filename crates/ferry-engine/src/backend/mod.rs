@@ -336,6 +336,13 @@ pub trait Backend: Send + Sync {
         })
     }
 
+    /// Whether `read_unsized` learns a file's size from its read, so that
+    /// a file named among several needs no `stat` before it (HTTP: the
+    /// GET alone, as curl sends it). The default: no.
+    fn sizes_by_reading(&self) -> bool {
+        false
+    }
+
     /// Open a file the plan knows no size of (a listing without sizes:
     /// an HTML index) from its start, and learn its size, time and
     /// validators from that same answer: one request instead of a `stat`
