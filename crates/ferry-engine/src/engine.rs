@@ -151,30 +151,25 @@ pub(crate) async fn plan(
         } else {
             dest_file.clone()
         };
+        // Nothing known of it but its name.
+        let unknown = |target| FilePlan {
+            source: i,
+            src: s.path.clone(),
+            dst: target,
+            size: None,
+            mtime: None,
+            mode: None,
+        };
         if by_reading(s) {
-            out.files.push(FilePlan {
-                source: i,
-                src: s.path.clone(),
-                dst: target,
-                size: None,
-                mtime: None,
-                mode: None,
-            });
+            out.files.push(unknown(target));
             continue;
         }
         let Some(e) = stat? else {
             if sources.len() == 1 {
                 return Err(s.backend.missing(&s.path));
             }
-            let f = FilePlan {
-                source: i,
-                src: s.path.clone(),
-                dst: target,
-                size: None,
-                mtime: None,
-                mode: None,
-            };
-            out.missing.push((f, s.backend.missing(&s.path)));
+            out.missing
+                .push((unknown(target), s.backend.missing(&s.path)));
             continue;
         };
         match e.kind {
