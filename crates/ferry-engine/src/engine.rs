@@ -487,7 +487,7 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
             let opened = if server_side || may_resume {
                 None
             } else {
-                retried(r, || src.read_unsized(&f.src)).await?
+                retried(r, |_| src.read_unsized(&f.src)).await?
             };
             learned = match opened {
                 Some(o) => {
@@ -499,7 +499,7 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
                         ..f.clone()
                     }
                 }
-                None => match retried(r, || src.stat(&f.src)).await? {
+                None => match retried(r, |_| src.stat(&f.src)).await? {
                     None => return Err(src.missing(&f.src)),
                     Some(e) if e.kind != EntryKind::File => {
                         return Err(TransferError::Remote(format!(
@@ -922,14 +922,13 @@ async fn copy_whole(
         .map(|m| m & 0o7777);
     let part = target.renamed.then_some(target.write.as_slice());
     let stall = r.opts.timeout;
-    let mut attempt = 0u32;
-    loop {
-        if r.cancel.is_cancelled() {
-            return Err(TransferError::cancelled());
-        }
+    retried(r, |_| {
         // The read that said the size, on the first attempt.
         let opened = first.take();
-        let once = async {
+        let once = async move {
+            if r.cancel.is_cancelled() {
+                return Err(TransferError::cancelled());
+            }
             let read = async {
                 match opened {
                     Some(s) => crate::backend::gather(s, size).await,
@@ -956,34 +955,29 @@ async fn copy_whole(
             .await
             .map_err(|_| stalled(dst.as_ref(), &f.dst, stall))?
         };
-        let res = tokio::select! {
-            biased;
-            _ = r.cancel.cancelled() => Err(TransferError::cancelled()),
-            res = once => res,
-        };
-        match res {
-            Ok(()) => {
-                r.stats.bytes_done.fetch_add(size, Ordering::Relaxed);
-                return Ok(size);
-            }
-            Err(e) => {
-                retry_after(r, e, attempt, true).await?;
-                attempt += 1;
+        async move {
+            tokio::select! {
+                biased;
+                _ = r.cancel.cancelled() => Err(TransferError::cancelled()),
+                res = once => res,
             }
         }
-    }
+    })
+    .await?;
+    r.stats.bytes_done.fetch_add(size, Ordering::Relaxed);
+    Ok(size)
 }
 
-/// `call`, again after a transient failure (a lost connection) as a
-/// range is.
+/// `call` (given the attempt's number, from 0), again after a transient
+/// failure (a lost connection) as a range is.
 async fn retried<T, C, F>(r: &Run, mut call: C) -> Result<T, TransferError>
 where
-    C: FnMut() -> F,
+    C: FnMut(u32) -> F,
     F: std::future::Future<Output = Result<T, TransferError>>,
 {
     let mut attempt = 0u32;
     loop {
-        match call().await {
+        match call(attempt).await {
             Ok(v) => return Ok(v),
             Err(e) => retry_after(r, e, attempt, true).await?,
         }
@@ -1370,23 +1364,16 @@ async fn finalize(
     size: u64,
     size_known: bool,
 ) -> Result<(), TransferError> {
-    let mut attempt = 0;
-    loop {
-        // After a lost answer the rename may have been done: then the
-        // part is gone and the final name holds the file's size. That
-        // look is part of the attempt, so a server still away is retried.
-        let step = async {
-            if attempt > 0 && target.renamed && renamed_already(r, f, target, size).await? {
-                return Ok(());
-            }
-            finalize_once(r, f, target, size, size_known).await
-        };
-        match step.await {
-            Ok(()) => return Ok(()),
-            Err(e) => retry_after(r, e, attempt, true).await?,
+    // After a lost answer the rename may have been done: then the part
+    // is gone and the final name holds the file's size. That look is part
+    // of the attempt, so a server still away is retried.
+    retried(r, |attempt| async move {
+        if attempt > 0 && target.renamed && renamed_already(r, f, target, size).await? {
+            return Ok(());
         }
-        attempt += 1;
-    }
+        finalize_once(r, f, target, size, size_known).await
+    })
+    .await
 }
 
 /// The part is gone and the final name holds `size` bytes.
