@@ -402,19 +402,12 @@ async fn resume_sends_only_the_rest_after_checking_the_tail() {
     assert_eq!(b.get("/.g.ferry-part").map(|p| p.len()), Some(2_000_000));
 
     a.set_faults(Faults::default());
-    let read_before = a
-        .counters
-        .bytes_read
-        .load(std::sync::atomic::Ordering::Relaxed);
+    let read_before = bytes_read(&a);
     let o = CopyOptions { resume: true, ..o };
     let (r, _) = run(Transfer::between(vec![at(&a, "/f")], at(&b, "/g"), o)).await;
     assert!(r.error.is_none(), "{:?}", r.error);
     assert_eq!(b.get("/g").as_deref(), Some(&body[..]));
-    let read = a
-        .counters
-        .bytes_read
-        .load(std::sync::atomic::Ordering::Relaxed)
-        - read_before;
+    let read = bytes_read(&a) - read_before;
     // The rest (1 MB) and the 64 KiB tail check, nothing more.
     assert_eq!(read, 1_000_000 + 64 * 1024);
     assert_eq!(r.bytes, 1_000_000);
@@ -495,19 +488,12 @@ async fn a_split_file_resumes_from_its_record_not_its_length() {
     .await;
     assert!(r.error.is_some());
     a.set_faults(Faults::default());
-    let before = a
-        .counters
-        .bytes_read
-        .load(std::sync::atomic::Ordering::Relaxed);
+    let before = bytes_read(&a);
     let o = CopyOptions { resume: true, ..o };
     let (r, _) = run(Transfer::between(vec![at(&a, "/f")], at(&b, "/g"), o)).await;
     assert!(r.error.is_none(), "{:?}", r.error);
     assert_eq!(b.get("/g").as_deref(), Some(&body[..]));
-    let read = a
-        .counters
-        .bytes_read
-        .load(std::sync::atomic::Ordering::Relaxed)
-        - before;
+    let read = bytes_read(&a) - before;
     assert_eq!(read, 2_000_000);
     assert_eq!(r.bytes, 2_000_000);
 }
@@ -520,11 +506,6 @@ async fn a_failed_range_keeps_what_it_wrote() {
     let (a, b) = (Memory::new("a"), Memory::new("b"));
     let body = data(8_000_000, 5);
     a.put("/f", &body, 0);
-    let read = |a: &Memory| {
-        a.counters
-            .bytes_read
-            .load(std::sync::atomic::Ordering::Relaxed)
-    };
     let o = CopyOptions {
         split_min: 1_000_000,
         streams: Some(4),
@@ -544,7 +525,11 @@ async fn a_failed_range_keeps_what_it_wrote() {
     .await;
     assert!(r.error.is_none(), "{:?}", r.error);
     assert_eq!(b.get("/g").as_deref(), Some(&body[..]));
-    assert_eq!(read(&a), 8_000_000, "retries continue where they stopped");
+    assert_eq!(
+        bytes_read(&a),
+        8_000_000,
+        "retries continue where they stopped"
+    );
     assert_eq!(r.bytes, 8_000_000);
 
     // Every attempt fails: the record keeps the first 500,000 bytes of
@@ -567,12 +552,12 @@ async fn a_failed_range_keeps_what_it_wrote() {
         "{record}"
     );
     a.set_faults(Faults::default());
-    let before = read(&a);
+    let before = bytes_read(&a);
     let resume = CopyOptions { resume: true, ..o };
     let (r, _) = run(Transfer::between(vec![at(&a, "/f")], at(&b, "/g"), resume)).await;
     assert!(r.error.is_none(), "{:?}", r.error);
     assert_eq!(b.get("/g").as_deref(), Some(&body[..]));
-    assert_eq!(read(&a) - before, 6_000_000);
+    assert_eq!(bytes_read(&a) - before, 6_000_000);
 }
 
 #[tokio::test]
@@ -795,10 +780,7 @@ async fn a_transient_failure_on_the_source_thread_keeps_what_was_written() {
     assert!(r.error.is_none(), "{:?}", r.error);
     assert_eq!(std::fs::read(d.0.join("f")).unwrap(), body);
     // The retry read only the rest: 1 MB failed, then 2 MB.
-    let read = a
-        .counters
-        .bytes_read
-        .load(std::sync::atomic::Ordering::Relaxed);
+    let read = bytes_read(&a);
     assert!(read <= 3_000_000 + 64 * 1024, "{read}");
 }
 
@@ -948,6 +930,13 @@ fn counter(c: &std::sync::atomic::AtomicUsize) -> usize {
     c.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// Bytes the source `m` has served so far.
+fn bytes_read(m: &Memory) -> u64 {
+    m.counters
+        .bytes_read
+        .load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The last progress event's `bytes_total`.
 fn last_total(events: &[Event]) -> u64 {
     events
@@ -1087,19 +1076,12 @@ async fn a_file_listed_without_a_size_resumes() {
         listing_without_sizes: true,
         ..Faults::default()
     });
-    let read_before = a
-        .counters
-        .bytes_read
-        .load(std::sync::atomic::Ordering::Relaxed);
+    let read_before = bytes_read(&a);
     let o = CopyOptions { resume: true, ..o };
     let (r, _) = run(Transfer::between(vec![at(&a, "/t")], at(&b, "/c"), o)).await;
     assert!(r.error.is_none(), "{:?}", r.error);
     assert_eq!(b.get("/c/t/f").as_deref(), Some(&body[..]));
-    let read = a
-        .counters
-        .bytes_read
-        .load(std::sync::atomic::Ordering::Relaxed)
-        - read_before;
+    let read = bytes_read(&a) - read_before;
     assert_eq!(read, 1_000_000 + 64 * 1024);
     assert!(parts(&b).is_empty());
 }
