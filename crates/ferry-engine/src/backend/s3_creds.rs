@@ -274,16 +274,9 @@ pub(crate) fn run(spec: &CredentialProcess) -> Result<ProcessCredentials, String
     if out.len() as u64 > STDOUT_MAX {
         return Err(format!("{what}: its output is over {STDOUT_MAX} bytes"));
     }
-    let got = process::parse_output(&out).map_err(|e| format!("{what}: {e}{tail}"))?;
-    if let Some(exp) = got.expiration {
-        if exp <= SystemTime::now() {
-            return Err(format!(
-                "{what}: it printed credentials that have already expired (Expiration {})",
-                httpdate::fmt_http_date(exp)
-            ));
-        }
-    }
-    Ok(got)
+    // Keys that have already expired are refused where every provider's
+    // are (`fetch`).
+    process::parse_output(&out).map_err(|e| format!("{what}: {e}{tail}"))
 }
 
 /// `; its stderr: ...` with the last lines the process wrote, if any.
