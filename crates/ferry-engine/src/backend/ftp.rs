@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use ferry_ftp::{Conn, Endpoint, FtpError, Security};
+use ferry_ftp::{Conn, Endpoint, FtpError, Security, Transfer};
 
 use super::{
     path, Backend, BackendInfo, ByteStream, Capabilities, Entry, EntryKind, HashAlgo, LocalRange,
@@ -390,12 +390,8 @@ impl Backend for Ftp {
                     };
                 }
             };
-            // The server may have said why it stopped reading (452/552:
-            // its disk is full): that reply is the error, not the lost
-            // connection.
-            let failed = |c: &mut Conn, t, e: std::io::Error| match c.finish(t, &ps) {
-                Err(r @ FtpError::Reply { .. }) => r.into(),
-                _ => TransferError::Network(format!("{display}: {e}")),
+            let failed = |c: &mut Conn, t, e| -> TransferError {
+                stor_failed(c, t, &ps, &display, e).into()
             };
             loop {
                 match rx.blocking_recv() {
@@ -479,11 +475,7 @@ impl Backend for Ftp {
         self.with(move |c| {
             let mut t = c.stor(&w, false)?;
             if let Err(e) = t.write_all(&data) {
-                // The server may have said why it stopped reading (452/552).
-                return Err(match c.finish(t, &w) {
-                    Err(r @ FtpError::Reply { .. }) => r,
-                    _ => FtpError::Network(format!("{shown}: {e}")),
-                });
+                return Err(stor_failed(c, t, &w, &shown, e));
             }
             c.finish(t, &w)?;
             if let Some(to) = rename {
@@ -536,6 +528,16 @@ impl Backend for Ftp {
             }
         })
         .await;
+    }
+}
+
+/// A STOR whose data connection failed with `e`: the server may have
+/// said why it stopped reading (452/552: its disk is full), and then that
+/// reply is the error, not the lost connection.
+fn stor_failed(c: &mut Conn, t: Transfer, path: &str, shown: &str, e: std::io::Error) -> FtpError {
+    match c.finish(t, path) {
+        Err(r @ FtpError::Reply { .. }) => r,
+        _ => FtpError::Network(format!("{shown}: {e}")),
     }
 }
 
