@@ -373,8 +373,9 @@ impl Sftp {
         ))
     }
 
-    /// The next live connection and its runtime, round robin: ranges and
-    /// files spread over all. When every connection was lost (a reset, a
+    /// The next live connection and its runtime, round robin: reads and
+    /// single requests spread over all (writes go to the least busy one:
+    /// [`Sftp::conn_for_write`]). When every connection was lost (a reset, a
     /// restarted server), one new connection is made, so the engine's
     /// retry of a range or file has somewhere to go.
     async fn conn(&self) -> Result<(SftpClient, tokio::runtime::Handle), TransferError> {
