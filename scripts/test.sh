@@ -16,7 +16,7 @@ scripts/install-peers.sh --strict
 
 # The disk this run has: a clean build of everything below takes about
 # GIB_NEEDED GiB (debug builds keep line tables only: Cargo.toml).
-df -h "${CARGO_TARGET_DIR:-target}/.." 2>/dev/null | tail -1 | awk '{ print "== disk: " $4 " free" }' >&2
+df -Ph . | awk 'NR == 2' | awk '{ print "== disk: " $4 " free" }' >&2
 
 # --- checks -----------------------------------------------------------------
 echo "== cargo fmt --all -- --check" >&2
