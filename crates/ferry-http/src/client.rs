@@ -167,6 +167,9 @@ struct Inner {
     negotiated: Mutex<Option<&'static str>>,
     /// Origins the command-line credentials may be sent to.
     trusted: Mutex<Vec<Origin>>,
+    /// The runtime whose thread makes and drives this client's
+    /// connections (TCP, TLS, framing); `None`: the caller's.
+    driver: Option<tokio::runtime::Handle>,
 }
 
 /// A cheap handle; clones share the connections.
@@ -226,6 +229,7 @@ impl Client {
                 connections: AtomicUsize::new(0),
                 negotiated: Mutex::new(None),
                 trusted: Mutex::new(Vec::new()),
+                driver: None,
             }),
         })
     }
@@ -242,6 +246,19 @@ impl Client {
     /// threads, each with its own current-thread runtime, each get their
     /// own (`ferry-engine`'s download shards).
     pub fn sibling(&self, h1_connections: usize) -> Client {
+        self.sibling_on(h1_connections, None)
+    }
+
+    /// [`Client::sibling`] whose connections are made and driven on
+    /// `driver`'s thread (a current-thread runtime of the caller's): TLS
+    /// and framing of every response run there, and a body read on that
+    /// thread too crosses no thread a frame (`ferry-engine`'s download
+    /// shards, as its copy loop had them).
+    pub fn sibling_on(
+        &self,
+        h1_connections: usize,
+        driver: Option<tokio::runtime::Handle>,
+    ) -> Client {
         let i = &self.inner;
         let mut opts = i.opts.clone();
         opts.h1_connections = h1_connections.max(1);
@@ -257,6 +274,7 @@ impl Client {
                 connections: AtomicUsize::new(0),
                 negotiated: Mutex::new(None),
                 trusted: Mutex::new(trusted),
+                driver,
             }),
         }
     }
@@ -605,7 +623,26 @@ impl Client {
         }
     }
 
+    /// A new connection to `origin`, made on the driver's thread when the
+    /// client has one (its task is then spawned there).
     async fn connect(&self, origin: &Origin) -> Result<NewConn, HttpError> {
+        let Some(driver) = &self.inner.driver else {
+            return self.connect_here(origin).await;
+        };
+        let (me, to) = (self.clone(), origin.clone());
+        driver
+            .spawn(async move { me.connect_here(&to).await })
+            .await
+            .map_err(|e| HttpError::Network(format!("the connection's thread ended: {e}")))?
+    }
+
+    /// The runtime that drives this client's connections, if not the
+    /// caller's ([`Client::sibling_on`]).
+    pub fn driver(&self) -> Option<&tokio::runtime::Handle> {
+        self.inner.driver.as_ref()
+    }
+
+    async fn connect_here(&self, origin: &Origin) -> Result<NewConn, HttpError> {
         let label = format!(
             "{}://{}:{}",
             if origin.https { "https" } else { "http" },

@@ -629,7 +629,7 @@ impl ByteStream for MemRead {
             ..*self
         };
         let me = std::mem::replace(self, spent);
-        Some(own_thread().spawn(crate::engine::drain_into(Box::new(me), to)))
+        Some(own_thread().spawn(crate::engine::drain_into(Box::new(me), to, 0)))
     }
 }
 

@@ -1273,7 +1273,10 @@ impl ByteStream for SftpRead {
             queue: FuturesOrdered::new(),
         };
         let me = std::mem::replace(self, spent);
-        Some(self.rt.spawn(crate::engine::drain_into(Box::new(me), to)))
+        Some(
+            self.rt
+                .spawn(crate::engine::drain_into(Box::new(me), to, 0)),
+        )
     }
 }
 
