@@ -56,7 +56,7 @@ fn options(pairs: Vec<(String, String)>, credentials: Option<Py<PyAny>>) -> PyRe
     // S3 as the AWS CLI finds it: the engine reads no environment, so the
     // binding hands it the AWS_* variables and $HOME (for ~/.aws) as they
     // are now, and lets requests go unsigned when they hold no
-    // credentials, as `ferry cp` does.
+    // credentials, as `ferry cp` does (`s3_anonymous=False` forbids it).
     o.s3.aws_config = Some(ferry_engine::s3::AwsConfig::from_vars(
         std::env::vars_os(),
         std::env::var_os("HOME").map(Into::into),
@@ -65,6 +65,9 @@ fn options(pairs: Vec<(String, String)>, credentials: Option<Py<PyAny>>) -> PyRe
     for (k, v) in pairs {
         o.set(&k, &v).map_err(PyValueError::new_err)?;
     }
+    // Keys given by name (s3_access_key_id...) come before the AWS_*
+    // variables; half a pair is refused here.
+    o.check_named().map_err(PyValueError::new_err)?;
     if let Some(cb) = credentials {
         o.connect.prompt = PromptHandle::new(Arc::new(PyPrompt { cb }));
         // The callable is there to be asked: passwords, passphrases and

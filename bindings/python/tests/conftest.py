@@ -5,8 +5,9 @@ directories under a temporary directory, on a free port, and stops it by
 PID (its whole process group) when the session ends: OpenSSH's sshd,
 `ferry serve` (the binary built by `cargo build -p ferry`, found through
 $FERRY_BIN or $CARGO_TARGET_DIR), nginx with a self-signed certificate,
-and vsftpd (anonymous logins with uploads, as the Rust tests' harness
-configures it in crates/ferry-bench/src/servers.rs). The same shape as crates/ferry/tests/common/ (Rust).
+vsftpd (anonymous logins with uploads, as the Rust tests' harness
+configures it in crates/ferry-bench/src/servers.rs), and versitygw (S3,
+as crates/ferry/tests/common/versitygw.rs starts it). The same shape as crates/ferry/tests/common/ (Rust).
 """
 
 from __future__ import annotations
@@ -320,6 +321,92 @@ def vsftpd(tmp_path_factory: pytest.TempPathFactory):
     try:
         wait_port(port, proc, "vsftpd", log)
         yield Ftpd(root, port)
+    finally:
+        stop(proc)
+
+
+# The keys the Rust harness gives versitygw (crates/ferry/tests/common/versitygw.rs).
+S3_ACCESS_KEY = "ferrytestaccess"
+S3_SECRET_KEY = "ferrytestsecret0123456789"
+
+
+def versitygw_bin() -> Optional[str]:
+    """versitygw on PATH, in /usr/local/bin or where `go install` puts it
+    (scripts/install-peers.sh), as the Rust harness looks for it."""
+    for p in (shutil.which("versitygw"), "/usr/local/bin/versitygw", os.path.expanduser("~/go/bin/versitygw")):
+        if p and os.path.isfile(p):
+            return p
+    return None
+
+
+@dataclass
+class Versitygw:
+    root: Path
+    port: int
+    cert: Path
+
+    @property
+    def endpoint(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def options(self, **extra: object) -> Dict[str, object]:
+        """The store and its keys as keyword arguments only: nothing from
+        the environment is needed."""
+        return {
+            "s3_endpoint": self.endpoint,
+            "s3_region": "us-east-1",
+            "s3_access_key_id": S3_ACCESS_KEY,
+            "s3_secret_access_key": S3_SECRET_KEY,
+            "cacert": str(self.cert),
+            **extra,
+        }
+
+
+@pytest.fixture(scope="session")
+def versitygw(tmp_path_factory: pytest.TempPathFactory):
+    """versitygw (a Go S3 gateway) with its POSIX backend: bucket `B`'s
+    object `K` is the file `root/B/K`. On a free port on 127.0.0.1, TLS
+    with a fresh self-signed certificate, the Rust harness's keys; buckets
+    `bucket` and `other`."""
+    exe = versitygw_bin()
+    if exe is None or not shutil.which("openssl"):
+        pytest.skip("versitygw or openssl is not installed (scripts/install-peers.sh)")
+    d = tmp_path_factory.mktemp("versitygw")
+    root = d / "root"
+    for b in ("bucket", "other"):
+        (root / b).mkdir(parents=True)
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+         "-days", "2", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+         "-keyout", str(d / "key.pem"), "-out", str(d / "cert.pem")],
+        check=True,
+        capture_output=True,
+    )
+    log = d / "versitygw.log"
+    last = ""
+    for _ in range(5):  # another process may take the free port first
+        port = free_port()
+        proc = subprocess.Popen(
+            [exe, "--access", S3_ACCESS_KEY, "--secret", S3_SECRET_KEY, "--quiet",
+             "--port", f"127.0.0.1:{port}", "--cert", str(d / "cert.pem"), "--key", str(d / "key.pem"),
+             "posix", str(root)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=open(log, "wb"),
+            # Its own keys only: no AWS_* of whoever runs the tests.
+            env={k: v for k, v in os.environ.items() if not k.startswith("AWS_")},
+            start_new_session=True,
+        )
+        try:
+            wait_port(port, proc, "versitygw", log)
+            break
+        except RuntimeError as e:
+            last = str(e)
+            stop(proc)
+    else:
+        raise RuntimeError(f"versitygw did not start: {last}")
+    try:
+        yield Versitygw(root, port, d / "cert.pem")
     finally:
         stop(proc)
 

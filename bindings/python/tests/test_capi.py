@@ -132,3 +132,45 @@ def test_c_credentials_callback_answers_the_password(password_sshd, tmp_path: Pa
         assert not (tmp_path / "again.bin").exists()
     finally:
         shutil.rmtree(shared, ignore_errors=True)
+
+
+# --- S3 options by name (examples/c/seedsets.c -c) ---------------------------
+
+
+def seedsets_s3(versitygw, tmp_path: Path, *args: str, opts=None) -> subprocess.CompletedProcess:
+    """seedsets -O ... -c SRC DST with versitygw's endpoint and keys as
+    options and no AWS_* variable (nor ~/.aws) in its environment."""
+    exe = os.environ.get("FERRY_SEEDSETS")
+    if not exe:
+        pytest.skip("$FERRY_SEEDSETS is not set (scripts/test.sh builds examples/c/seedsets.c)")
+    if opts is None:
+        opts = versitygw.options()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env["HOME"] = str(tmp_path)
+    flags = [x for k, v in opts.items() for x in ("-O", f"{k}={v}")]
+    return subprocess.run([exe, *flags, "-c", *args], capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_c_s3_keys_and_endpoint_by_name(versitygw, tmp_path: Path) -> None:
+    src = tmp_path / "cset"
+    files = {f"f{i}.bin": os.urandom(1000 * i + 1) for i in range(5)}
+    src.mkdir()
+    for n, b in files.items():
+        (src / n).write_bytes(b)
+    p = seedsets_s3(versitygw, tmp_path, str(src), "s3://bucket/capi/")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert {f.name: f.read_bytes() for f in (versitygw.root / "bucket/capi/cset").iterdir()} == files
+    p = seedsets_s3(versitygw, tmp_path, "s3://bucket/capi/cset", f"{tmp_path}/back/")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert {f.name: f.read_bytes() for f in (tmp_path / "back/cset").iterdir()} == files
+
+
+def test_c_s3_secret_without_key_id_is_a_usage_error(versitygw, tmp_path: Path) -> None:
+    (tmp_path / "a.bin").write_bytes(b"a")
+    opts = versitygw.options()
+    del opts["s3_access_key_id"]
+    p = seedsets_s3(versitygw, tmp_path, str(tmp_path / "a.bin"), "s3://bucket/capi-half/a.bin", opts=opts)
+    assert p.returncode == 1
+    assert "usage error" in p.stderr, p.stderr
+    assert "s3_access_key_id" in p.stderr and "s3_secret_access_key" in p.stderr, p.stderr
+    assert not (versitygw.root / "bucket/capi-half").exists()

@@ -115,8 +115,16 @@ int ferry_transfer_set_dest(ferry_transfer *t, const char *dst);
 
 // Set an option by the long name of `ferry cp`'s flag (`recursive`,
 // `parallel`, `streams`, `identity`, `option`, `pin`, `cacert`, `token`,
-// ...; `-` or `_`), its value as text (`"true"`, `"8"`, `"256k"`).
+// `s3_endpoint`, `s3_region`, `s3_part_size`, `s3_checksum`, ...; `-` or
+// `_`), its value as text (`"true"`, `"8"`, `"256k"`).
 // Options `ferry cp` lets you repeat add a value per call.
+// S3 keys, which `ferry cp` reads only from the environment, are set
+// here too: `s3_access_key_id`, `s3_secret_access_key`,
+// `s3_session_token`; they come before the `AWS_*` variables and
+// `~/.aws`. One without the other makes `ferry_transfer_run` and
+// `ferry_transfer_start` return `FERRY_CODE_ERR_USAGE`, the message
+// naming both. `s3_anonymous` `"false"`: no credentials found is an
+// error rather than unsigned requests.
 int ferry_transfer_setopt(ferry_transfer *t, const char *name, const char *value);
 
 // Set (or, with NULL, clear) the progress callback.

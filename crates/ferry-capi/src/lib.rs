@@ -274,13 +274,21 @@ pub struct FerryTransfer {
 
 /// S3 as the AWS CLI finds it: the engine reads no environment, so the
 /// C library hands it the `AWS_*` variables and `$HOME` (for `~/.aws`)
-/// as they are when a transfer starts, and lets requests go unsigned
-/// when they hold no credentials, as `ferry cp` does.
+/// as they are when a transfer starts. Keys set by name
+/// (`s3_access_key_id`...) come before them.
 fn with_aws_config(mut o: CopyOptions) -> CopyOptions {
     o.s3.aws_config = Some(ferry_engine::s3::AwsConfig::from_vars(
         std::env::vars_os(),
         std::env::var_os("HOME").map(Into::into),
     ));
+    o
+}
+
+/// A new handle's options: the engine's defaults, but requests go
+/// unsigned when no credentials are found, as `ferry cp` does
+/// (`s3_anonymous` `false` makes that an error).
+fn new_options() -> CopyOptions {
+    let mut o = CopyOptions::default();
     o.s3.anonymous = true;
     o
 }
@@ -350,7 +358,10 @@ impl State {
 pub extern "C" fn ferry_transfer_new() -> *mut FerryTransfer {
     catch_unwind(|| {
         Box::into_raw(Box::new(FerryTransfer {
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                opts: new_options(),
+                ..State::default()
+            }),
             cancel: Mutex::new(None),
             cancel_asked: AtomicBool::new(false),
         }))
@@ -431,8 +442,16 @@ pub unsafe extern "C" fn ferry_transfer_set_dest(
 
 /// Set an option by the long name of `ferry cp`'s flag (`recursive`,
 /// `parallel`, `streams`, `identity`, `option`, `pin`, `cacert`, `token`,
-/// ...; `-` or `_`), its value as text (`"true"`, `"8"`, `"256k"`).
+/// `s3_endpoint`, `s3_region`, `s3_part_size`, `s3_checksum`, ...; `-` or
+/// `_`), its value as text (`"true"`, `"8"`, `"256k"`).
 /// Options `ferry cp` lets you repeat add a value per call.
+/// S3 keys, which `ferry cp` reads only from the environment, are set
+/// here too: `s3_access_key_id`, `s3_secret_access_key`,
+/// `s3_session_token`; they come before the `AWS_*` variables and
+/// `~/.aws`. One without the other makes `ferry_transfer_run` and
+/// `ferry_transfer_start` return `FERRY_CODE_ERR_USAGE`, the message
+/// naming both. `s3_anonymous` `"false"`: no credentials found is an
+/// error rather than unsigned requests.
 #[no_mangle]
 pub unsafe extern "C" fn ferry_transfer_setopt(
     t: *mut FerryTransfer,
@@ -545,6 +564,9 @@ impl FerryTransfer {
             Ok(l) => l,
             Err(e) => return s.fail(FerryCode::ErrUsage, &e),
         };
+        if let Err(e) = s.opts.check_named() {
+            return s.fail(FerryCode::ErrUsage, &e);
+        }
         let rt = match runtime() {
             Ok(rt) => rt,
             Err(e) => return s.fail(FerryCode::ErrInternal, &e),
@@ -904,6 +926,63 @@ mod tests {
             ferry_transfer_free(t);
             ferry_transfer_free(std::ptr::null_mut());
             ferry_string_free(std::ptr::null_mut());
+        }
+    }
+
+    #[test]
+    fn s3_options_by_name_and_half_a_key_pair() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("a"), b"x").unwrap();
+        let src = c(d.path().join("a").to_str().unwrap());
+        unsafe {
+            let msg = |t| {
+                CStr::from_ptr(ferry_transfer_errmsg(t))
+                    .to_str()
+                    .unwrap()
+                    .to_string()
+            };
+            let t = ferry_transfer_new();
+            assert!(t.as_ref().unwrap().lock().opts.s3.anonymous);
+            for (n, v) in [
+                ("s3_endpoint", "https://127.0.0.1:9"),
+                ("s3-region", "eu-west-3"),
+                ("s3_part_size", "16M"),
+                ("s3_checksum", "md5"),
+                ("s3_anonymous", "false"),
+            ] {
+                assert_eq!(
+                    ferry_transfer_setopt(t, c(n).as_ptr(), c(v).as_ptr()),
+                    0,
+                    "{n}"
+                );
+            }
+            {
+                let s = t.as_ref().unwrap().lock();
+                assert_eq!(s.opts.s3.part_size, Some(16 << 20));
+                assert!(!s.opts.s3.anonymous);
+            }
+            assert_eq!(
+                ferry_transfer_setopt(t, c("s3_checksum").as_ptr(), c("sha1").as_ptr()),
+                FerryCode::ErrUsage as c_int
+            );
+            assert!(msg(t).contains("crc32, md5 or none"), "{}", msg(t));
+            assert_eq!(ferry_transfer_add_source(t, src.as_ptr()), 0);
+            assert_eq!(ferry_transfer_set_dest(t, c("s3://bucket/a").as_ptr()), 0);
+            let secret = c("s3_secret_access_key");
+            assert_eq!(
+                ferry_transfer_setopt(t, secret.as_ptr(), c("s").as_ptr()),
+                0
+            );
+            // Refused when the transfer would start, naming both options;
+            // nothing was sent (the endpoint's port 9 is not listened on).
+            assert_eq!(ferry_transfer_run(t), FerryCode::ErrUsage as c_int);
+            let m = msg(t);
+            assert!(
+                m.contains("s3_access_key_id") && m.contains("s3_secret_access_key"),
+                "{m}"
+            );
+            assert_eq!(ferry_transfer_start(t), FerryCode::ErrUsage as c_int);
+            ferry_transfer_free(t);
         }
     }
 

@@ -11,7 +11,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::{CopyOptions, ErrorKind, HttpVersion};
+use crate::{s3, CopyOptions, ErrorKind, HttpVersion};
 
 /// Every name [`CopyOptions::set`] accepts, in the order `ferry cp --help`
 /// shows them (bindings list them in their docs and error messages).
@@ -45,6 +45,21 @@ pub const OPTION_NAMES: &[&str] = &[
     "max_redirs",
     "compressed",
     "ssl_reqd",
+    "s3_endpoint",
+    "s3_region",
+    "s3_profile",
+    "s3_no_sign_request",
+    "s3_virtual_hosted",
+    "s3_multipart_threshold",
+    "s3_part_size",
+    "s3_upload_concurrency",
+    "s3_checksum",
+    // Not flags of `ferry cp`, which takes keys from the environment and
+    // ~/.aws only (a key on a command line shows in `ps`).
+    "s3_access_key_id",
+    "s3_secret_access_key",
+    "s3_session_token",
+    "s3_anonymous",
 ];
 
 impl CopyOptions {
@@ -118,6 +133,35 @@ impl CopyOptions {
             "max_redirs" => self.http.max_redirs = count_or_zero(name, v)? as u32,
             "compressed" => self.compressed = flag(name, v)?,
             "ssl_reqd" => self.ftp.ssl_reqd = flag(name, v)?,
+            "s3_endpoint" => {
+                let u = ferry_http::Url::parse(v).map_err(|e| format!("{name}: {e}"))?;
+                if !u.path.is_empty() && u.path != "/" {
+                    return Err(format!(
+                        "{name}: give the endpoint without a path (https://host[:port]), not {v:?}"
+                    ));
+                }
+                self.s3.endpoint = Some(v.to_string())
+            }
+            "s3_region" => self.s3.region = Some(nonempty(name, v)?),
+            "s3_profile" => self.s3.profile = Some(nonempty(name, v)?),
+            "s3_no_sign_request" => self.s3.no_sign_request = flag(name, v)?,
+            "s3_virtual_hosted" => self.s3.virtual_hosted = flag(name, v)?,
+            "s3_multipart_threshold" => self.s3.multipart_threshold = Some(size(name, v)?),
+            // Raised to 5M and capped at 5G when the transfer starts, as
+            // `--s3-part-size` is.
+            "s3_part_size" => self.s3.part_size = Some(size(name, v)?),
+            "s3_upload_concurrency" => self.s3.upload_concurrency = Some(count(name, v)?),
+            "s3_checksum" => {
+                let c = v.to_ascii_lowercase();
+                if !matches!(c.as_str(), "crc32" | "md5" | "none") {
+                    return Err(format!("{name}: crc32, md5 or none, not {v:?}"));
+                }
+                self.s3.checksum = Some(c)
+            }
+            "s3_access_key_id" => self.s3_keys().access_key = nonempty(name, v)?,
+            "s3_secret_access_key" => self.s3_keys().secret_key = nonempty(name, v)?,
+            "s3_session_token" => self.s3_keys().session_token = Some(nonempty(name, v)?),
+            "s3_anonymous" => self.s3.anonymous = flag(name, v)?,
             _ => {
                 return Err(format!(
                     "unknown option {name:?}; the options are: {}",
@@ -127,6 +171,49 @@ impl CopyOptions {
         }
         Ok(())
     }
+
+    /// What [`set`](Self::set) cannot tell one name at a time: call it
+    /// once every option is set (the bindings do, before a transfer
+    /// starts). An S3 access key id without its secret key (or the
+    /// reverse, or a session token without both) is refused here, naming
+    /// the options, rather than signing with half a pair or falling back
+    /// to the environment's keys.
+    pub fn check_named(&self) -> Result<(), String> {
+        if let Some(c) = &self.s3.credentials {
+            let missing = match (c.access_key.is_empty(), c.secret_key.is_empty()) {
+                (false, false) => None,
+                (false, true) => Some("s3_access_key_id was given without s3_secret_access_key"),
+                (true, false) => Some("s3_secret_access_key was given without s3_access_key_id"),
+                (true, true) => Some(
+                    "s3_session_token was given without s3_access_key_id and s3_secret_access_key",
+                ),
+            };
+            if let Some(m) = missing {
+                return Err(format!(
+                    "{m}: S3 keys need both s3_access_key_id and s3_secret_access_key"
+                ));
+            }
+            if self.s3.no_sign_request {
+                return Err("s3_no_sign_request: requests are unsigned, yet s3_access_key_id and s3_secret_access_key were given; give one or the other".into());
+            }
+        }
+        Ok(())
+    }
+
+    /// The S3 keys being set by name, one part per call (checked whole by
+    /// [`check_named`](Self::check_named)).
+    fn s3_keys(&mut self) -> &mut s3::Credentials {
+        self.s3
+            .credentials
+            .get_or_insert_with(|| s3::Credentials::new("", ""))
+    }
+}
+
+fn nonempty(name: &str, v: &str) -> Result<String, String> {
+    if v.is_empty() {
+        return Err(format!("{name}: empty"));
+    }
+    Ok(v.to_string())
 }
 
 fn flag(name: &str, v: &str) -> Result<bool, String> {
@@ -276,6 +363,160 @@ mod tests {
             .set("resume", "maybe")
             .unwrap_err()
             .contains("true or false"));
+    }
+
+    #[test]
+    fn s3_names_set_the_s3_options() {
+        let mut o = CopyOptions::default();
+        o.set("s3_endpoint", "https://127.0.0.1:9000").unwrap();
+        o.set("s3-region", "eu-west-3").unwrap();
+        o.set("s3_profile", "work").unwrap();
+        o.set("s3_virtual_hosted", "true").unwrap();
+        o.set("s3_multipart_threshold", "64M").unwrap();
+        o.set("s3_part_size", "8M").unwrap();
+        o.set("s3_upload_concurrency", "4").unwrap();
+        o.set("s3_checksum", "MD5").unwrap();
+        o.set("s3_anonymous", "false").unwrap();
+        o.set("s3_no_sign_request", "yes").unwrap();
+        let s = &o.s3;
+        assert_eq!(s.endpoint.as_deref(), Some("https://127.0.0.1:9000"));
+        assert_eq!(s.region.as_deref(), Some("eu-west-3"));
+        assert_eq!(s.profile.as_deref(), Some("work"));
+        assert!(s.virtual_hosted && s.no_sign_request && !s.anonymous);
+        assert_eq!(s.multipart_threshold, Some(64 << 20));
+        assert_eq!(s.part_size, Some(8 << 20));
+        assert_eq!(s.upload_concurrency, Some(4));
+        assert_eq!(s.checksum.as_deref(), Some("md5"));
+        assert!(o.check_named().is_ok());
+    }
+
+    #[test]
+    fn s3_keys_by_name_come_before_the_environment() {
+        let mut o = CopyOptions::default();
+        o.set("s3_access_key_id", "AKIDNAMED").unwrap();
+        o.set("s3_secret_access_key", "named-secret").unwrap();
+        o.set("s3_session_token", "tok").unwrap();
+        o.check_named().unwrap();
+        let c = o.s3.credentials.clone().unwrap();
+        assert_eq!(
+            (c.access_key.as_str(), c.secret_key.as_str()),
+            ("AKIDNAMED", "named-secret")
+        );
+        assert_eq!(c.session_token.as_deref(), Some("tok"));
+        // The environment's keys (and token) lose to them.
+        let env: std::collections::HashMap<String, String> = [
+            ("AWS_ACCESS_KEY_ID", "AKIDENV"),
+            ("AWS_SECRET_ACCESS_KEY", "env-secret"),
+            ("AWS_SESSION_TOKEN", "env-token"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        o.s3.aws_config = Some(s3::AwsConfig::new(env, None));
+        let cfg = s3::config(&o.s3).unwrap();
+        let used = cfg.creds.unwrap();
+        assert_eq!(used.access_key, "AKIDNAMED");
+        assert_eq!(used.session_token.as_deref(), Some("tok"));
+        assert_eq!(cfg.creds_from, s3::FROM_OPTIONS);
+    }
+
+    #[test]
+    fn half_an_s3_key_pair_is_refused_naming_both_options() {
+        for (name, value) in [
+            ("s3_secret_access_key", "s"),
+            ("s3_access_key_id", "a"),
+            ("s3_session_token", "t"),
+        ] {
+            let mut o = CopyOptions::default();
+            o.set(name, value).unwrap();
+            let e = o.check_named().unwrap_err();
+            assert!(
+                e.contains("s3_access_key_id") && e.contains("s3_secret_access_key"),
+                "{name}: {e}"
+            );
+            assert!(e.starts_with(name), "{e}");
+            // The engine refuses it too, for a binding that skips the check.
+            assert!(s3::config(&o.s3).unwrap_err().contains("s3_access_key_id"));
+        }
+        let mut o = CopyOptions::default();
+        o.set("s3_access_key_id", "a").unwrap();
+        o.set("s3_secret_access_key", "s").unwrap();
+        o.set("s3_no_sign_request", "true").unwrap();
+        assert!(o.check_named().unwrap_err().contains("s3_no_sign_request"));
+    }
+
+    #[test]
+    fn s3_no_sign_request_ignores_every_key() {
+        let env: std::collections::HashMap<String, String> = [
+            ("AWS_ACCESS_KEY_ID", "AKIDENV"),
+            ("AWS_SECRET_ACCESS_KEY", "env-secret"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let mut o = CopyOptions::default();
+        o.s3.aws_config = Some(s3::AwsConfig::new(env, None));
+        assert!(s3::config(&o.s3).unwrap().creds.is_some());
+        o.set("s3_no_sign_request", "true").unwrap();
+        let cfg = s3::config(&o.s3).unwrap();
+        assert!(cfg.creds.is_none() && cfg.creds_process.is_none() && cfg.no_sign_request);
+        // Without it and without anonymous, no keys is an error.
+        let mut o = CopyOptions::default();
+        o.set("s3_anonymous", "false").unwrap();
+        assert!(s3::config(&o.s3).is_err());
+        o.set("s3_anonymous", "true").unwrap();
+        assert!(s3::config(&o.s3).unwrap().creds.is_none());
+    }
+
+    #[test]
+    fn bad_s3_values_say_what_is_wrong() {
+        let mut o = CopyOptions::default();
+        let e = o.set("s3_checksum", "sha1").unwrap_err();
+        assert!(
+            e.contains("crc32, md5 or none") && e.contains("sha1"),
+            "{e}"
+        );
+        let e = o.set("s3_part_size", "8X").unwrap_err();
+        assert!(e.contains("s3_part_size") && e.contains("unit"), "{e}");
+        let e = o.set("s3_multipart_threshold", "lots").unwrap_err();
+        assert!(e.contains("not a size"), "{e}");
+        let e = o.set("s3_upload_concurrency", "0").unwrap_err();
+        assert!(e.contains("at least 1"), "{e}");
+        let e = o.set("s3_endpoint", "https://h:9000/bucket").unwrap_err();
+        assert!(e.contains("without a path"), "{e}");
+        assert!(o.set("s3_endpoint", "not a url").is_err());
+        let e = o.set("s3_access_key_id", "").unwrap_err();
+        assert!(e.contains("s3_access_key_id: empty"), "{e}");
+        assert!(o.set("s3_virtual_hosted", "maybe").is_err());
+        // Unknown names list the S3 ones.
+        assert!(o
+            .set("s3_secret", "x")
+            .unwrap_err()
+            .contains("s3_secret_access_key"));
+    }
+
+    #[test]
+    fn every_listed_name_is_accepted() {
+        for n in OPTION_NAMES {
+            let v = match *n {
+                "s3_endpoint" => "https://127.0.0.1:9000",
+                "s3_checksum" => "none",
+                "option" => "A=b",
+                "compress" => "off",
+                "chunk" | "window" | "inflight" | "s3_multipart_threshold" | "s3_part_size" => "1M",
+                "timeout"
+                | "parallel"
+                | "streams"
+                | "depth"
+                | "retries"
+                | "max_redirs"
+                | "s3_upload_concurrency" => "2",
+                _ => "true",
+            };
+            CopyOptions::default()
+                .set(n, v)
+                .unwrap_or_else(|e| panic!("{n}: {e}"));
+        }
     }
 
     #[test]

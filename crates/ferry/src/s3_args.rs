@@ -20,6 +20,9 @@ pub struct S3Args {
     /// Profile of ~/.aws/credentials and ~/.aws/config (else AWS_PROFILE, else default).
     #[arg(long, value_name = "NAME")]
     pub s3_profile: Option<String>,
+    /// Send requests unsigned and look for no credentials (public buckets), as the AWS CLI's --no-sign-request.
+    #[arg(long)]
+    pub s3_no_sign_request: bool,
     /// Address buckets as bucket.host (virtual-hosted); custom endpoints default to path style.
     #[arg(long)]
     pub s3_virtual_hosted: bool,
@@ -42,6 +45,7 @@ impl S3Args {
         o.endpoint = self.s3_endpoint;
         o.region = self.s3_region;
         o.profile = self.s3_profile;
+        o.no_sign_request = self.s3_no_sign_request;
         o.virtual_hosted = self.s3_virtual_hosted;
         o.multipart_threshold = self.s3_multipart_threshold;
         o.part_size = self.s3_part_size;

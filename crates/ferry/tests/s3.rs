@@ -285,6 +285,30 @@ fn wrong_credentials_say_so() {
 }
 
 #[test]
+fn no_sign_request_sends_no_keys() {
+    let Some(gw) = versitygw_or_skip("no_sign_request_sends_no_keys", &["bkt"]) else {
+        return;
+    };
+    let t = tempdir();
+    let f = t.path().join("f");
+    fs::write(&f, b"x").unwrap();
+    // The environment's keys are right, yet nothing is signed: versitygw
+    // (no public buckets) refuses, and the message says why.
+    let o = cp_s3(
+        &gw,
+        t.path(),
+        &args![&f, "s3://bkt/unsigned", "--s3-no-sign-request"],
+        &[],
+    );
+    assert_code(&o, 3, "unsigned");
+    let e = stderr_text(&o);
+    assert!(e.contains("unsigned"), "{e}");
+    assert!(!gw.root().join("bkt/unsigned").exists());
+    let o = cp_s3(&gw, t.path(), &args![&f, "s3://bkt/signed"], &[]);
+    assert_ok(&o, "signed");
+}
+
+#[test]
 fn missing_bucket_says_so() {
     let Some(gw) = versitygw_or_skip("missing_bucket_says_so", &["bkt"]) else {
         return;
@@ -1195,6 +1219,59 @@ mod library {
         assert_eq!(e.kind(), ErrorKind::Auth, "{e}");
         assert!(e.to_string().contains("S3Options::credentials"), "{e}");
         assert!(!e.to_string().contains("AWS_ACCESS_KEY_ID"), "{e}");
+    }
+
+    /// Keys set by name (what the Python and C bindings do) come before
+    /// the AWS variables that `aws_config` holds, even wrong ones.
+    #[test]
+    fn keys_by_name_before_the_aws_variables() {
+        let Some(gw) =
+            versitygw_or_skip("library::keys_by_name_before_the_aws_variables", &["bkt"])
+        else {
+            return;
+        };
+        let t = tempdir();
+        let f = t.path().join("named.bin");
+        fs::write(&f, data(200_000, 33)).unwrap();
+        let wrong_env = |o: &mut CopyOptions| {
+            let env: std::collections::HashMap<String, String> = [
+                ("AWS_ACCESS_KEY_ID", "AKIDWRONG"),
+                ("AWS_SECRET_ACCESS_KEY", "wrong-secret"),
+                ("AWS_SESSION_TOKEN", "wrong-token"),
+                ("AWS_ENDPOINT_URL", "https://127.0.0.1:1"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+            o.s3.aws_config = Some(ferry_engine::s3::AwsConfig::new(env, Some(t.path().into())));
+        };
+        let named = |secret: &str| {
+            let mut o = CopyOptions::default();
+            wrong_env(&mut o);
+            o.set("cacert", &gw.cert.display().to_string()).unwrap();
+            o.set("s3_endpoint", &gw.endpoint()).unwrap();
+            o.set("s3_access_key_id", common::versitygw::ACCESS_KEY)
+                .unwrap();
+            o.set("s3_secret_access_key", secret).unwrap();
+            o.set("s3_part_size", "5M").unwrap();
+            o.check_named().unwrap();
+            o
+        };
+        let o = named(common::versitygw::SECRET_KEY);
+        copy(&f, "s3://bkt/named/f.bin", &o).unwrap();
+        assert_eq!(
+            fs::read(gw.root().join("bkt/named/f.bin")).unwrap(),
+            fs::read(&f).unwrap()
+        );
+        let back = t.path().join("back.bin");
+        copy("s3://bkt/named/f.bin", &back.display().to_string(), &o).unwrap();
+        assert_eq!(fs::read(&back).unwrap(), fs::read(&f).unwrap());
+
+        // Wrong keys by name: the message names them, not the variables.
+        let e = copy(&f, "s3://bkt/named/wrong.bin", &named("wrong")).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Auth, "{e}");
+        assert!(e.to_string().contains("s3_secret_access_key"), "{e}");
+        assert!(!e.to_string().contains("AWS_SECRET_ACCESS_KEY"), "{e}");
     }
 
     #[test]

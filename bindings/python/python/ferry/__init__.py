@@ -15,6 +15,20 @@ names, ``-`` written ``_`` (``identity="~/.ssh/id_ed25519"``,
 ``option=["StrictHostKeyChecking=accept-new"]``, ``pin=...``,
 ``cacert=...``, ``token=...``); see :func:`option_names`.
 
+S3 takes its options the same way, per transfer: ``s3_endpoint``,
+``s3_region``, ``s3_profile``, ``s3_no_sign_request``,
+``s3_virtual_hosted``, ``s3_multipart_threshold``, ``s3_part_size``,
+``s3_upload_concurrency``, ``s3_checksum`` (``crc32``, ``md5``,
+``none``), and keys that ``ferry cp`` reads only from the environment:
+``s3_access_key_id``, ``s3_secret_access_key``, ``s3_session_token``
+(they come before the ``AWS_*`` variables and ``~/.aws``; one without
+the other raises :class:`UsageError`), ``s3_anonymous`` (``False``: no
+credentials found is an error, not unsigned requests)::
+
+    ferry.copy("big.bin", "s3://bucket/dir/",
+               s3_endpoint="https://minio.local:9000",
+               s3_access_key_id="AKIA...", s3_secret_access_key="...")
+
 docs/internals/bindings.md in the ferry repository says how it works
 (threads, the GIL, who owns what, how errors map).
 """

@@ -295,7 +295,11 @@ impl Inner {
         let parsed = xml::error(body);
         let (code, message) = parsed.map(|e| (e.code, e.message)).unwrap_or_default();
         let (class, hint) = s3::explain(status, &code, &self.cfg.endpoint(), &self.bucket);
-        let hint = match (code.as_str(), self.cfg.aws_config) {
+        // Keys from the AWS variables or files, not the application's.
+        let from_env = self.cfg.aws_config
+            && self.cfg.creds_from != s3::FROM_OPTIONS
+            && self.cfg.provider.is_none();
+        let hint = match (code.as_str(), from_env) {
             // Where the keys came from, when not from the AWS variables.
             ("InvalidAccessKeyId" | "SignatureDoesNotMatch" | "InvalidToken", false) => format!(
                 "the store at {} refused the credentials ({}); check them",
@@ -328,7 +332,9 @@ impl Inner {
             msg.push_str(&format!(" (Retry-After: {r})"));
         }
         if class == ErrorClass::Auth && self.creds.is_none() {
-            msg.push_str(if self.cfg.aws_config {
+            msg.push_str(if self.cfg.no_sign_request {
+                "; the requests were sent unsigned, as asked (no_sign_request): the bucket is not public"
+            } else if self.cfg.aws_config {
                 "; no credentials were found (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)"
             } else {
                 "; the requests were sent unsigned (S3Options::anonymous): give S3Options::credentials or a provider"

@@ -72,6 +72,11 @@ pub struct S3Options {
     /// With no credentials from the above, send requests unsigned (public
     /// buckets) instead of failing. The `ferry` binary sets it.
     pub anonymous: bool,
+    /// Send every request unsigned and look for no credentials at all
+    /// (`credentials`, `provider` and the keys `aws_config` holds are
+    /// ignored), as the AWS CLI's `--no-sign-request`: a public bucket
+    /// read while keys for another store are in the environment.
+    pub no_sign_request: bool,
     /// Bucket in the host name (`bucket.host`) instead of the path.
     pub virtual_hosted: bool,
     /// Objects at least this big are uploaded in parts (default 16 MiB).
@@ -160,6 +165,8 @@ pub struct Config {
     pub creds_from: String,
     /// The AWS variables and files were read ([`S3Options::aws_config`]).
     pub aws_config: bool,
+    /// [`S3Options::no_sign_request`]: every request goes unsigned.
+    pub no_sign_request: bool,
     pub ca_bundle: Option<PathBuf>,
     pub threshold: u64,
     pub part_size: u64,
@@ -206,6 +213,10 @@ fn read_ini(p: &Path) -> HashMap<String, HashMap<String, String>> {
         .unwrap_or_default()
 }
 
+/// [`Config::creds_from`] when the keys are [`S3Options::credentials`].
+pub const FROM_OPTIONS: &str =
+    "S3Options::credentials (s3_access_key_id and s3_secret_access_key by name)";
+
 /// What [`config`] says when no credentials were given.
 pub const NO_CREDENTIALS: &str = "S3 needs credentials: give S3Options::credentials (keys) or S3Options::provider, or S3Options::aws_config to read them as the AWS CLI does (AWS_* variables, ~/.aws); S3Options::anonymous sends unsigned requests (public buckets)";
 
@@ -225,7 +236,7 @@ pub fn config(o: &S3Options) -> Result<Config, String> {
         }
     };
     let some = c.creds.is_some() || c.provider.is_some() || c.creds_process.is_some();
-    if !some && !o.anonymous {
+    if !some && !o.anonymous && !o.no_sign_request {
         return Err(NO_CREDENTIALS.to_string());
     }
     Ok(Config {
@@ -264,12 +275,18 @@ pub fn resolve(o: &S3Options, env: &dyn Env, home: Option<&Path>) -> Result<Conf
     let in_conf = conf_section.unwrap_or(&empty);
     let from_profile = |k: &str| in_creds.get(k).or_else(|| in_conf.get(k)).cloned();
 
-    let given = o.credentials.is_some() || o.provider.is_some();
+    if let Some(c) = &o.credentials {
+        if c.access_key.is_empty() || c.secret_key.is_empty() {
+            return Err("S3Options::credentials: an access key id and its secret key are both needed (s3_access_key_id and s3_secret_access_key by name)".into());
+        }
+    }
+    let given = o.credentials.is_some() || o.provider.is_some() || o.no_sign_request;
     let (creds, creds_from) = match (
         env.var("AWS_ACCESS_KEY_ID"),
         env.var("AWS_SECRET_ACCESS_KEY"),
     ) {
-        _ if o.credentials.is_some() => (o.credentials.clone(), "S3Options::credentials".into()),
+        _ if o.no_sign_request => (None, "none: unsigned requests (no_sign_request)".into()),
+        _ if o.credentials.is_some() => (o.credentials.clone(), FROM_OPTIONS.into()),
         _ if o.provider.is_some() => (None, "the application's credentials provider".into()),
         (Some(a), Some(s)) => (
             Some(Credentials {
@@ -355,10 +372,11 @@ pub fn resolve(o: &S3Options, env: &dyn Env, home: Option<&Path>) -> Result<Conf
         // path-style unless asked (as rclone does for most providers).
         virtual_hosted: o.virtual_hosted || !custom,
         creds,
-        provider: o.provider.clone(),
+        provider: o.provider.clone().filter(|_| !o.no_sign_request),
         creds_process,
         creds_from,
         aws_config: true,
+        no_sign_request: o.no_sign_request,
         ca_bundle: env.var("AWS_CA_BUNDLE").map(PathBuf::from),
         threshold,
         part_size,
@@ -679,7 +697,7 @@ mod tests {
             c.creds.as_ref().unwrap().session_token.as_deref(),
             Some("t")
         );
-        assert_eq!(c.creds_from, "S3Options::credentials");
+        assert_eq!(c.creds_from, FROM_OPTIONS);
         assert!(c.ca_bundle.is_none());
     }
 
