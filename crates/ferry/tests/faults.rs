@@ -38,6 +38,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::faultproxy::{Action, Fault as ProxyFault, FaultProxy, Flow};
+use common::ftpproxy::FtpProxy;
 use common::nginx::{nginx_or_skip, Nginx};
 use common::serve::FerryServe;
 use common::vsftpd::{vsftpd_or_skip, Ftpd};
@@ -1570,4 +1571,147 @@ matrix! {
     ftp_vsftpd_up_kill_before_rename: FtpVsftpd, Up, KillBeforeRename;
     ftps_serve_up_kill_before_rename: FtpsServe, Up, KillBeforeRename;
     sftp_sshd_up_kill_record: SftpSshd, Up, KillRecord;
+}
+
+// ===========================================================================
+// issue #20: a STOR the server ends with 226 although the file is short
+// ===========================================================================
+
+/// `ferry cp -q FILE URL` plus `extra`.
+fn put(file: &Path, url: &str, extra: &[&str]) -> Output {
+    let mut a: Vec<String> = extra.iter().map(|x| x.to_string()).collect();
+    a.push(file.display().to_string());
+    a.push(url.to_string());
+    cp(&a)
+}
+
+/// A refused short upload: exit 4, the final URL and both sizes in the
+/// message, and what to do.
+fn assert_short(o: &Output, fin: &str, got: u64, want: u64, ctx: &str) {
+    let said = stderr_text(o);
+    eprintln!("{ctx}: {} {}", o.status, said.trim());
+    assert_code(o, 4, ctx);
+    for part in [
+        fin.to_string(),
+        format!("SIZE {got},"),
+        format!("expected {want}"),
+    ] {
+        assert!(said.contains(&part), "{ctx}: no {part:?} in: {said}");
+    }
+    assert!(
+        said.contains("quota") && said.contains("free space"),
+        "{ctx}: says what to do: {said}"
+    );
+}
+
+/// A server that ends a `STOR` with `226` although it stored less (a full
+/// disk or a quota does that on some servers): ferry asks the part file's
+/// `SIZE` after the upload and refuses it before the rename, so the short
+/// file never gets the final name. vsftpd stores a real short file here:
+/// `common::ftpproxy` drops each upload's last 100 bytes and ends the data
+/// connection cleanly, so vsftpd sees the data end and answers 226 (on a
+/// full disk vsftpd itself says 451: the matrix's disk-full cells). A small
+/// file (`put_whole`: STOR, SIZE, RNFR/RNTO in one job) to a new name and
+/// over an old file, a big one (the streamed upload) over an old file, a
+/// `--resume` whose APPE is cut too (expected: the whole file's size),
+/// then the `--resume` that completes it; a server without `SIZE` (502) is
+/// not an error.
+#[test]
+fn ftp_vsftpd_up_short_store() {
+    let Some(ftpd) = vsftpd_or_skip("ftp_vsftpd_up_short_store", VsftpdOptions::default()) else {
+        return;
+    };
+    let proxy = FtpProxy::start(ftpd.port());
+    let url = |p: &str| format!("ftp://127.0.0.1:{}/{p}", proxy.port());
+    let root = ftpd.root().to_path_buf();
+    let local = tempdir();
+    let small = local.path().join("small.bin");
+    let small_h = make_file(&small, 20_000, 201);
+    let big = local.path().join("big.bin");
+    let big_len = 3 * MIB + 17;
+    let big_h = make_file(&big, big_len, 202);
+    let old = make_file(&root.join("old-small.bin"), 777, 203);
+    let old_big = make_file(&root.join("old-big.bin"), 5000, 204);
+
+    // Untouched, through the proxy's data relay.
+    let o = put(&small, &url("clean.bin"), &[]);
+    assert_ok(&o, "through the proxy");
+    assert_eq!(hash_file(&root.join("clean.bin")), small_h);
+    assert!(
+        proxy.data_connections() > 0,
+        "the data went around the proxy"
+    );
+
+    proxy.cut(100);
+    let o = put(&small, &url("new.bin"), &[]);
+    assert_short(&o, &url("new.bin"), 19_900, 20_000, "small, new name");
+    assert!(
+        !root.join("new.bin").exists(),
+        "small, new name: a short file got the final name"
+    );
+    assert_eq!(file_len(&root.join(".new.bin.ferry-part")), 19_900);
+
+    let o = put(&small, &url("old-small.bin"), &[]);
+    assert_short(
+        &o,
+        &url("old-small.bin"),
+        19_900,
+        20_000,
+        "small, over a file",
+    );
+    assert_eq!(
+        hash_file(&root.join("old-small.bin")),
+        old,
+        "small: old content"
+    );
+
+    let o = put(&big, &url("old-big.bin"), &[]);
+    assert_short(
+        &o,
+        &url("old-big.bin"),
+        big_len - 100,
+        big_len,
+        "big, over a file",
+    );
+    assert_eq!(
+        hash_file(&root.join("old-big.bin")),
+        old_big,
+        "big: old content"
+    );
+    let cuts = proxy.cuts();
+    assert!(cuts >= 3, "the proxy cut {cuts} uploads");
+
+    // --resume continues the part file with APPE (its last 100 bytes),
+    // cut again: the part must be the whole file's size.
+    let o = put(&big, &url("old-big.bin"), &["--resume"]);
+    assert_short(
+        &o,
+        &url("old-big.bin"),
+        big_len - 100,
+        big_len,
+        "resume, cut",
+    );
+    assert!(proxy.cuts() > cuts, "the APPE went through the proxy");
+    assert_eq!(
+        hash_file(&root.join("old-big.bin")),
+        old_big,
+        "resume: old content"
+    );
+
+    // Space again: --resume completes both.
+    proxy.cut(0);
+    let o = put(&big, &url("old-big.bin"), &["--resume"]);
+    assert_ok(&o, "resume after the fault");
+    assert_eq!(hash_file(&root.join("old-big.bin")), big_h);
+    assert!(!root.join(".old-big.bin.ferry-part").exists());
+    let o = put(&small, &url("new.bin"), &["--resume"]);
+    assert_ok(&o, "small resume after the fault");
+    assert_eq!(hash_file(&root.join("new.bin")), small_h);
+
+    // A server without SIZE (502): not checked, not an error.
+    proxy.refuse_size(true);
+    let o = put(&small, &url("nosize.bin"), &[]);
+    assert_ok(&o, "SIZE refused");
+    assert_eq!(hash_file(&root.join("nosize.bin")), small_h);
+    assert!(proxy.sizes_refused() > 0, "no SIZE was asked");
 }

@@ -1,7 +1,8 @@
 //! FTP(S) as a backend: a pool of logged-in control connections used on
 //! blocking threads (the measured choice: docs/internals/ftp.md), `REST`
 //! and `RETR` for reads from any offset, `STOR` for writes and `APPE` to
-//! continue one (resume of uploads), `RNFR`/`RNTO` over the final name,
+//! continue one (resume of uploads), `SIZE` after each upload (a server
+//! may end a cut-short `STOR` with `226`), `RNFR`/`RNTO` over the final name,
 //! `MLSD` (or `LIST`) for listings. FTP moves one file per control
 //! connection at a time, so parallelism is connections: `-P` files, and
 //! `--streams N` ranges of one download.
@@ -364,14 +365,17 @@ impl Backend for Ftp {
         mode: WriteMode,
         _size: Option<u64>,
     ) -> Result<Box<dyn Sink>, TransferError> {
-        let append = match mode {
-            WriteMode::Create { .. } => false,
-            WriteMode::At(0) => false,
-            WriteMode::At(_) => true,
+        // Where the file ends when this write is done: `from` and the
+        // bytes sent (APPE continues a part of `from` bytes).
+        let from = match mode {
+            WriteMode::Create { .. } => 0,
+            WriteMode::At(n) => n,
         };
+        let append = from > 0;
         let (tx, rx) = tokio::sync::mpsc::channel::<Piece>(QUEUE);
         let ps = s(p);
         let display = self.display(p);
+        let fin = final_of(p).map(|f| self.display(&f));
         let pool = self.pool.clone();
         let task = tokio::task::spawn_blocking(move || -> Result<(), TransferError> {
             let mut rx = rx;
@@ -393,14 +397,16 @@ impl Backend for Ftp {
             let failed = |c: &mut Conn, t, e| -> TransferError {
                 stor_failed(c, t, &ps, &display, e).into()
             };
+            let mut end = from;
             loop {
                 match rx.blocking_recv() {
                     Some(Piece::Data(b)) => {
                         if let Err(e) = t.write_all(&b) {
                             return Err(failed(&mut c, t, e));
                         }
+                        end += b.len() as u64;
                     }
-                    Some(Piece::File(from, done)) => match send_file(&mut t, &from) {
+                    Some(Piece::File(range, done)) => match send_file(&mut t, &range, &mut end) {
                         Ok(()) => {
                             let _ = done.send(Ok(()));
                         }
@@ -423,8 +429,11 @@ impl Backend for Ftp {
                 }
             }
             c.finish(t, &ps)?;
-            pool.give_back(c);
-            Ok(())
+            let checked = check_stored(&mut c, &ps, &display, fin.as_deref(), end);
+            if !matches!(&checked, Err(e) if e.is_network()) {
+                pool.give_back(c);
+            }
+            checked.map_err(TransferError::from)
         });
         Ok(Box::new(FtpWrite {
             tx,
@@ -472,12 +481,15 @@ impl Backend for Ftp {
         let w = s(part.unwrap_or(to));
         let rename = part.map(|_| s(to));
         let shown = self.display(part.unwrap_or(to));
+        let fin = part.map(|_| self.display(to));
         self.with(move |c| {
             let mut t = c.stor(&w, false)?;
             if let Err(e) = t.write_all(&data) {
                 return Err(stor_failed(c, t, &w, &shown, e));
             }
             c.finish(t, &w)?;
+            // In the same job: one more round trip, no thread switch.
+            check_stored(c, &w, &shown, fin.as_deref(), data.len() as u64)?;
             if let Some(to) = rename {
                 c.rename(&w, &to)?;
             }
@@ -539,6 +551,57 @@ fn stor_failed(c: &mut Conn, t: Transfer, path: &str, shown: &str, e: std::io::E
         Err(r @ FtpError::Reply { .. }) => r,
         _ => FtpError::Network(format!("{shown}: {e}")),
     }
+}
+
+/// After a `STOR` (or `APPE`) and its `226`: the file's `SIZE` must be
+/// `want`, the bytes it holds now that all were sent. Some servers end a
+/// `STOR` with `226` although a full disk or a quota cut the file short;
+/// unchecked, that short part file would be renamed into place. A server
+/// that refuses `SIZE` (500/502: not implemented; any refusal) goes
+/// unchecked, as ferry's FTP copy loop did before the engine. A mismatch
+/// is final (not a lost connection), and the part file stays where it is
+/// (as after a `452`/`552`): `--resume` continues it after its tail is
+/// compared.
+/// `shown` is the written file's URL, `fin` the final name's when it was
+/// written under a part name.
+fn check_stored(
+    c: &mut Conn,
+    path: &str,
+    shown: &str,
+    fin: Option<&str>,
+    want: u64,
+) -> Result<(), FtpError> {
+    let got = match c.size(path) {
+        Ok(n) => n,
+        Err(FtpError::Reply { .. }) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if got == want {
+        return Ok(());
+    }
+    // The sizes are written "SIZE n," and "expected n:", never " n ": a
+    // bare " 421 " in a message reads as a transient reply (retry.rs).
+    let what = format!("after the upload the server reports SIZE {got}, expected {want}");
+    let why = if got < want {
+        "the server did not store all of it (its disk or the account's quota is probably full): free space on the server, then run the copy again"
+    } else {
+        "the file holds more than was sent (something else wrote to it during the upload?): run the copy again"
+    };
+    Err(FtpError::Remote(match fin {
+        Some(fin) => format!(
+            "{fin}: {what}: {why} (--resume continues the part file {shown}); the final name was left alone"
+        ),
+        None => format!("{shown}: {what}: {why}"),
+    }))
+}
+
+/// The final name of a part file (`.NAME.ferry-part` beside it), for
+/// messages.
+fn final_of(part: &[u8]) -> Option<Vec<u8>> {
+    let name = path::basename(part)
+        .strip_prefix(b".")?
+        .strip_suffix(b".ferry-part")?;
+    (!name.is_empty()).then(|| path::join(path::parent(part), name))
 }
 
 impl From<FtpError> for TransferError {
@@ -894,8 +957,8 @@ enum Sent {
 }
 
 /// Send `from`'s range on the data connection, 1 MiB at a time from one
-/// buffer: no piece crosses a thread.
-fn send_file(t: &mut impl Write, from: &LocalRange) -> Result<(), Sent> {
+/// buffer: no piece crosses a thread. `end` grows by each piece sent.
+fn send_file(t: &mut impl Write, from: &LocalRange, end: &mut u64) -> Result<(), Sent> {
     let mut buf = Vec::with_capacity(PIECE);
     let mut done = 0u64;
     while done < from.len {
@@ -909,6 +972,7 @@ fn send_file(t: &mut impl Write, from: &LocalRange) -> Result<(), Sent> {
             .append(from.file.at + done, n, buf)
             .map_err(Sent::Source)?;
         t.write_all(&buf).map_err(Sent::Network)?;
+        *end += n;
         done += n;
         from.progress.add(n);
     }
@@ -975,6 +1039,18 @@ mod tests {
         assert_eq!(absolute("/home/u", ""), "/home/u");
         assert_eq!(absolute("/", "d/"), "/d");
         assert_eq!(absolute("/home/u", "/srv/x"), "/srv/x");
+    }
+
+    #[test]
+    fn final_names_of_parts() {
+        assert_eq!(
+            final_of(b"/d/.f.bin.ferry-part"),
+            Some(b"/d/f.bin".to_vec())
+        );
+        assert_eq!(final_of(b"/.f.ferry-part"), Some(b"/f".to_vec()));
+        assert_eq!(final_of(b"/d/f.bin"), None);
+        assert_eq!(final_of(b"/d/.f.bin.ferry-resume"), None);
+        assert_eq!(final_of(b"/d/..ferry-part"), None);
     }
 
     #[test]

@@ -2046,6 +2046,7 @@ pub fn parse_json(text: &str) -> Result<Json, String> {
 
 // `ferry serve` as a test peer (after the `args!` macro it uses).
 pub mod faultproxy;
+pub mod ftpproxy;
 pub mod nginx;
 pub mod serve;
 
