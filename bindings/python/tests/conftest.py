@@ -58,6 +58,17 @@ def stop(proc: subprocess.Popen) -> None:
     proc.wait(timeout=10)
 
 
+def self_signed(d: Path, cn: str) -> None:
+    """A test certificate for 127.0.0.1 and localhost: d/cert.pem, d/key.pem."""
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+         "-days", "2", "-subj", f"/CN={cn}", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+         "-keyout", str(d / "key.pem"), "-out", str(d / "cert.pem")],
+        check=True,
+        capture_output=True,
+    )
+
+
 def keygen(path: Path, passphrase: str = "") -> Path:
     subprocess.run(
         ["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-C", "ferry-py-test", "-f", str(path)],
@@ -245,13 +256,7 @@ def nginx(tmp_path_factory: pytest.TempPathFactory):
     d = tmp_path_factory.mktemp("nginx")
     for sub in ("www", "logs", "tmp"):
         (d / sub).mkdir()
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-         "-days", "2", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
-         "-keyout", str(d / "key.pem"), "-out", str(d / "cert.pem")],
-        check=True,
-        capture_output=True,
-    )
+    self_signed(d, "localhost")
     port = free_port()
     user = "user root;\n" if os.geteuid() == 0 else ""
     (d / "nginx.conf").write_text(
@@ -375,13 +380,7 @@ def versitygw(tmp_path_factory: pytest.TempPathFactory):
     root = d / "root"
     for b in ("bucket", "other"):
         (root / b).mkdir(parents=True)
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-         "-days", "2", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
-         "-keyout", str(d / "key.pem"), "-out", str(d / "cert.pem")],
-        check=True,
-        capture_output=True,
-    )
+    self_signed(d, "127.0.0.1")
     log = d / "versitygw.log"
     last = ""
     for _ in range(5):  # another process may take the free port first
