@@ -394,9 +394,21 @@ impl Sftp {
         }
         tracing::info!("{}: every connection was lost; connecting again", self.host);
         let rx = self.spawn_one()?;
-        let c = rx.await.map_err(|_| {
-            TransferError::Network(format!("{}: the connection thread died", self.host))
-        })??;
+        // Bounded by --timeout: a server that takes the connection and
+        // never answers (an sshd child left behind as its listener was
+        // killed) hung a retried upload until the test harness killed it.
+        let c = tokio::time::timeout(self.stall, rx)
+            .await
+            .map_err(|_| {
+                TransferError::Network(format!(
+                    "{}: no answer from the server within {} s while connecting again (--timeout)",
+                    self.host,
+                    self.stall.as_secs_f64()
+                ))
+            })?
+            .map_err(|_| {
+                TransferError::Network(format!("{}: the connection thread died", self.host))
+            })??;
         let k = Conn::new(c);
         let mut conns = self.conns.write().unwrap_or_else(|p| p.into_inner());
         conns.retain(|k| !k.c.is_closed());
@@ -448,7 +460,9 @@ impl Sftp {
             let next = self.joining.lock().unwrap_or_else(|p| p.into_inner()).pop();
             match next {
                 Some(mut j) => {
-                    if let Ok(up) = (&mut j.rx).await {
+                    // At most --timeout: one that never comes up is
+                    // dropped here (fewer connections), not waited for.
+                    if let Ok(Ok(up)) = tokio::time::timeout(self.stall, &mut j.rx).await {
                         self.join(up);
                     }
                 }
