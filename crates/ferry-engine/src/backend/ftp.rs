@@ -890,6 +890,25 @@ impl Retr {
         };
         match end {
             Ok(()) => {
+                // Read from the start: the file must still hold what was
+                // read (a range of a split file, less). A file cut short while it was being sent can
+                // arrive at its old length with other bytes (vsftpd's
+                // sendfile of a page zeroed by the truncation: the fault
+                // matrix's truncated source, exit 0 with a file of neither
+                // version); only SIZE says it changed.
+                if offset == 0 && taken {
+                    if let (Some(want), Ok(now)) = (len, c.size(&ps)) {
+                        if now < want {
+                            pool.give_back(c);
+                            return Err((
+                                TransferError::Remote(format!(
+                                    "{display}: the file is now {now} bytes, shorter than the {want} read (it changed during the copy); run again"
+                                )),
+                                false,
+                            ));
+                        }
+                    }
+                }
                 pool.give_back(c);
                 Ok(())
             }
