@@ -922,29 +922,48 @@ async fn copy_whole(
         .map(|m| m & 0o7777);
     let part = target.renamed.then_some(target.write.as_slice());
     let stall = r.opts.timeout;
+    // From a backend with threads of its own into a local file: read and
+    // written on the source's thread ([`Backend::home`]).
+    let home = if dst.scheme() == "local" {
+        src.home(&f.src)
+    } else {
+        None
+    };
     retried(r, |_| {
         // The read that said the size, on the first attempt.
         let opened = first.take();
+        let home = home.clone();
         let once = async move {
             if r.cancel.is_cancelled() {
                 return Err(TransferError::cancelled());
             }
-            let read = async {
-                match opened {
-                    Some(s) => crate::backend::gather(s, size).await,
-                    None => src.get_whole(&f.src, size).await,
-                }
-            };
-            let data = tokio::time::timeout(stall, read)
-                .await
-                .map_err(|_| stalled(src.as_ref(), &f.src, stall))??;
-            if data.len() as u64 != size {
-                return Err(TransferError::Remote(format!(
-                    "{}: {} bytes arrived where {size} were expected (the file changed during the copy?)",
-                    src.display(&f.src),
-                    data.len()
-                )));
+            if let Some(rt) = home {
+                let (from, p, to) = (src.clone(), f.src.clone(), f.dst.clone());
+                let part = part.map(<[u8]>::to_vec);
+                let (cancel, perm) = (r.cancel.clone(), f.perm());
+                let job = rt.spawn(async move {
+                    let data = read_whole(from.as_ref(), &p, size, opened, stall).await?;
+                    if cancel.is_cancelled() {
+                        return Err(TransferError::cancelled());
+                    }
+                    crate::backend::local::write_whole(
+                        part.as_deref(),
+                        &to,
+                        &data,
+                        perm,
+                        mtime,
+                        mode,
+                    )
+                });
+                let mut job = AbortOnDrop(job);
+                return (&mut job.0).await.unwrap_or_else(|e| {
+                    Err(TransferError::Network(format!(
+                        "{}: the connection's thread ended: {e}",
+                        src.display(&f.src)
+                    )))
+                });
             }
+            let data = read_whole(src.as_ref(), &f.src, size, opened, stall).await?;
             if r.cancel.is_cancelled() {
                 return Err(TransferError::cancelled());
             }
@@ -966,6 +985,44 @@ async fn copy_whole(
     .await?;
     r.stats.bytes_done.fetch_add(size, Ordering::Relaxed);
     Ok(size)
+}
+
+/// A small file's `size` bytes, from the read that said its size or one
+/// `get_whole`, within `--timeout`.
+async fn read_whole(
+    src: &dyn Backend,
+    p: &[u8],
+    size: u64,
+    opened: Option<Box<dyn ByteStream>>,
+    stall: Duration,
+) -> Result<bytes::Bytes, TransferError> {
+    let read = async {
+        match opened {
+            Some(s) => crate::backend::gather(s, size).await,
+            None => src.get_whole(p, size).await,
+        }
+    };
+    let data = tokio::time::timeout(stall, read)
+        .await
+        .map_err(|_| stalled(src, p, stall))??;
+    if data.len() as u64 != size {
+        return Err(TransferError::Remote(format!(
+            "{}: {} bytes arrived where {size} were expected (the file changed during the copy?)",
+            src.display(p),
+            data.len()
+        )));
+    }
+    Ok(data)
+}
+
+/// A task spawned on a backend's thread, aborted when its caller lets go
+/// of it (a cancel).
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// `call` (given the attempt's number, from 0), again after a transient

@@ -845,6 +845,54 @@ async fn cancel_stops_a_download_on_the_source_thread() {
 }
 
 #[tokio::test]
+async fn small_files_into_local_files_are_read_and_written_on_the_source_thread() {
+    // Files small enough to move whole are read and written on the
+    // source's thread (an HTTP shard's): each arrives once, with its
+    // time, after a transient failure too, and no part file is left.
+    let a = Memory::new("a");
+    let d = TempDir::new("own-small");
+    for i in 0..40u8 {
+        let len = 20_000 + usize::from(i) * 1000;
+        a.put(
+            &format!("/s/f{i:02}"),
+            &data(len, i),
+            1_600_000_000 + i64::from(i),
+        );
+    }
+    a.set_faults(on_own_thread(Faults {
+        fail_read_after: Some(5_000),
+        transient_reads: 3,
+        reorder: true,
+        ..Faults::default()
+    }));
+    let o = CopyOptions {
+        recursive: true,
+        preserve: true,
+        parallel: Some(8),
+        ..opts()
+    };
+    let (r, _) = run(Transfer::between(vec![at(&a, "/s")], d.at("t"), o)).await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(r.files.len(), 40);
+    let t = d.0.join("t");
+    for i in 0..40u8 {
+        let name = format!("f{i:02}");
+        assert_eq!(
+            std::fs::read(t.join(&name)).ok(),
+            a.get(&format!("/s/{name}")),
+            "{name}"
+        );
+        let m = std::fs::metadata(t.join(&name)).unwrap();
+        assert_eq!(
+            m.modified().unwrap(),
+            std::time::UNIX_EPOCH + Duration::from_secs(1_600_000_000 + u64::from(i)),
+            "{name}"
+        );
+    }
+    assert_eq!(std::fs::read_dir(&t).unwrap().count(), 40);
+}
+
+#[tokio::test]
 async fn ranges_from_a_local_file_run_on_the_destination_thread() {
     // An upload from a local file goes whole to the destination's thread
     // (as an SSH connection's): ranges, every byte in place.

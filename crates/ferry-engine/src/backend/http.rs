@@ -478,6 +478,10 @@ impl Backend for Http {
             },
         }
     }
+    fn home(&self, p: &[u8]) -> Option<tokio::runtime::Handle> {
+        self.clients[self.shard(p)].driver().cloned()
+    }
+
     fn endpoint_key(&self) -> String {
         self.origin()
     }

@@ -54,6 +54,44 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| TransferError::Local(format!("internal: a file task failed: {e}")))?
 }
 
+/// [`Backend::put_whole`] of a local file, on the calling thread: `data`
+/// into `part` (or `to` itself), mode and times, then the rename over
+/// `to`. The engine calls it on a source's own thread
+/// ([`Backend::home`]).
+pub(crate) fn write_whole(
+    part: Option<&[u8]>,
+    to: &[u8],
+    data: &[u8],
+    perm: Option<u32>,
+    mtime: Option<i64>,
+    mode: Option<u32>,
+) -> Result<(), TransferError> {
+    use std::io::Write;
+    let w = os(part.unwrap_or(to));
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true).create(true).truncate(true);
+    if let Some(p) = perm {
+        o.mode(p & 0o777);
+    }
+    let mut f = o
+        .open(&w)
+        .map_err(|e| TransferError::local(&w, "cannot create", e))?;
+    f.write_all(data)
+        .map_err(|e| TransferError::local(&w, "cannot write", e))?;
+    if let Some(m) = mode {
+        f.set_permissions(std::fs::Permissions::from_mode(m & 0o7777))
+            .map_err(|e| TransferError::local(&w, "cannot set permissions", e))?;
+    }
+    if let Some(t) = mtime {
+        set_file_times(&f, &w, t)?;
+    }
+    drop(f);
+    match part {
+        Some(p) => rename_into_place(&os(p), &os(to)),
+        None => Ok(()),
+    }
+}
+
 #[async_trait]
 impl Backend for Local {
     fn scheme(&self) -> &'static str {
@@ -239,34 +277,8 @@ impl Backend for Local {
         mtime: Option<i64>,
         mode: Option<u32>,
     ) -> Result<(), TransferError> {
-        let w = os(part.unwrap_or(to));
-        let (part, to) = (part.map(os), os(to));
-        blocking(move || {
-            use std::io::Write;
-            let mut o = std::fs::OpenOptions::new();
-            o.write(true).create(true).truncate(true);
-            if let Some(p) = perm {
-                o.mode(p & 0o777);
-            }
-            let mut f = o
-                .open(&w)
-                .map_err(|e| TransferError::local(&w, "cannot create", e))?;
-            f.write_all(&data)
-                .map_err(|e| TransferError::local(&w, "cannot write", e))?;
-            if let Some(m) = mode {
-                f.set_permissions(std::fs::Permissions::from_mode(m & 0o7777))
-                    .map_err(|e| TransferError::local(&w, "cannot set permissions", e))?;
-            }
-            if let Some(t) = mtime {
-                set_file_times(&f, &w, t)?;
-            }
-            drop(f);
-            match part {
-                Some(p) => rename_into_place(&p, &to),
-                None => Ok(()),
-            }
-        })
-        .await
+        let (part, to) = (part.map(<[u8]>::to_vec), to.to_vec());
+        blocking(move || write_whole(part.as_deref(), &to, &data, perm, mtime, mode)).await
     }
 
     async fn remove(&self, path: &[u8]) -> Result<(), TransferError> {

@@ -220,6 +220,11 @@ impl Backend for Memory {
     fn display(&self, p: &[u8]) -> String {
         format!("mem://{}{}", self.name, String::from_utf8_lossy(p))
     }
+
+    fn home(&self, _p: &[u8]) -> Option<tokio::runtime::Handle> {
+        lock(&self.faults).own_thread.then(own_thread)
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             ranged_read: true,
