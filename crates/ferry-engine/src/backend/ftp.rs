@@ -830,17 +830,10 @@ impl Retr {
         // matching neither version). The file's size now says whether the
         // range is still there; a server without SIZE goes unchecked.
         if offset > 0 {
-            if let Ok(now) = c.size(&ps) {
-                let need = offset.saturating_add(len.unwrap_or(0));
-                if now < need {
-                    pool.give_back(c);
-                    return Err((
-                        TransferError::Remote(format!(
-                            "{display}: the file is now {now} bytes, shorter than the {need} the copy needs (it changed during the copy); run again"
-                        )),
-                        true,
-                    ));
-                }
+            let need = offset.saturating_add(len.unwrap_or(0));
+            if let Some(e) = shrank(&mut c, &ps, &display, need, "the copy needs") {
+                pool.give_back(c);
+                return Err((e, true));
             }
         }
         let mut t = match c.retr(&ps, offset) {
@@ -896,17 +889,10 @@ impl Retr {
                 // sendfile of a page zeroed by the truncation: the fault
                 // matrix's truncated source, exit 0 with a file of neither
                 // version); only SIZE says it changed.
-                if offset == 0 && taken {
-                    if let (Some(want), Ok(now)) = (len, c.size(&ps)) {
-                        if now < want {
-                            pool.give_back(c);
-                            return Err((
-                                TransferError::Remote(format!(
-                                    "{display}: the file is now {now} bytes, shorter than the {want} read (it changed during the copy); run again"
-                                )),
-                                false,
-                            ));
-                        }
+                if let Some(want) = len.filter(|_| offset == 0 && taken) {
+                    if let Some(e) = shrank(&mut c, &ps, &display, want, "read") {
+                        pool.give_back(c);
+                        return Err((e, false));
                     }
                 }
                 pool.give_back(c);
@@ -916,6 +902,18 @@ impl Retr {
             Err(_) => Ok(()),
         }
     }
+}
+
+/// The error for a file whose `SIZE` is now below `need` (the bytes
+/// `what`): it changed during the copy. A server without SIZE goes
+/// unchecked.
+fn shrank(c: &mut Lease, ps: &str, display: &str, need: u64, what: &str) -> Option<TransferError> {
+    let now = c.size(ps).ok()?;
+    (now < need).then(|| {
+        TransferError::Remote(format!(
+            "{display}: the file is now {now} bytes, shorter than the {need} {what} (it changed during the copy); run again"
+        ))
+    })
 }
 
 struct FtpRead {
