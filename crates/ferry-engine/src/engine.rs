@@ -922,17 +922,14 @@ async fn copy_whole(
         .map(|m| m & 0o7777);
     let part = target.renamed.then_some(target.write.as_slice());
     let stall = r.opts.timeout;
-    // From a backend with threads of its own into a local file: read and
-    // written on the source's thread ([`Backend::home`]).
-    let home = if dst.scheme() == "local" {
-        src.home(&f.src)
-    } else {
-        None
-    };
+    let to_local = dst.scheme() == "local";
     retried(r, |_| {
         // The read that said the size, on the first attempt.
         let opened = first.take();
-        let home = home.clone();
+        // From a backend with threads of its own into a local file: read
+        // and written on the source's thread ([`Backend::home`]), asked
+        // each attempt (a lost connection's thread is gone).
+        let home = if to_local { src.home(&f.src) } else { None };
         let once = async move {
             if r.cancel.is_cancelled() {
                 return Err(TransferError::cancelled());

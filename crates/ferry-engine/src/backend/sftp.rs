@@ -212,6 +212,12 @@ const GOODBYE: std::time::Duration = std::time::Duration::from_secs(2);
 /// alive, and the thread.
 type Spawned = (Ready, oneshot::Sender<()>, std::thread::JoinHandle<()>);
 
+thread_local! {
+    /// On a connection's thread, its client: a small file's read started
+    /// there ([`Backend::home`]) goes over it, without crossing threads.
+    static HERE: std::cell::RefCell<Option<SftpClient>> = const { std::cell::RefCell::new(None) };
+}
+
 /// Where a new connection's client arrives once it is up.
 type Ready = oneshot::Receiver<Result<(SftpClient, tokio::runtime::Handle), TransferError>>;
 
@@ -264,8 +270,10 @@ fn spawn_connection(
                     let _ = tx.send(conn.clone());
                 }
                 let here = tokio::runtime::Handle::current();
+                HERE.with(|h| *h.borrow_mut() = Some(sftp.clone()));
                 let _ = ready_tx.send(Ok((sftp.clone(), here)));
                 let _ = hold_rx.await;
+                HERE.with(|h| h.borrow_mut().take());
                 // A goodbye, not a wait: a session given up as stalled
                 // takes no more bytes (its goodbye would wait for ever, and
                 // the copy's end with it), so it gets none, and any other
@@ -707,6 +715,10 @@ impl Backend for Sftp {
             max_ranges: (self.connections() + self.joining_count()).max(2),
         }
     }
+    fn home(&self, _p: &[u8]) -> Option<tokio::runtime::Handle> {
+        self.live().map(|k| k.rt)
+    }
+
     fn endpoint_key(&self) -> String {
         self.prefix.clone()
     }
@@ -939,8 +951,13 @@ impl Backend for Sftp {
 
     async fn get_whole(&self, p: &[u8], len: u64) -> Result<Bytes, TransferError> {
         // OPEN, READs, CLOSE from the connection's own thread, as
-        // `put_whole` does: one hand-off for a small file.
-        let (c, rt) = self.conn().await?;
+        // `put_whole` does: one hand-off for a small file, none when
+        // called there ([`Backend::home`]).
+        let here = HERE.with(|h| h.borrow().clone()).filter(|c| !c.is_closed());
+        let (c, rt) = match here {
+            Some(c) => (c, tokio::runtime::Handle::current()),
+            None => self.conn().await?,
+        };
         let path = p.to_vec();
         let chunk = self.read_chunk.max(1);
         let job = rt.spawn(async move {
