@@ -74,20 +74,13 @@ pub struct Faults {
 /// current-thread runtime, as an SSH connection has.
 fn own_thread() -> tokio::runtime::Handle {
     static RT: std::sync::OnceLock<tokio::runtime::Handle> = std::sync::OnceLock::new();
-    RT.get_or_init(|| {
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            let _ = tx.send(rt.handle().clone());
-            rt.block_on(std::future::pending::<()>());
-        });
-        rx.recv()
-            .unwrap_or_else(|_| tokio::runtime::Handle::current())
+    RT.get_or_init(|| match super::runtime_thread("ferry-memory".into()) {
+        Ok((rt, hold)) => {
+            // For the life of the process.
+            std::mem::forget(hold);
+            rt
+        }
+        Err(_) => tokio::runtime::Handle::current(),
     })
     .clone()
 }

@@ -554,6 +554,27 @@ pub trait Backend: Send + Sync {
     async fn close(&self) {}
 }
 
+/// A thread named `name` running a current-thread runtime (an HTTP
+/// shard's, the in-memory backend's own): its handle, and what holds it
+/// up; the thread ends when that is dropped.
+pub(crate) fn runtime_thread(
+    name: String,
+) -> Result<(tokio::runtime::Handle, tokio::sync::oneshot::Sender<()>), TransferError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| TransferError::Local(format!("cannot start a runtime: {e}")))?;
+    let handle = rt.handle().clone();
+    let (hold, held) = tokio::sync::oneshot::channel::<()>();
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(move || {
+            let _ = rt.block_on(held);
+        })
+        .map_err(|e| TransferError::Local(format!("cannot start a thread: {e}")))?;
+    Ok((handle, hold))
+}
+
 /// The rest of a stream in one buffer, `len` bytes expected (a stream
 /// that ends early errs; one that sends more is cut by the caller's
 /// length check).
