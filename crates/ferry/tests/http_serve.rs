@@ -51,6 +51,7 @@ fn downloads_over_h2_and_h1_single_split_and_recursive() {
                 version,
                 "--streams",
                 "4",
+                "--json",
                 s.https_url("large.bin"),
                 dst.join("split.bin")
             ],
@@ -61,6 +62,9 @@ fn downloads_over_h2_and_h1_single_split_and_recursive() {
             describe(&o)
         );
         assert_file_hash(&dst.join("split.bin"), &want, "--streams 4");
+        // A connection per range, over HTTP/2 too: ranges that were
+        // streams of one connection got no more of a lossy link than one.
+        assert_eq!(json_field(&o, "streams"), "4", "{version} --streams 4");
 
         let o = s.https_cp(
             true,

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use ferry_http::{listing, Client, HeaderMap, HeaderValue, Method, StatusCode, Url};
 use percent_encoding::{AsciiSet, CONTROLS};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -87,6 +87,9 @@ pub struct Http {
     /// Whether PUT takes `Content-Range` here (ferry serve says so in its
     /// `OPTIONS` answer), asked once.
     put_ranges: tokio::sync::OnceCell<bool>,
+    /// `--streams N`: one client (connection) per range, the ranged GETs
+    /// handed to them in turn; `None`: by path.
+    spread: Option<AtomicUsize>,
 }
 
 /// A shard's thread: a current-thread runtime that makes and drives the
@@ -102,27 +105,20 @@ struct ShardThread {
 
 impl ShardThread {
     fn start(i: usize) -> Result<ShardThread, TransferError> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| TransferError::Local(format!("cannot start a runtime: {e}")))?;
-        let handle = rt.handle().clone();
-        let (hold, held) = tokio::sync::oneshot::channel::<()>();
-        std::thread::Builder::new()
-            .name(format!("ferry-http-{i}"))
-            .spawn(move || {
-                let _ = rt.block_on(held);
-            })
-            .map_err(|e| TransferError::Local(format!("cannot start an HTTP thread: {e}")))?;
-        Ok(ShardThread {
-            rt: handle,
-            _hold: hold,
-        })
+        let (rt, hold) = super::runtime_thread(format!("ferry-http-{i}"))?;
+        Ok(ShardThread { rt, _hold: hold })
     }
 }
 
 /// Most clients (connections to one server) files are spread over.
 const MAX_SHARDS: usize = 4;
+
+/// Most connections `--streams N` opens, one per range (aria2c's `-x`
+/// allows 16). Ranges that shared one HTTP/2 connection were held to
+/// that one connection's rate: on a lossy link (loss100) 16.9 MB/s with
+/// `--streams 8`, as with one stream, where aria2c's 8 connections moved
+/// 37.6 (docs/internals/http.md, "Segmented downloads").
+const MAX_RANGE_CONNECTIONS: usize = 16;
 
 /// How many clients: one per core (at most [`MAX_SHARDS`]) when several
 /// files move at once, else one. A second HTTP/2 connection on the second
@@ -133,7 +129,10 @@ fn shards(opts: &CopyOptions) -> usize {
     if let Some(n) = opts.http_shards {
         return n.clamp(1, MAX_SHARDS);
     }
-    if opts.streams.unwrap_or(1) > 1 || opts.files_in_flight() < 2 {
+    if let Some(n) = opts.streams.filter(|&n| n > 1) {
+        return n.min(MAX_RANGE_CONNECTIONS);
+    }
+    if opts.files_in_flight() < 2 {
         return 1;
     }
     std::thread::available_parallelism()
@@ -181,6 +180,8 @@ impl Http {
                 heads: Default::default(),
                 refused: (0..n).map(|_| AtomicBool::new(false)).collect(),
                 put_ranges: tokio::sync::OnceCell::new(),
+                spread: (opts.http_shards.is_none() && opts.streams.is_some_and(|n| n > 1))
+                    .then(AtomicUsize::default),
             },
             root_path,
             dir,
@@ -241,7 +242,19 @@ impl Http {
     ) -> Result<(ferry_http::Response, usize), TransferError> {
         let url = self.url(p);
         let stall = self.stall;
-        let mut i = self.shard(p);
+        let mut i = match &self.spread {
+            // A range of a split file: the next connection, so that the
+            // ranges add connections, not streams of one.
+            Some(next) if headers.contains_key("range") => {
+                let n = self.clients.len();
+                let k = next.fetch_add(1, Ordering::Relaxed) % n;
+                (0..n)
+                    .map(|j| (k + j) % n)
+                    .find(|&j| !self.refused[j].load(Ordering::Relaxed))
+                    .unwrap_or(k)
+            }
+            _ => self.shard(p),
+        };
         loop {
             let sent = tokio::time::timeout(
                 stall,
