@@ -11,10 +11,16 @@ destination directory on sshd:
   nochange  right after: nothing to do
   changed   1% of the files rewritten (new bytes, new mtime) first
   checksum  (--checksum cell) nothing changed, contents compared:
-            ferry sync -c to ferry serve (hashes on the server) and to
-            sshd (reads to hash), rsync -a --checksum to sshd
+            ferry sync -c to ferry serve (hashes on the server),
+            rsync -a --checksum to sshd
+  checksum-sshd  (not in the default cells) ferry sync -c to sshd too:
+            sshd runs commands here, so ferry hashes each file with
+            sha256sum over an exec channel of its own (10,000 shells on
+            the small tree: minutes, not seconds)
 
-Tools: ferry sync; rsync -a over ssh (same ssh config, same key);
+Tools: ferry sync; ferry-cp (`ferry cp -r -p` of the same tree into
+its own directory, initial cell only: a reference for the copy path, not
+a sync; not in the default tools); rsync -a over ssh (same ssh config, same key);
 lftp mirror -R --parallel=8 (sftp, ssh as its connect program); rclone sync
 (sftp remote with shell_type=none so it never runs md5sum over ssh).
 One warm-up run is not counted. Wall seconds, and CPU seconds of the
@@ -22,7 +28,8 @@ client and of the servers (sshd with its reaped children, ferry serve).
 
 Usage: bench/sync-bench.py --ferry target/release/ferry --tree small|big
          [--dir /var/tmp] [--runs 5] [--tools ferry,rsync,lftp,rclone]
-         [--cells initial,nochange,changed,checksum] [--one-dst] [--json out.json]
+         [--cells initial,nochange,changed,checksum[,checksum-sshd]] [--one-dst]
+         [--json out.json]
 """
 import argparse, json, os, random, shutil, statistics, subprocess, sys, tempfile, time
 
@@ -83,7 +90,7 @@ def main():
     ap.add_argument("--json")
     a = ap.parse_args()
     ferry = os.path.abspath(a.ferry)
-    tools = [t for t in a.tools.split(",") if t == "ferry" or shutil.which(t)]
+    tools = [t for t in a.tools.split(",") if t in ("ferry", "ferry-cp") or shutil.which(t)]
     if a.ferry_base:
         tools.append("ferry-base")
     cells = a.cells.split(",")
@@ -129,8 +136,11 @@ def main():
             if tool in ("ferry", "ferry-base"):
                 exe = ferry if tool == "ferry" else os.path.abspath(a.ferry_base)
                 return [exe, "sync", "-q", "-F", cfg] + (["-c"] if checksum else []) + [src, f"sftp://sshd{t}"]
-            if tool == "ferry-serve":
-                return [ferry, "sync", "-q", "-F", cfg, "-c", src, "sftp://serve/dst"]
+            if tool == "ferry-cp":
+                return [ferry, "cp", "-r", "-p", "-q", "-F", cfg, src + "/", f"sftp://sshd{t}/"]
+            if tool in ("ferry-serve", "ferry-base-serve"):
+                exe = ferry if tool == "ferry-serve" else os.path.abspath(a.ferry_base)
+                return [exe, "sync", "-q", "-F", cfg, "-c", src, "sftp://serve/dst"]
             if tool == "rsync":
                 return ["rsync", "-a"] + (["--checksum"] if checksum else []) + \
                        ["-e", f"ssh -F {cfg}", src + "/", f"sshd:{t}/"]
@@ -172,37 +182,41 @@ def main():
                 for i, t in enumerate(order):
                     shutil.rmtree(dst(t), ignore_errors=True)
                     timed("initial", t, cmd(t), r)
-                    timed("nochange", t, cmd(t), r)
-                    change(paths, 100 * r + i)
-                    timed("changed", t, cmd(t), r)
+                    if t != "ferry-cp":
+                        timed("nochange", t, cmd(t), r)
+                        change(paths, 100 * r + i)
+                        timed("changed", t, cmd(t), r)
                     if t != "rsync":
                         shutil.rmtree(dst(t), ignore_errors=True)
             elif "initial" in cells or r == 0:
                 for t in order:
                     shutil.rmtree(dst(t), ignore_errors=True)
                     timed("initial", t, cmd(t), r)
+            syncs = [t for t in order if t != "ferry-cp"]
             if "nochange" in cells and not a.one_dst:
-                for t in order:
+                for t in syncs:
                     timed("nochange", t, cmd(t), r)
             if "changed" in cells and not a.one_dst:
                 change(paths, r)
-                for t in order:
+                for t in syncs:
                     timed("changed", t, cmd(t), r)
-            if "checksum" in cells:
+            if "checksum" in cells or "checksum-sshd" in cells:
                 if r == 0:
                     run_timed(cmd("ferry-serve"), env)  # the first copy to ferry serve
                 ck = [("ferry-serve -c", cmd("ferry-serve"))]
-                if not a.one_dst:
+                if not a.one_dst and "checksum-sshd" in cells:
                     ck.append(("ferry -c", cmd("ferry", True)))
                 if "rsync" in tools:
                     ck.append(("rsync -c", cmd("rsync", True)))
+                if a.ferry_base:
+                    ck.append(("ferry-base-serve -c", cmd("ferry-base-serve")))
                 random.Random(100 + r).shuffle(ck)
                 for name, c in ck:
                     timed("checksum", name, c, r)
         print()
         out = {"dir": base, "tree": a.tree, "files": len(paths), "bytes": total, "runs": a.runs,
                "sftp_server": a.sftp_server, "cells": []}
-        for cell in cells:
+        for cell in dict.fromkeys(c for c, _ in results):
             names = [n for c, n in results if c == cell]
             if not names:
                 continue

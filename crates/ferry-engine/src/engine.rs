@@ -60,6 +60,10 @@ pub(crate) struct FilePlan {
     pub size: Option<u64>,
     pub mtime: Option<i64>,
     pub mode: Option<u32>,
+    /// The destination's listing, taken before this copy, showed no part
+    /// file for it (a sync lists the destination anyway): nothing to
+    /// continue, so `--resume` need not look (one round trip a file).
+    pub no_part: bool,
 }
 
 impl FilePlan {
@@ -159,6 +163,7 @@ pub(crate) async fn plan(
             size: None,
             mtime: None,
             mode: None,
+            no_part: false,
         };
         if by_reading(s) {
             out.files.push(unknown(target));
@@ -180,6 +185,7 @@ pub(crate) async fn plan(
                 size: e.size,
                 mtime: e.mtime,
                 mode: e.mode,
+                no_part: false,
             }),
             EntryKind::Dir if !opts.recursive => {
                 return Err(TransferError::Usage(format!(
@@ -249,6 +255,7 @@ async fn walk(
                     size: e.size,
                     mtime: e.mtime,
                     mode: e.mode,
+                    no_part: false,
                 }),
                 EntryKind::Dir => {
                     out.dirs.push(dp.clone());
@@ -459,6 +466,10 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
             renamed: false,
         }
     };
+    // --resume for this file. Written under a part name, all there is to
+    // continue is that part file (and its record beside it): not where the
+    // caller saw in a listing that there is none.
+    let resume = r.opts.resume && !(f.no_part && target.renamed);
     // A part file here can be continued later (from a record, or from its
     // length where it was written in order).
     let resumable = target.renamed && dc.continues() && sc.ranged_read;
@@ -477,8 +488,8 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
             let server_side = dc.server_copy
                 && (target.renamed || dc.atomic_write)
                 && src.endpoint_key() == dst.endpoint_key()
-                && !r.opts.resume;
-            let may_resume = r.opts.resume
+                && !resume;
+            let may_resume = resume
                 && if target.renamed {
                     resumable && dst.stat(&target.write).await?.is_some()
                 } else {
@@ -533,7 +544,7 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
     if dc.server_copy
         && (target.renamed || dc.atomic_write)
         && src.endpoint_key() == dst.endpoint_key()
-        && !r.opts.resume
+        && !resume
         && dst.copy_within(&f.src, &target.write, size).await?
     {
         tracing::info!("{}: copied on the server (copy-data)", dst.display(&f.dst));
@@ -576,7 +587,7 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
     // A destination that can only append (FTP's APPE) continues one
     // stream from the part's length; the record of split copies needs
     // offset writes.
-    if r.opts.resume && resumable {
+    if resume && resumable {
         missing = resume_missing(r, f, &target.write, &record, size, &info).await?;
         let have = size - span(&missing);
         if have > 0 {
@@ -588,7 +599,7 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
     }
     // A destination where files appear whole that kept what a cut
     // write sent (ferry serve's ranged PUT): continue after it.
-    if r.opts.resume && !target.renamed && sc.ranged_read {
+    if resume && !target.renamed && sc.ranged_read {
         if let Some(u) = dst.unfinished(&f.dst, size).await? {
             let from = continue_unfinished(r, f, &u, size).await?;
             if from > 0 {
@@ -923,6 +934,8 @@ async fn copy_whole(
     let part = target.renamed.then_some(target.write.as_slice());
     let stall = r.opts.timeout;
     let to_local = dst.scheme() == "local";
+    // A local file to a destination that reads it on its own thread.
+    let local = src.local_path(&f.src).filter(|_| first.is_none());
     retried(r, |_| {
         // The read that said the size, on the first attempt.
         let opened = first.take();
@@ -930,6 +943,7 @@ async fn copy_whole(
         // and written on the source's thread ([`Backend::home`]), asked
         // each attempt (a lost connection's thread is gone).
         let home = if to_local { src.home(&f.src) } else { None };
+        let local = local.as_deref();
         let once = async move {
             if r.cancel.is_cancelled() {
                 return Err(TransferError::cancelled());
@@ -959,6 +973,14 @@ async fn copy_whole(
                         src.display(&f.src)
                     )))
                 });
+            }
+            if let Some(from) = local {
+                let put = dst.put_local(part, &f.dst, from, size, f.perm(), mtime, mode);
+                match tokio::time::timeout(stall, put).await {
+                    Err(_) => return Err(stalled(dst.as_ref(), &f.dst, stall)),
+                    Ok(Some(res)) => return res,
+                    Ok(None) => {}
+                }
             }
             let data = read_whole(src.as_ref(), &f.src, size, opened, stall).await?;
             if r.cancel.is_cancelled() {

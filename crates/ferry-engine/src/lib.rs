@@ -57,8 +57,8 @@ pub use ferry_ssh::{ConnectOptions, Prompt, PromptHandle, MAX_CHANNEL_PACKET};
 pub use location::{FtpSpec, HttpSpec, Location, RemotePath, RemoteSpec, S3Spec};
 pub use s3::S3Options;
 pub use transfer::{
-    block_on, run_blocking, BackendPath, Cancel, EndReport, Event, FileError, FileReport, Handle,
-    Report, Transfer, TransferHandle, Verdict,
+    block_on, block_on_batched, run_blocking, BackendPath, Cancel, EndReport, Event, FileError,
+    FileReport, Handle, Report, Transfer, TransferHandle, Verdict,
 };
 
 /// How to copy. The defaults are the measured ones (docs/internals/sftp.md).

@@ -17,7 +17,7 @@
 //!   reading it (said once per side, never a silent fallback);
 //! - deletions (`--delete`) wait until every listing and every copy has
 //!   succeeded: after any error, nothing is deleted.
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -247,6 +247,9 @@ struct FileJob {
     rel: Vec<u8>,
     src: Entry,
     then: Then,
+    /// The destination's listing had no part file for it: its copy
+    /// need not look for one to continue.
+    no_part: bool,
 }
 
 /// What a queued file still needs before (or instead of) its copy.
@@ -536,7 +539,7 @@ impl Walk {
                 s.name = name.clone();
                 let mut work = FuturesUnordered::new();
                 let mut queue = VecDeque::new();
-                self.compare_file(&name, s, d, &mut queue);
+                self.compare_file(&name, s, d, false, &mut queue);
                 while let Some(job) = queue.pop_front() {
                     work.push(self.file_work(job));
                 }
@@ -644,6 +647,13 @@ impl Walk {
                 return;
             }
         };
+        // Names whose part file (`.NAME.ferry-part`) an interrupted run
+        // left: only their copies look for something to continue.
+        let parts: HashSet<Vec<u8>> = d
+            .iter()
+            .filter_map(|e| part_of(&e.name))
+            .map(<[u8]>::to_vec)
+            .collect();
         s.retain(|e| self.keep_src(&rel, e));
         d.retain(|e| self.keep_dst(&rel, e));
         s.sort_by(|a, b| a.name.cmp(&b.name));
@@ -682,7 +692,10 @@ impl Walk {
                     }
                     Some(_) => self.type_conflict(&r),
                 },
-                (Some(a), b) => self.compare_file(&r, a, b, queue),
+                (Some(a), b) => {
+                    let no_part = !parts.contains(&a.name);
+                    self.compare_file(&r, a, b, no_part, queue)
+                }
                 (None, Some(b)) => {
                     self.verdict(&r, Verdict::OnlyInDest);
                     self.extra.push((r, b.kind));
@@ -752,13 +765,14 @@ impl Walk {
         rel: &[u8],
         src: Entry,
         dst: Option<Entry>,
+        no_part: bool,
         queue: &mut VecDeque<FileJob>,
     ) {
         self.report.checked += 1;
         let Some(d) = dst else {
             self.report.only_in_source += 1;
             self.verdict(rel, Verdict::OnlyInSource);
-            self.queue_copy(rel, src, queue);
+            self.queue_copy(rel, src, no_part, queue);
             return;
         };
         if d.kind != EntryKind::File {
@@ -767,7 +781,7 @@ impl Walk {
         }
         let rules = self.rules();
         if rules.needs_stat(&src, &d) {
-            self.queue_job(rel, src, Then::Restat(d), queue);
+            self.queue_job(rel, src, Then::Restat(d), no_part, queue);
             return;
         }
         let decision = rules.decide(&src, &d);
@@ -782,7 +796,7 @@ impl Walk {
             if self.listed_times_approx[1] {
                 d.mtime = None;
             }
-            self.queue_job(rel, src, Then::Restat(d), queue);
+            self.queue_job(rel, src, Then::Restat(d), no_part, queue);
             return;
         }
         match decision {
@@ -794,9 +808,9 @@ impl Walk {
             Decision::Differs(why) => {
                 self.report.differ += 1;
                 self.verdict(rel, Verdict::Differs(why));
-                self.queue_copy(rel, src, queue);
+                self.queue_copy(rel, src, no_part, queue);
             }
-            Decision::Hash => self.queue_job(rel, src, Then::Hash, queue),
+            Decision::Hash => self.queue_job(rel, src, Then::Hash, no_part, queue),
         }
     }
 
@@ -810,17 +824,25 @@ impl Walk {
     }
 
     /// Queue work that decides by itself whether to copy.
-    fn queue_job(&mut self, rel: &[u8], src: Entry, then: Then, queue: &mut VecDeque<FileJob>) {
+    fn queue_job(
+        &mut self,
+        rel: &[u8],
+        src: Entry,
+        then: Then,
+        no_part: bool,
+        queue: &mut VecDeque<FileJob>,
+    ) {
         queue.push_back(FileJob {
             rel: rel.to_vec(),
             src,
             then,
+            no_part,
         });
     }
 
     /// Queue a copy (counted in the progress totals), unless only
     /// deciding.
-    fn queue_copy(&mut self, rel: &[u8], src: Entry, queue: &mut VecDeque<FileJob>) {
+    fn queue_copy(&mut self, rel: &[u8], src: Entry, no_part: bool, queue: &mut VecDeque<FileJob>) {
         if self.opts.dry_run {
             return;
         }
@@ -828,7 +850,7 @@ impl Walk {
         self.stats
             .bytes_total
             .fetch_add(src.size.unwrap_or(0), Ordering::Relaxed);
-        self.queue_job(rel, src, Then::Copy, queue);
+        self.queue_job(rel, src, Then::Copy, no_part, queue);
     }
 
     /// Stat, compare hashes, copy: what the job still needs.
@@ -851,7 +873,12 @@ impl Walk {
                 read_to_hash: [false; 2],
                 differs: false,
             };
-            let FileJob { mut src, then, .. } = job;
+            let FileJob {
+                mut src,
+                then,
+                no_part,
+                ..
+            } = job;
             let restat_src = restat_src && !matches!(then, Then::Restat(_));
             let differs = |why: &'static str, done: &mut FileDone| {
                 done.differs = true;
@@ -940,6 +967,7 @@ impl Walk {
                 size: src.size,
                 mtime: src.mtime,
                 mode: src.mode,
+                no_part,
             };
             // The first copy opens the connections a copy wants (a sync
             // with nothing to copy needs only the one it lists on).
@@ -1176,6 +1204,13 @@ fn copy_run(
         cancel: cancel.clone(),
         prepared: Default::default(),
     })
+}
+
+/// NAME, for the part file `.NAME.ferry-part`.
+fn part_of(name: &[u8]) -> Option<&[u8]> {
+    name.strip_prefix(b".")?
+        .strip_suffix(b".ferry-part")
+        .filter(|n| !n.is_empty())
 }
 
 /// `.NAME.ferry-part` (a copy in progress, or one an interrupted run left

@@ -373,6 +373,28 @@ const BLOCKING_THREADS: usize = 16;
 /// its own.
 pub fn block_on<R: EndReport>(
     start: impl FnOnce() -> Handle<R>,
+    on_event: impl FnMut(&Event) -> bool,
+) -> R {
+    blocking(start, None, on_event)
+}
+
+/// [`block_on`], taking the events that came meanwhile in one batch
+/// `every` so often (and when the transfer ends) rather than one at a
+/// time: this thread is not woken for each event (three a file), which
+/// was a good part of the context switches of a sync of 10,000 small
+/// files (perf). A cancel asked by `on_event` then takes effect up to
+/// `every` later. `ferry sync` uses it with 20 ms.
+pub fn block_on_batched<R: EndReport>(
+    start: impl FnOnce() -> Handle<R>,
+    every: Duration,
+    on_event: impl FnMut(&Event) -> bool,
+) -> R {
+    blocking(start, Some(every), on_event)
+}
+
+fn blocking<R: EndReport>(
+    start: impl FnOnce() -> Handle<R>,
+    batch: Option<Duration>,
     mut on_event: impl FnMut(&Event) -> bool,
 ) -> R {
     // Few blocking threads: local file work (open, read, stat) is short,
@@ -390,12 +412,62 @@ pub fn block_on<R: EndReport>(
     };
     rt.block_on(async move {
         let mut h = start();
-        while let Some(ev) = h.next_event().await {
-            if !on_event(&ev) {
-                h.cancel();
+        let Some(every) = batch else {
+            while let Some(ev) = h.next_event().await {
+                if !on_event(&ev) {
+                    h.cancel();
+                }
+            }
+            return h.wait().await;
+        };
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut ended = None;
+        loop {
+            let mut closed = false;
+            loop {
+                match h.events.try_recv() {
+                    Ok(ev) => {
+                        if !on_event(&ev) {
+                            h.cancel();
+                        }
+                    }
+                    Err(mpsc::error::TryRecvError::Empty) => break,
+                    Err(mpsc::error::TryRecvError::Disconnected) => {
+                        closed = true;
+                        break;
+                    }
+                }
+            }
+            if closed {
+                break;
+            }
+            if ended.is_some() {
+                // The task is over; what it started may still send a last
+                // event or two.
+                match h.events.recv().await {
+                    Some(ev) => {
+                        if !on_event(&ev) {
+                            h.cancel();
+                        }
+                        continue;
+                    }
+                    None => break,
+                }
+            }
+            tokio::select! {
+                r = &mut h.task => ended = Some(r),
+                _ = tick.tick() => {}
             }
         }
-        h.wait().await
+        let res = match ended {
+            Some(r) => r,
+            None => (&mut h.task).await,
+        };
+        match res {
+            Ok(r) => r,
+            Err(e) => R::internal_failure(format!("internal: the transfer task failed: {e}")),
+        }
     })
 }
 

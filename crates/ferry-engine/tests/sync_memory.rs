@@ -227,3 +227,40 @@ async fn a_file_where_a_directory_is_reports_and_deletes_nothing() {
     assert!(b.get("/dst/old").is_some());
     assert!(b.get("/dst/d/b.bin").is_some(), "the rest was copied");
 }
+
+#[tokio::test]
+async fn a_part_file_in_the_listing_is_continued_and_none_is_not_looked_for() {
+    // An interrupted run left the first half of d/b.bin as its part
+    // file: the listing shows it, so that copy continues it. a.txt has
+    // no part file: its copy starts afresh without looking for one.
+    let (a, b) = (tree(), Memory::new("b"));
+    b.put("/dst/d/.b.bin.ferry-part", &[7u8; 50_000], 1_700_000_100);
+    let (r, ev) = sync(&a, &b, opts()).await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(r.copied, 3);
+    let resumed: Vec<_> = ev
+        .iter()
+        .filter_map(|e| match e {
+            Event::Warning(w) if w.contains("resuming") => Some(w.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(resumed.len(), 1, "{resumed:?}");
+    assert!(resumed[0].contains("b.bin"), "{resumed:?}");
+    assert!(resumed[0].contains("50000 of 100000"), "{resumed:?}");
+    assert_eq!(b.get("/dst/d/b.bin").as_deref(), Some(&[7u8; 100_000][..]));
+    assert_eq!(r.bytes, 50_010, "only the half the part lacked moved");
+    assert!(b.files().iter().all(|f| !f.contains("ferry-part")));
+}
+
+#[tokio::test]
+async fn copies_into_a_fresh_destination_ask_nothing_per_file() {
+    // The listings said there is no part file to continue: no copy asks
+    // the destination for one (a STAT per file over SFTP, before).
+    let (a, b) = (tree(), Memory::new("b"));
+    let (r, _) = sync(&a, &b, opts()).await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(r.copied, 3);
+    let stats = b.counters.stats.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(stats < 3, "{stats} stats of the destination for 3 files");
+}

@@ -407,12 +407,88 @@ impl SftpClient {
         }
     }
 
-    pub async fn write(&self, handle: &Handle, offset: u64, data: &[u8]) -> Result<(), SftpError> {
+    /// Send one request and return at once; its reply is waited for with
+    /// [`Pending::status`]. Requests sent this way go out in the order of
+    /// the calls, so a WRITE, an FSETSTAT and a CLOSE of one handle cost
+    /// one round trip together instead of three: servers answer a handle's
+    /// requests in order (OpenSSH's sftp-server runs them one after the
+    /// other; ferry serve makes every other request on a handle wait for
+    /// its writes).
+    async fn send_only(
+        &self,
+        build: impl FnOnce(u32) -> Request,
+    ) -> Result<Pending<'_>, SftpError> {
+        let (permit, id, rx) = self.register().await?;
+        let req = build(id);
+        let mut buf = BytesMut::with_capacity(64 + write_len(&req));
+        req.encode(&mut buf);
+        self.guarded(self.send(buf.freeze())).await??;
+        Ok(Pending {
+            client: self,
+            _permit: permit,
+            rx,
+        })
+    }
+
+    /// WRITE, not waiting for its reply ([`SftpClient::send_only`]).
+    pub async fn send_write(
+        &self,
+        handle: &Handle,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<Pending<'_>, SftpError> {
         let prefix = ferry_sftp::packet_ext::write_prefix_len(handle.0.len());
         let mut buf = BytesMut::with_capacity(prefix + data.len());
         buf.resize(prefix, 0);
         buf.extend_from_slice(data);
-        self.write_prepared(handle, offset, buf).await
+        self.send_prepared(handle, offset, buf).await
+    }
+
+    /// [`SftpClient::write_prepared`], not waiting for its reply.
+    pub async fn send_prepared(
+        &self,
+        handle: &Handle,
+        offset: u64,
+        mut buf: BytesMut,
+    ) -> Result<Pending<'_>, SftpError> {
+        let (permit, id, rx) = self.register().await?;
+        if !Request::fill_write_prefix(&mut buf, id, &handle.0, offset) {
+            let _ = lock(&self.inner.state).table.take(id);
+            return Err(SftpError::Protocol(
+                "write buffer has no room for the header".into(),
+            ));
+        }
+        self.guarded(self.send(buf.freeze())).await??;
+        Ok(Pending {
+            client: self,
+            _permit: permit,
+            rx,
+        })
+    }
+
+    /// FSETSTAT, not waiting for its reply ([`SftpClient::send_only`]).
+    pub async fn send_fsetstat(
+        &self,
+        handle: &Handle,
+        a: FileAttrs,
+    ) -> Result<Pending<'_>, SftpError> {
+        let h = handle.0.clone();
+        self.send_only(|id| Request::Fsetstat {
+            id,
+            handle: h,
+            attrs: a,
+        })
+        .await
+    }
+
+    /// CLOSE, not waiting for its reply ([`SftpClient::send_only`]).
+    pub async fn send_close(&self, handle: &Handle) -> Result<Pending<'_>, SftpError> {
+        let h = handle.0.clone();
+        self.send_only(|id| Request::Close { id, handle: h }).await
+    }
+
+    pub async fn write(&self, handle: &Handle, offset: u64, data: &[u8]) -> Result<(), SftpError> {
+        self.send_write(handle, offset, data).await?.status().await
     }
 
     /// WRITE from a buffer whose first `write_prefix_len(handle)` bytes are
@@ -422,21 +498,12 @@ impl SftpClient {
         &self,
         handle: &Handle,
         offset: u64,
-        mut buf: BytesMut,
+        buf: BytesMut,
     ) -> Result<(), SftpError> {
-        let (_permit, id, rx) = self.register().await?;
-        if !Request::fill_write_prefix(&mut buf, id, &handle.0, offset) {
-            let _ = lock(&self.inner.state).table.take(id);
-            return Err(SftpError::Protocol(
-                "write buffer has no room for the header".into(),
-            ));
-        }
-        self.guarded(self.send(buf.freeze())).await??;
-        let reply = self
-            .guarded(rx)
+        self.send_prepared(handle, offset, buf)
             .await?
-            .map_err(|_| SftpError::Closed("session closed".into()))??;
-        status(reply, b"")
+            .status()
+            .await
     }
 
     pub async fn stat(&self, path: &[u8]) -> Result<FileAttrs, SftpError> {
@@ -742,6 +809,27 @@ fn unexpected(resp: Response, path: &[u8]) -> SftpError {
 pub enum Outgoing {
     Bytes(Bytes),
     Fill { len: usize, fill: russh::FillFn },
+}
+
+/// A request sent by [`SftpClient::send_only`] whose reply is still to
+/// come; it holds its place in flight until then.
+pub struct Pending<'a> {
+    client: &'a SftpClient,
+    _permit: tokio::sync::SemaphorePermit<'a>,
+    rx: oneshot::Receiver<Reply>,
+}
+
+impl Pending<'_> {
+    /// Wait (within the stall timeout) for a reply that is a status: OK,
+    /// or the server's error.
+    pub async fn status(self) -> Result<(), SftpError> {
+        let reply = self
+            .client
+            .guarded(self.rx)
+            .await?
+            .map_err(|_| SftpError::Closed("session closed".into()))??;
+        status(reply, b"")
+    }
 }
 
 impl From<Bytes> for Outgoing {

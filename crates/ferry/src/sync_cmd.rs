@@ -220,8 +220,11 @@ fn drive(sync: Sync, show: bool, verbose: bool, check: bool) -> SyncReport {
     let bar = show.then(|| spawn_progress(stats.clone(), done.clone()));
     let interrupted = on_interrupt();
     let out = std::io::stdout();
-    let report = ferry_engine::block_on(
+    // Events in batches every 20 ms: not a wake-up of this thread for
+    // each of a file's three (docs/internals/sync.md).
+    let report = ferry_engine::block_on_batched(
         move || sync.start(),
+        std::time::Duration::from_millis(20),
         |ev| {
             stats.observe(ev);
             let mut o = out.lock();

@@ -97,6 +97,9 @@ impl Backend for Local {
     fn scheme(&self) -> &'static str {
         "local"
     }
+    fn local_path(&self, path: &[u8]) -> Option<PathBuf> {
+        Some(os(path))
+    }
     fn display(&self, path: &[u8]) -> String {
         String::from_utf8_lossy(path).into_owned()
     }
@@ -397,6 +400,15 @@ fn read_exact_at(
     n: usize,
 ) -> Result<Vec<u8>, TransferError> {
     append_at(file, path, at, n as u64, Vec::with_capacity(n))
+}
+
+/// The first `len` bytes of the file at `path`, read on the caller's
+/// thread: for a backend that sends a small local file from its own
+/// thread ([`Backend::put_local`](super::Backend::put_local)). A file
+/// shorter than `len` has shrunk: an error.
+pub(crate) fn read_start(path: &std::path::Path, len: u64) -> Result<Vec<u8>, TransferError> {
+    let f = std::fs::File::open(path).map_err(|e| TransferError::local(path, "cannot open", e))?;
+    read_exact_at(&f, path, 0, len as usize)
 }
 
 /// `buf` with `n` bytes of `file` at `at` appended (the same rules).

@@ -449,6 +449,33 @@ pub trait Backend: Send + Sync {
         Ok(())
     }
 
+    /// [`Backend::put_whole`] of the first `len` bytes of the local file
+    /// `from`, which the backend reads itself where its calls run on a
+    /// thread of their own (SFTP: the connection's), so a small file
+    /// costs one hand-off between threads, not two (the blocking pool's
+    /// read, then the connection's write). A file shorter than `len` is an
+    /// error. `None`: this backend does not; the engine reads the file
+    /// and calls `put_whole`.
+    #[allow(clippy::too_many_arguments)]
+    async fn put_local(
+        &self,
+        _part: Option<&[u8]>,
+        _to: &[u8],
+        _from: &std::path::Path,
+        _len: u64,
+        _perm: Option<u32>,
+        _mtime: Option<i64>,
+        _mode: Option<u32>,
+    ) -> Option<Result<(), TransferError>> {
+        None
+    }
+
+    /// Where `path` is on this machine's disk, for
+    /// [`Backend::put_local`]: the local backend's paths only.
+    fn local_path(&self, _path: &[u8]) -> Option<std::path::PathBuf> {
+        None
+    }
+
     /// Read a whole small file (`len` bytes from the start) in one go. The
     /// engine reads files up to 256 KiB this way; a backend whose calls
     /// cross threads (SFTP) does OPEN, READs and CLOSE in one trip. The
