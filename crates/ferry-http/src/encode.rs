@@ -12,15 +12,16 @@
 //! segment (RFC 9659's 8 MiB is far away).
 //!
 //! [`Auto`] decides, per segment ([`Auto::choose`]), from three figures:
-//! the ratio level 1 reached on the last compressed segment, the speed it
-//! compressed at (plain bytes per second of one core), and the rate the
-//! connection took stored segments at. It compresses only while the data
-//! compresses (ratio <= [`MAX_RATIO`]) *and* the compressor is faster
-//! than the upload already goes without it: then the link, not the
-//! compressor, is the bottleneck and every byte saved is time saved. It
-//! probes: the first segment it sees is compressed (the sample), the next
-//! stored (the plain rate), and every [`PROBE_EVERY`] segments one of each
-//! again, so a link that got busier or data that changed is noticed.
+//! the ratio level 1 reached on the last compressed segment, and the file
+//! bytes per second the body moved while compressing and while storing,
+//! each timed from one segment's first piece to the next one's (which
+//! counts the wait for the compressor and the wait for the connection
+//! alike). It compresses while the data compresses (ratio <=
+//! [`MAX_RATIO`]) and compressing moved the file faster than storing:
+//! compression must not become the serial stage of a fast link. It
+//! probes: the first segment is compressed (the sample), and every
+//! [`PROBE_EVERY`] segments two go the other way, so a link that got
+//! busier or data that changed is noticed.
 //! One `Auto` serves a whole copy, so a tree of small files learns once.
 //!
 //! The work (read, compress or store) runs on tokio's blocking pool, one
@@ -50,7 +51,7 @@ const RAW_BLOCK: usize = 128 * 1024;
 /// worth it: sent stored.
 pub const MAX_RATIO: f64 = 0.95;
 /// Segments between two probes of the road not taken.
-pub const PROBE_EVERY: u64 = 32;
+pub const PROBE_EVERY: u64 = 16;
 /// Bytes handed to the connection per body frame.
 const PIECE: usize = 256 * 1024;
 /// The zstd level of `auto` and `on`: several hundred MB/s per core.
@@ -79,11 +80,14 @@ pub struct Auto {
     seen: u64,
     /// wire / plain of the last compressed segment.
     ratio: Option<f64>,
-    /// Plain bytes per second level 1 compressed at, last segment.
-    speed: Option<f64>,
-    /// Plain bytes per second the connection took a stored segment at.
-    plain_rate: Option<f64>,
+    /// File bytes per second the body moved while compressing and while
+    /// storing (moving averages of [`Auto::went`]).
+    rate_compressed: Option<f64>,
+    rate_stored: Option<f64>,
 }
+
+/// Weight of the newest segment in the moving averages.
+const NEWEST: f64 = 0.3;
 
 impl Auto {
     /// What the next segment becomes.
@@ -91,46 +95,76 @@ impl Auto {
         let n = self.seen;
         self.seen += 1;
         let phase = n % PROBE_EVERY;
-        if phase == 0 || self.ratio.is_none() {
+        let Some(ratio) = self.ratio else {
             return Choice::Compress(AUTO_LEVEL);
+        };
+        if ratio > MAX_RATIO {
+            // Does not compress: stored, the data sampled again now and
+            // then.
+            return if phase == 0 {
+                Choice::Compress(AUTO_LEVEL)
+            } else {
+                Choice::Store
+            };
         }
-        if phase == 1 || self.plain_rate.is_none() {
-            return Choice::Store;
-        }
-        if self.pays() {
+        let (Some(c), Some(st)) = (self.rate_compressed, self.rate_stored) else {
+            // Small files only so far (no body timed): the ratio decides.
+            return if self.rate_stored.is_none() && phase == 1 {
+                Choice::Store
+            } else {
+                Choice::Compress(AUTO_LEVEL)
+            };
+        };
+        let best = if c >= st {
             Choice::Compress(AUTO_LEVEL)
         } else {
             Choice::Store
+        };
+        // Two segments of the other way now and then: either may have
+        // become the faster.
+        if phase == 1 || phase == 2 {
+            return match best {
+                Choice::Store => Choice::Compress(AUTO_LEVEL),
+                Choice::Compress(_) => Choice::Store,
+            };
         }
+        best
     }
 
     /// Does compressing pay on what was measured last?
     pub fn pays(&self) -> bool {
-        match (self.ratio, self.speed, self.plain_rate) {
-            (Some(r), Some(s), Some(p)) => r <= MAX_RATIO && s > p,
-            (Some(r), _, None) => r <= MAX_RATIO,
+        match (self.ratio, self.rate_compressed, self.rate_stored) {
+            (Some(r), Some(c), Some(s)) => r <= MAX_RATIO && c >= s,
+            (Some(r), _, _) => r <= MAX_RATIO,
             _ => false,
         }
     }
 
-    /// A segment of `plain` bytes compressed to `wire` in `took`.
-    pub fn compressed(&mut self, plain: usize, wire: usize, took: Duration) {
-        if plain == 0 {
-            return;
+    /// A segment of `plain` bytes compressed to `wire`.
+    pub fn compressed(&mut self, plain: usize, wire: usize) {
+        if plain > 0 {
+            self.ratio = Some(wire as f64 / plain as f64);
         }
-        self.ratio = Some(wire as f64 / plain as f64);
-        let secs = took.as_secs_f64().max(1e-6);
-        self.speed = Some(plain as f64 / secs);
     }
 
-    /// A stored segment of `plain` bytes went to the connection in
-    /// `took`. Segments too small to time are ignored.
-    pub fn stored(&mut self, plain: usize, took: Duration) {
+    /// A segment of `plain` file bytes went out in `took`: from its first
+    /// piece handed to the connection to the next segment's, which counts
+    /// both waits, for the compressor and for the connection. Segments
+    /// too small to time are ignored.
+    pub fn went(&mut self, stored: bool, plain: usize, took: Duration) {
         if plain < SEGMENT / 4 {
             return;
         }
-        let secs = took.as_secs_f64().max(1e-6);
-        self.plain_rate = Some(plain as f64 / secs);
+        let rate = plain as f64 / took.as_secs_f64().max(1e-6);
+        let avg = if stored {
+            &mut self.rate_stored
+        } else {
+            &mut self.rate_compressed
+        };
+        *avg = Some(match *avg {
+            Some(a) => a * (1.0 - NEWEST) + rate * NEWEST,
+            None => rate,
+        });
     }
 }
 
@@ -227,14 +261,13 @@ fn code(
     match choice {
         Choice::Store => Ok((stored_frame_of(buf), true)),
         Choice::Compress(level) => {
-            let t = Instant::now();
             let z = match zc.as_mut() {
                 Some(z) => z,
                 None => zc.insert(compressor(level)?),
             };
             let out = z.compress(buf)?;
             if let Some(a) = auto {
-                lock(a).compressed(buf.len(), out.len(), t.elapsed());
+                lock(a).compressed(buf.len(), out.len());
             }
             Ok((out, false))
         }
@@ -401,9 +434,9 @@ struct ZstdFileBody {
     rest: Bytes,
     /// File bytes of that frame, told to `progress` with its last piece.
     rest_plain: u64,
-    /// A stored frame being handed out: its file bytes and when its first
-    /// piece went, so the connection's rate can be timed.
-    timing: Option<(usize, Instant, Arc<Mutex<Auto>>)>,
+    /// The frame being handed out (`auto` only): stored or not, its file
+    /// bytes, when its first piece went; timed when the next one starts.
+    timing: Option<(bool, usize, Instant)>,
     progress: Option<Arc<dyn Fn(u64) + Send + Sync>>,
     /// A zero-length body still owes one (empty) frame.
     empty: bool,
@@ -447,11 +480,6 @@ impl http_body::Body for ZstdFileBody {
         if !this.rest.is_empty() {
             return Poll::Ready(Some(Ok(this.piece())));
         }
-        // The connection asks for more: a stored frame handed out before
-        // has gone (into its buffers, at the rate it sends).
-        if let Some((plain, t, auto)) = this.timing.take() {
-            lock(&auto).stored(plain, t.elapsed());
-        }
         if this.empty {
             // An empty file is one empty stored frame.
             this.empty = false;
@@ -475,8 +503,12 @@ impl http_body::Body for ZstdFileBody {
             Err(e) => return Poll::Ready(Some(Err(e))),
         };
         count(made.plain, &made.frame, made.stored);
-        if made.stored {
-            this.timing = Some((made.plain, Instant::now(), made.work.auto.clone()));
+        if made.work.coding == Coding::Auto {
+            let now = Instant::now();
+            if let Some((stored, plain, t)) = this.timing.take() {
+                lock(&made.work.auto).went(stored, plain, now - t);
+            }
+            this.timing = Some((made.stored, made.plain, now));
         }
         this.work = Some(made.work);
         this.rest = made.frame;
@@ -541,31 +573,39 @@ mod tests {
 
     #[test]
     fn auto_samples_then_follows_the_figures() {
+        let ms = Duration::from_millis;
         let mut a = Auto::default();
-        // Nothing known: compress (the sample), then store (the rate).
+        // Nothing known: compress (the sample).
         assert_eq!(a.choose(), Choice::Compress(AUTO_LEVEL));
-        a.compressed(SEGMENT, SEGMENT / 3, Duration::from_millis(4)); // 260 MB/s
+        a.compressed(SEGMENT, SEGMENT / 3);
+        // No body timed yet: the ratio decides, one stored to time.
         assert_eq!(a.choose(), Choice::Store);
-        // A slow link (25 MB/s): compress.
-        a.stored(SEGMENT, Duration::from_millis(40));
         assert_eq!(a.choose(), Choice::Compress(AUTO_LEVEL));
-        // Loopback (1 GB/s): the compressor is slower than the link.
-        a.stored(SEGMENT, Duration::from_millis(1));
-        assert_eq!(a.choose(), Choice::Store);
-        // Incompressible on a slow link: store.
-        a.stored(SEGMENT, Duration::from_millis(40));
-        a.compressed(SEGMENT, SEGMENT, Duration::from_millis(4));
-        assert_eq!(a.choose(), Choice::Store);
-        // Probes come back every PROBE_EVERY segments.
-        let mut choices = Vec::new();
-        for _ in 0..PROBE_EVERY {
-            choices.push(a.choose());
+        // A slow link: compressed MiBs go 3x faster than stored ones.
+        a.went(false, SEGMENT, ms(14));
+        a.went(true, SEGMENT, ms(40));
+        let picks: Vec<Choice> = (0..PROBE_EVERY).map(|_| a.choose()).collect();
+        let stored = picks.iter().filter(|c| **c == Choice::Store).count();
+        assert_eq!(stored, 2, "two probes a round: {picks:?}");
+        // Loopback: the compressor is the slow stage; storing wins after a
+        // few segments of each.
+        for _ in 0..4 {
+            a.went(false, SEGMENT, ms(4));
+            a.went(true, SEGMENT, ms(1));
         }
-        assert!(choices.contains(&Choice::Compress(AUTO_LEVEL)));
-        // Tiny stored segments are not timed.
-        let before = a.plain_rate;
-        a.stored(100, Duration::from_secs(1));
-        assert_eq!(a.plain_rate, before);
+        let picks: Vec<Choice> = (0..PROBE_EVERY).map(|_| a.choose()).collect();
+        let stored = picks.iter().filter(|c| **c == Choice::Store).count();
+        assert_eq!(stored, PROBE_EVERY as usize - 2, "{picks:?}");
+        // Incompressible: stored, sampled once a round.
+        a.compressed(SEGMENT, SEGMENT);
+        let picks: Vec<Choice> = (0..PROBE_EVERY).map(|_| a.choose()).collect();
+        let stored = picks.iter().filter(|c| **c == Choice::Store).count();
+        assert_eq!(stored, PROBE_EVERY as usize - 1, "{picks:?}");
+        assert!(!a.pays());
+        // Tiny segments are not timed.
+        let before = a.rate_stored;
+        a.went(true, 100, Duration::from_secs(1));
+        assert_eq!(a.rate_stored, before);
     }
 
     async fn body_bytes(b: Body) -> Vec<u8> {
