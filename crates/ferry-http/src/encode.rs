@@ -14,9 +14,10 @@
 //! [`Auto`] decides, per segment ([`Auto::choose`]), from three figures:
 //! the ratio level 1 reached on the last compressed segment, and the file
 //! bytes per second the body moved while compressing and while storing,
-//! each timed from one segment's first piece to the next one's (which
-//! counts the wait for the compressor and the wait for the connection
-//! alike). It compresses while the data compresses (ratio <=
+//! each timed from one segment's first piece to the next one's and
+//! counted for the way that held the body up: the next segment's when
+//! the connection had to wait for it to be made, else the segment's
+//! own (the connection was still sending it). It compresses while the data compresses (ratio <=
 //! [`MAX_RATIO`]) and compressing moved the file faster than storing:
 //! compression must not become the serial stage of a fast link. It
 //! probes: the first segment is compressed (the sample), and every
@@ -420,6 +421,7 @@ pub fn zstd_file_body(
         rest: Bytes::new(),
         rest_plain: 0,
         timing: None,
+        waited: false,
         progress,
         empty: len == 0,
     }
@@ -437,6 +439,10 @@ struct ZstdFileBody {
     /// The frame being handed out (`auto` only): stored or not, its file
     /// bytes, when its first piece went; timed when the next one starts.
     timing: Option<(bool, usize, Instant)>,
+    /// The connection asked for more before the next segment was made:
+    /// the maker (that segment's way) held the body up, not the
+    /// connection, so the interval is that segment's.
+    waited: bool,
     progress: Option<Arc<dyn Fn(u64) + Send + Sync>>,
     /// A zero-length body still owes one (empty) frame.
     empty: bool,
@@ -494,7 +500,10 @@ impl http_body::Body for ZstdFileBody {
             return Poll::Ready(None);
         };
         let made = match Pin::new(h).poll(cx) {
-            Poll::Pending => return Poll::Pending,
+            Poll::Pending => {
+                this.waited = true;
+                return Poll::Pending;
+            }
             Poll::Ready(r) => r.map_err(io::Error::other).and_then(|r| r),
         };
         this.inflight = None;
@@ -506,8 +515,12 @@ impl http_body::Body for ZstdFileBody {
         if made.work.coding == Coding::Auto {
             let now = Instant::now();
             if let Some((stored, plain, t)) = this.timing.take() {
-                lock(&made.work.auto).went(stored, plain, now - t);
+                // Whichever held the body up: the connection (still
+                // sending the last segment) or the maker of this one.
+                let which = if this.waited { made.stored } else { stored };
+                lock(&made.work.auto).went(which, plain, now - t);
             }
+            this.waited = false;
             this.timing = Some((made.stored, made.plain, now));
         }
         this.work = Some(made.work);
