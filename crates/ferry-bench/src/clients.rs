@@ -141,7 +141,7 @@ pub const CLIENTS: &[Client] = &[
         ferry: true,
         ..c(
             "ferry-https-zstd",
-            "ferry cp --compressed",
+            "ferry cp --compressed -C=auto",
             "ferry",
             Proto::Https,
             true,
@@ -539,7 +539,7 @@ pub fn command(
                 c.args(["--streams", "8"]);
             }
             if client.id == "ferry-https-zstd" {
-                c.arg("--compressed");
+                c.args(["--compressed", "--compress=auto"]);
             }
             if let Some(t) = &ep.token {
                 c.args(["--token", t]);

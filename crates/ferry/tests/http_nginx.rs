@@ -679,7 +679,7 @@ fn compressed_uploads_to_nginx_stay_plain() {
     let tree = src.path().join("text");
     make_text_tree(&tree, 12, 31);
     make_text_file(&tree.join("big.txt"), 3 * MIB, 32);
-    for (tag, flag) in [("on", "-C=on"), ("auto", "--compressed")] {
+    for (tag, flag) in [("on", "-C=on"), ("auto", "-C=auto")] {
         let mut a = cacert(&ng);
         a.extend([
             "-r".into(),

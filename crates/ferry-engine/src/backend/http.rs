@@ -110,11 +110,11 @@ struct PutCaps {
 }
 
 /// The coding of uploads these options ask for: `-C` as it says (`on`:
-/// level 1); `--compressed` alone turns `auto` on.
+/// level 1). `--compressed` (downloads) does not turn it on: `auto`
+/// costs on fast links (run zstd-4).
 fn upload_coding(opts: &CopyOptions) -> Option<Coding> {
     use ferry_ssh::SshCompression as C;
     match opts.connect.compression {
-        C::Off if opts.compressed => Some(Coding::Auto),
         C::Off => None,
         C::Auto => Some(Coding::Auto),
         C::On => Some(Coding::Level(ferry_http::encode::AUTO_LEVEL)),
