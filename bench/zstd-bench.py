@@ -12,6 +12,11 @@ Usage: bench/zstd-bench.py FERRY_BIN LINKEM_BIN [--runs 5] [--size-mib 128]
 
 A ferry case may end in `@N` to run ferry cp with `--streams N` (e.g.
 `ferry-auto@2`): N SSH connections, each with its own compressor.
+
+`--direction up` uploads instead (ferry cases only, to ferry serve). The
+cases `https-auto`, `https-on` and `https-off` upload over HTTPS to ferry
+serve with `-C=auto`, `-C=on` and plain (Content-Encoding: zstd PUTs;
+`--direction up` only).
 """
 import argparse
 import json
@@ -96,6 +101,7 @@ def main():
     ap.add_argument("--data", default="text")
     ap.add_argument("--cases", default="ferry-auto,ferry-off,ferry-on,sftp,sftp-C")
     ap.add_argument("--dir", default=None)
+    ap.add_argument("--direction", default="down", choices=["down", "up"])
     a = ap.parse_args()
     cases = a.cases.split(",")
 
@@ -115,16 +121,22 @@ def main():
 
         # ferry serve
         serve = subprocess.Popen(
-            [a.ferry, "serve", root, "--sftp", "127.0.0.1:0", "--https", "127.0.0.1:0",
+            [a.ferry, "serve", root, "--writable", "--sftp", "127.0.0.1:0", "--https", "127.0.0.1:0",
              "--state-dir", os.path.join(d, "state"), "--authorized-keys",
              os.path.join(d, "authorized_keys")],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
             text=True, env=dict(os.environ, HOME=os.path.join(d, "home")))
         procs.append(serve)
-        serve_port = None
+        serve_port = https_port = cert = token = None
         for line in serve.stdout:
             if line.startswith("sftp "):
                 serve_port = int(line.split()[1].rsplit(":", 1)[1])
+            if line.startswith("https "):
+                https_port = int(line.split()[1].rsplit(":", 1)[1])
+            if line.startswith("cert "):
+                cert = line.split()[1]
+            if line.startswith("token "):
+                token = line.split()[1]
             if line.startswith("ready"):
                 break
 
@@ -144,6 +156,8 @@ def main():
         time.sleep(0.5)
 
         lk1, serve_via = start_linkem(a.linkem, serve_port, a.rate_mbps, a.delay_ms)
+        lk3, https_via = start_linkem(a.linkem, https_port, a.rate_mbps, a.delay_ms)
+        procs += [lk3] if lk3 else []
         lk2, sshd_via = start_linkem(a.linkem, sshd_port, a.rate_mbps, a.delay_ms)
         procs += [p for p in (lk1, lk2) if p]
 
@@ -151,9 +165,25 @@ def main():
                     "-o", "IdentitiesOnly=yes", "-i", key]
         user = os.environ.get("USER", "root")
 
+        up = a.direction == "up"
+
         def run_case(case, dest):
             case, _, streams = case.partition("@")
-            if case.startswith("ferry"):
+            if case.startswith("https"):
+                flag = {"https-auto": ["-C=auto"], "https-on": ["-C=on"], "https-off": []}[case]
+                port, server, link = https_via, serve, lk3
+                cmd = [a.ferry, "cp", "-q", "--json", "--pin", cert, "--token", token] + flag + [
+                    src, f"https://127.0.0.1:{port}/up/{os.path.basename(dest)}"]
+                dest = os.path.join(root, "up", os.path.basename(dest))
+            elif case.startswith("ferry") and up:
+                flag = {"ferry-auto": "--compress=auto", "ferry-off": "--compress=off",
+                        "ferry-on": "-C"}[case]
+                port, server, link = serve_via, serve, lk1
+                cmd = [a.ferry, "cp", "-q", "--json", flag] + (
+                    ["--streams", streams] if streams else []) + ssh_opts + [
+                    src, f"sftp://{user}@127.0.0.1:{port}/up/{os.path.basename(dest)}"]
+                dest = os.path.join(root, "up", os.path.basename(dest))
+            elif case.startswith("ferry"):
                 flag = {"ferry-auto": "--compress=auto", "ferry-off": "--compress=off",
                         "ferry-on": "-C", "ferry-zlib-sshd": "-C",
                         "ferry-off-sshd": "--compress=off"}[case]
@@ -186,9 +216,11 @@ def main():
             got = os.path.getsize(dest)
             if got != size:
                 raise SystemExit(f"{case}: got {got} bytes")
+            if up:
+                os.remove(dest)
             client_cpu = (r1.children_user - r0.children_user) + (r1.children_system - r0.children_system)
             extra = {}
-            if case.startswith("ferry"):
+            if case.startswith("ferry") or case.startswith("https"):
                 try:
                     extra = json.loads(p.stdout.strip().splitlines()[-1]).get("compression", {})
                 except (ValueError, IndexError):
@@ -198,18 +230,21 @@ def main():
         results = {c: [] for c in cases}
         out = os.path.join(d, "out.bin")
         # Warm up: one untimed run of each case.
+        os.makedirs(os.path.join(root, "up"), exist_ok=True)
         for c in cases:
             run_case(c, out)
-            os.remove(out)
+            if not up:
+                os.remove(out)
         for i in range(a.runs):
             for c in cases:
                 w, cc, sc, lc, extra = run_case(c, out)
-                os.remove(out)
+                if not up:
+                    os.remove(out)
                 results[c].append((w, cc, sc, lc))
                 print(json.dumps({"run": i, "case": c, "wall": round(w, 3), "client_cpu": round(cc, 2),
                                   "server_cpu": round(sc, 2), "linkem_cpu": round(lc, 2),
                                   "load": os.getloadavg()[0], "compression": extra}), flush=True)
-        print(f"\n{a.size_mib} MiB {a.data}, rate {a.rate_mbps} Mbit/s, one-way delay {a.delay_ms} ms, "
+        print(f"\n{a.direction}: {a.size_mib} MiB {a.data}, rate {a.rate_mbps} Mbit/s, one-way delay {a.delay_ms} ms, "
               f"{a.runs} runs, medians")
         print(f"{'case':<18} {'wall s':>8} {'MB/s':>8} {'client CPU s':>13} {'server CPU s':>13} "
               f"{'linkem CPU s':>13} {'CPU s/GB':>9}")

@@ -124,6 +124,30 @@ pub const CLIENTS: &[Client] = &[
         ferry: true,
         ..c("ferry", "ferry cp", "ferry", Proto::Sftp, true, Fits::All)
     },
+    // The compression cells (issue 21): run when named or with
+    // --compressible (`compression_cell`).
+    Client {
+        ferry: true,
+        ..c(
+            "ferry-zstd",
+            "ferry cp -C=auto",
+            "ferry",
+            Proto::Sftp,
+            true,
+            Fits::All,
+        )
+    },
+    Client {
+        ferry: true,
+        ..c(
+            "ferry-https-zstd",
+            "ferry cp --compressed -C=auto",
+            "ferry",
+            Proto::Https,
+            true,
+            Fits::All,
+        )
+    },
     c(
         "ferry-base",
         "ferry cp (baseline)",
@@ -340,6 +364,15 @@ pub struct Paths {
     pub baseline: Option<PathBuf>,
 }
 
+/// Clients that measure compression: `ferry-zstd` (SSH, `-C=auto`: zstd
+/// with ferry serve, off with sshd) and `ferry-https-zstd`
+/// (`--compressed`: zstd downloads, and uploads coded under `auto` where
+/// ferry serve takes them). Left out of runs that name no clients unless
+/// `--compressible` is given (random data only shows what `auto` costs).
+pub fn compression_cell(id: &str) -> bool {
+    matches!(id, "ferry-zstd" | "ferry-https-zstd")
+}
+
 /// The `ferry-base*` clients run the `--baseline` binary with the command
 /// line of this ferry client.
 pub fn baseline_twin(id: &str) -> Option<&'static str> {
@@ -396,9 +429,12 @@ pub fn command(
         return command(tc, ep, ds, dir, variant_dir, &bp);
     }
     match client.id {
-        "ferry" => {
+        "ferry" | "ferry-zstd" => {
             let mut c = Command::new(&p.ferry);
             c.args(["cp", "-q", "-F"]).arg(&ep.ssh_config).arg("-r");
+            if client.id == "ferry-zstd" {
+                c.arg("--compress=auto");
+            }
             if down {
                 c.arg(format!("bench:{rsrc}")).arg(format!("{local}/"));
             } else {
@@ -496,11 +532,14 @@ pub fn command(
             c.arg("-c").arg(script);
             plan(c, precreate)
         }
-        "ferry-https" | "ferry-https-s8" => {
+        "ferry-https" | "ferry-https-s8" | "ferry-https-zstd" => {
             let mut c = Command::new(&p.ferry);
             c.args(["cp", "-q", "--cacert"]).arg(&ep.cacert);
             if client.id == "ferry-https-s8" {
                 c.args(["--streams", "8"]);
+            }
+            if client.id == "ferry-https-zstd" {
+                c.args(["--compressed", "--compress=auto"]);
             }
             if let Some(t) = &ep.token {
                 c.args(["--token", t]);

@@ -92,7 +92,8 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N")]
     pub runs: Option<usize>,
     /// Network profiles: loopback, lan (1 ms RTT, 10 Gbit/s), wan (20 ms,
-    /// 1 Gbit/s), rtt20 (20 ms, no cap), far (100 ms), emulated by a
+    /// 1 Gbit/s), rtt20 (20 ms, no cap), far (100 ms), slow200 (20 ms,
+    /// 200 Mbit/s: the compression cells' link), emulated by a
     /// delaying TCP proxy; and packet-level links between network
     /// namespaces (root only): wan50 (50 ms, 1 Gbit/s), loss100 (100 ms,
     /// 1 Gbit/s, 0.1% loss), lossy200 (200 ms, 100 Mbit/s, 1% loss), lan10
@@ -119,6 +120,8 @@ pub struct BenchArgs {
     pub directions: Vec<String>,
     /// Only these clients (ids as in the JSON: ferry, sftp, scp, rclone,
     /// lftp-mirror, lftp-get, lftp-pget, ferry-https, ferry-https-s8, curl, curl-h1,
+    /// ferry-zstd and ferry-https-zstd (compression: only when named or with
+    /// --compressible),
     /// curl-Z, aria2c, ferry-ftp, ferry-ftp-s8, curl-ftp, lftp-mirror-ftp, lftp-get-ftp,
     /// lftp-pget-ftp) [default: all that are installed].
     #[arg(long, value_delimiter = ',', value_name = "IDS")]

@@ -67,6 +67,8 @@ pub const PROFILES: &[(&str, f64, Option<u64>, f64, LinkMode)] = &[
     // client is its windows, not a bandwidth cap.
     ("rtt20", 20.0, None, 0.0, LinkMode::TcpProxy),
     ("far", 100.0, None, 0.0, LinkMode::TcpProxy),
+    // Issue 21's slow link, where compression must multiply throughput.
+    ("slow200", 20.0, Some(200), 0.0, LinkMode::TcpProxy),
     // Issue 26's WAN profiles, packet-level (docs/internals/wan.md).
     ("wan50", 50.0, Some(1_000), 0.0, LinkMode::Packet),
     ("loss100", 100.0, Some(1_000), 0.1, LinkMode::Packet),
@@ -439,7 +441,13 @@ pub fn run_local(args: &BenchArgs) -> Result<Report> {
     let base = |c: &Client| clients::baseline_twin(c.id).is_some();
     let wanted: Vec<&Client> = CLIENTS
         .iter()
-        .filter(|c| args.clients.is_empty() || args.clients.iter().any(|x| x == c.id))
+        .filter(|c| {
+            if args.clients.is_empty() {
+                !clients::compression_cell(c.id) || args.compressible
+            } else {
+                args.clients.iter().any(|x| x == c.id)
+            }
+        })
         .filter(|c| !base(c) || args.baseline.is_some())
         .collect();
     let installed = |c: &Client| c.ferry || base(c) || which(c.program).is_some();

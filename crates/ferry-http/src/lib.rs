@@ -29,6 +29,7 @@ pub mod auth;
 mod client;
 pub mod decode;
 pub mod digest;
+pub mod encode;
 mod error;
 pub mod listing;
 pub mod proxy;

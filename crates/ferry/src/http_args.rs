@@ -44,7 +44,8 @@ pub struct HttpArgs {
     /// Redirects followed at most.
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub max_redirs: u32,
-    /// Ask for zstd or gzip content encoding and decode it.
+    /// Ask for zstd or gzip content encoding and decode it (downloads;
+    /// -C codes uploads to ferry serve).
     #[arg(long)]
     pub compressed: bool,
     /// HTTP/2 stream receive window in bytes (tuning; default 16 MiB).

@@ -188,10 +188,12 @@ struct ConnArgs {
     /// lost connection, HTTP 5xx, FTP 421), with backoff and jitter.
     #[arg(long, value_name = "N", default_value_t = CopyOptions::default().retries)]
     retries: u32,
-    /// SSH compression: off (the default), on (-C alone: zstd level 1
-    /// with ferry serve, zlib with OpenSSH), auto (zstd between ferry
-    /// peers at the level the transfer measures best, down to none; off
-    /// with OpenSSH; costs ~20% on fast links for now, see
+    /// Compression of what ferry sends to ferry serve: SSH, and HTTP(S)
+    /// uploads (Content-Encoding: zstd, only where the server says it
+    /// takes it). off (the default), on (-C alone: zstd level 1 with
+    /// ferry serve, zlib with OpenSSH), auto (zstd between ferry peers
+    /// when and at the level the transfer measures best, down to none;
+    /// off with OpenSSH and other HTTP servers; see
     /// docs/internals/compression.md), or a zstd level 1-19. The value
     /// needs `=`: --compress=auto.
     #[arg(
@@ -471,6 +473,9 @@ fn run_cp(args: CpArgs, matches: Option<&clap::ArgMatches>) -> i32 {
     if let Some(c) = ferry_ssh::compression_report() {
         tracing::info!("{}", compression_line(&c));
     }
+    if let Some(u) = ferry_http::encode::upload_report() {
+        tracing::info!("{}", upload_compression_line(&u));
+    }
     if let Some(b) = bar {
         let _ = b.join();
     }
@@ -510,6 +515,9 @@ fn run_cp(args: CpArgs, matches: Option<&clap::ArgMatches>) -> i32 {
                 }
                 if let Some(c) = ferry_ssh::compression_report() {
                     summary["compression"] = compression_json(&c);
+                }
+                if let Some(u) = ferry_http::encode::upload_report() {
+                    summary["compression"] = upload_compression_json(&u);
                 }
                 println!("{summary}");
             }
@@ -643,6 +651,30 @@ fn compression_json(c: &ferry_ssh::CompressionReport) -> serde_json::Value {
         "received_wire": c.received_wire,
         "key_exchanges": c.key_exchanges,
     })
+}
+
+/// HTTP uploads coded with zstd (`Content-Encoding: zstd` to ferry serve)
+/// for `--json`: the same names as SSH's where they mean the same.
+fn upload_compression_json(u: &ferry_http::encode::UploadReport) -> serde_json::Value {
+    serde_json::json!({
+        "method_out": "zstd (HTTP Content-Encoding)",
+        "sent_plain": u.plain,
+        "sent_wire": u.wire,
+        "segments_compressed": u.compressed,
+        "segments_stored": u.stored,
+    })
+}
+
+/// HTTP upload compression for `-v`.
+fn upload_compression_line(u: &ferry_http::encode::UploadReport) -> String {
+    format!(
+        "compression: uploads zstd (HTTP Content-Encoding), {} -> {} bytes ({:.2}x), {} MiB segments compressed, {} stored",
+        u.plain,
+        u.wire,
+        u.plain as f64 / u.wire.max(1) as f64,
+        u.compressed,
+        u.stored,
+    )
 }
 
 /// SSH compression for `-v`.

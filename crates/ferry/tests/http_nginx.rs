@@ -669,6 +669,42 @@ fn put_uploads_to_dav_and_read_back() {
 }
 
 #[test]
+fn compressed_uploads_to_nginx_stay_plain() {
+    // nginx does not say it takes zstd request bodies (and would store
+    // the coded bytes as the file): -C and --compressed send plain PUTs.
+    let Some(ng) = nginx_or_skip("compressed_uploads_to_nginx_stay_plain") else {
+        return;
+    };
+    let src = tempdir();
+    let tree = src.path().join("text");
+    make_text_tree(&tree, 12, 31);
+    make_text_file(&tree.join("big.txt"), 3 * MIB, 32);
+    for (tag, flag) in [("on", "-C=on"), ("auto", "-C=auto")] {
+        let mut a = cacert(&ng);
+        a.extend([
+            "-r".into(),
+            "--json".into(),
+            flag.into(),
+            s(&tree),
+            ng.https(&format!("/upload/z{tag}/")),
+        ]);
+        let o = cp(&a);
+        assert_ok(&o, tag);
+        assert_same_tree(
+            &tree,
+            &ng.www().join(format!("upload/z{tag}/text")),
+            Cmp::default(),
+            tag,
+        );
+        assert!(
+            !stdout_text(&o).contains("\"compression\""),
+            "{tag}: {}",
+            stdout_text(&o)
+        );
+    }
+}
+
+#[test]
 fn compressed_and_digest() {
     let Some(ng) = nginx_or_skip("compressed_and_digest") else {
         return;

@@ -442,3 +442,97 @@ fn http1_pool_shrinks_to_the_servers_connection_limit() {
         "uploaded",
     );
 }
+
+/// The `compression` object of `ferry cp --json`, if there is one.
+fn compression_of(o: &std::process::Output) -> Option<serde_json::Value> {
+    let j: serde_json::Value = serde_json::from_str(stdout_text(o).trim())
+        .unwrap_or_else(|e| panic!("json: {e}: {}", describe(o)));
+    j.get("compression").cloned()
+}
+
+fn counter(c: &serde_json::Value, key: &str) -> u64 {
+    c.get(key)
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or_else(|| panic!("no {key} in {c}"))
+}
+
+#[test]
+fn uploads_compress_with_zstd_where_ferry_serve_takes_it() {
+    let s = FerryServe::start(&["--writable"]);
+    let local = tempdir();
+    // Small text files (whole PUTs) and two large ones (ranged PUTs).
+    let tree = local.path().join("tree");
+    make_text_tree(&tree, 30, 21);
+    make_text_file(&tree.join("big.txt"), 5 * MIB + 3, 22);
+    make_text_file(&tree.join("d1/exactly.txt"), 2 * MIB, 23);
+    fs::write(tree.join("empty.txt"), b"").unwrap();
+    for (i, version) in ["--http2", "--http1.1"].iter().enumerate() {
+        let dst = format!("up{i}/");
+        let o = s.https_cp(
+            true,
+            &args!["-r", "-C=on", "--json", version, &tree, s.https_url(&dst)],
+        );
+        assert!(o.status.success(), "{version} -C=on -r: {}", describe(&o));
+        assert_same_tree(
+            &tree,
+            &s.root().join(format!("up{i}/tree")),
+            Cmp::default(),
+            "compressed -r PUT",
+        );
+        assert!(
+            no_temp_files(&s.root()).is_empty(),
+            "{:?}",
+            no_temp_files(&s.root())
+        );
+        let c = compression_of(&o).unwrap_or_else(|| panic!("no compression: {}", describe(&o)));
+        let (plain, wire) = (counter(&c, "sent_plain"), counter(&c, "sent_wire"));
+        assert!(plain > 7 * MIB, "{c}");
+        assert!(wire * 2 < plain, "text must at least halve: {c}");
+        assert!(counter(&c, "segments_compressed") >= 30, "{c}");
+    }
+    // The server saw it coded and says so.
+    let mut s = s;
+    let log = stderr_text(&s.stop_kill());
+    assert!(
+        log.contains("big.txt (5242883 bytes, the last part from byte 0, zstd: "),
+        "{log}"
+    );
+    assert!(
+        log.contains("f1.txt (") && log.contains(", zstd: "),
+        "{log}"
+    );
+}
+
+#[test]
+fn random_data_and_auto_on_loopback_stay_plain() {
+    let s = FerryServe::start(&["--writable"]);
+    let local = tempdir();
+    let want = make_file(&local.path().join("random.bin"), 6 * MIB, 24);
+    let o = s.https_cp(
+        true,
+        &args![
+            "-C=auto",
+            "--json",
+            local.path().join("random.bin"),
+            s.https_url("r/")
+        ],
+    );
+    assert!(o.status.success(), "{}", describe(&o));
+    assert_file_hash(&s.root().join("r/random.bin"), &want, "random, auto");
+    let c = compression_of(&o).unwrap_or_else(|| panic!("no compression: {}", describe(&o)));
+    // The first MiB is the sample; random data is stored after it.
+    assert!(counter(&c, "sent_wire") >= counter(&c, "sent_plain"), "{c}");
+    assert!(counter(&c, "segments_compressed") <= 1, "{c}");
+    // Without -C or --compressed nothing is coded.
+    let o = s.https_cp(
+        true,
+        &args![
+            "--json",
+            local.path().join("random.bin"),
+            s.https_url("r2/")
+        ],
+    );
+    assert!(o.status.success(), "{}", describe(&o));
+    assert_file_hash(&s.root().join("r2/random.bin"), &want, "random, off");
+    assert!(compression_of(&o).is_none(), "{}", stdout_text(&o));
+}

@@ -1030,3 +1030,134 @@ fn aria2c_segmented_download() {
     assert!(o.status.success(), "{}", describe(&o));
     assert_file_hash(&t.path().join("got"), &h, "aria2c -x4 -s4");
 }
+
+#[test]
+fn zstd_uploads_are_decoded_bounded_and_checked() {
+    need!("curl");
+    let s = FerryServe::start(&["--writable"]);
+    let t = tempdir();
+    let put = |body: &[u8], path: &str, headers: &[&str]| -> Resp {
+        let f = t.path().join("body");
+        fs::write(&f, body).unwrap();
+        let mut args: Vec<&str> = Vec::new();
+        for h in headers {
+            args.extend(["-H", h]);
+        }
+        let url = https(&s, path);
+        args.extend(["-T", f.to_str().unwrap(), url.as_str()]);
+        curl(&s, Tok::Good, &args)
+    };
+    // RFC 7694: the OPTIONS answer says which request codings it takes.
+    let r = curl(&s, Tok::Good, &["-X", "OPTIONS", &https(&s, "/")]);
+    assert_eq!(r.header("accept-encoding").as_deref(), Some("zstd"));
+
+    let text: Vec<u8> = (0..3_000_000u32)
+        .map(|i| b"ferry moves files fast\n"[(i % 23) as usize])
+        .collect();
+    let coded = zstd::encode_all(&text[..], 3).unwrap();
+    let len = format!("ferry-decoded-length: {}", text.len());
+    for ver in ["--http1.1", "--http2"] {
+        let r = put(
+            &coded,
+            "/z/text.txt",
+            &[ver, "Content-Encoding: zstd", &len],
+        );
+        assert!(r.code == 201 || r.code == 204, "{ver}: {}", r.text());
+        assert_eq!(
+            hash_bytes(&fs::read(s.root().join("z/text.txt")).unwrap()),
+            hash_bytes(&text)
+        );
+    }
+
+    // A bomb: 256 MiB of zeros in a few KiB, said to be 1000 bytes. 413
+    // as soon as it passes them; nothing under the name, no temporary.
+    let mut enc = zstd::stream::Encoder::new(Vec::new(), 3).unwrap();
+    let zeros = vec![0u8; 1 << 20];
+    for _ in 0..256 {
+        std::io::Write::write_all(&mut enc, &zeros).unwrap();
+    }
+    let bomb = enc.finish().unwrap();
+    assert!(bomb.len() < 64 * 1024, "{}", bomb.len());
+    let r = put(
+        &bomb,
+        "/z/bomb.bin",
+        &["Content-Encoding: zstd", "ferry-decoded-length: 1000"],
+    );
+    assert_eq!(r.code, 413, "{}", r.text());
+    assert!(r.text().contains("decodes to more than"), "{}", r.text());
+    assert!(!s.root().join("z/bomb.bin").exists());
+    // Without the length a coded whole PUT is refused before anything.
+    let r = put(&bomb, "/z/bomb.bin", &["Content-Encoding: zstd"]);
+    assert_eq!(r.code, 411, "{}", r.text());
+    assert!(!s.root().join("z/bomb.bin").exists());
+    // Ranged, the range bounds it: 413 too, and the part holds nothing.
+    let r = put(
+        &bomb,
+        "/z/bomb.bin",
+        &["Content-Encoding: zstd", "Content-Range: bytes 0-999/1000"],
+    );
+    assert_eq!(r.code, 413, "{}", r.text());
+    assert!(!s.root().join("z/bomb.bin").exists());
+    let part = s.root().join("z/.bomb.bin.ferry-upload-part");
+    assert_eq!(fs::metadata(&part).map(|m| m.len()).unwrap_or(0), 0);
+
+    // A frame whose checksum is wrong: 400, nothing stored.
+    let mut bad = zstd::stream::Encoder::new(Vec::new(), 3).unwrap();
+    bad.include_checksum(true).unwrap();
+    std::io::Write::write_all(&mut bad, &text).unwrap();
+    let mut bad = bad.finish().unwrap();
+    let n = bad.len();
+    bad[n - 1] ^= 0x55;
+    let r = put(&bad, "/z/bad.txt", &["Content-Encoding: zstd", &len]);
+    assert_eq!(r.code, 400, "{}", r.text());
+    assert!(r.text().contains("does not decode"), "{}", r.text());
+    assert!(!s.root().join("z/bad.txt").exists());
+    // Cut short: 400 as well.
+    let r = put(
+        &coded[..coded.len() / 2],
+        "/z/bad.txt",
+        &["Content-Encoding: zstd", &len],
+    );
+    assert_eq!(r.code, 400, "{}", r.text());
+    assert!(!s.root().join("z/bad.txt").exists());
+    // Decodes to less than announced.
+    let more = format!("ferry-decoded-length: {}", text.len() + 1);
+    let r = put(&coded, "/z/bad.txt", &["Content-Encoding: zstd", &more]);
+    assert_eq!(r.code, 400, "{}", r.text());
+    assert!(!s.root().join("z/bad.txt").exists());
+
+    // Repr-Digest (RFC 9530) is checked against the decoded bytes.
+    let sha = |d: &[u8]| {
+        use base64::Engine;
+        use sha2::Digest;
+        base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(d))
+    };
+    let good = format!("Repr-Digest: sha-256=:{}:", sha(&text));
+    let wrong = format!("Repr-Digest: sha-256=:{}:", sha(b"something else"));
+    let r = put(
+        &coded,
+        "/z/d.txt",
+        &["Content-Encoding: zstd", &len, &wrong],
+    );
+    assert_eq!(r.code, 400, "{}", r.text());
+    assert!(r.text().contains("Repr-Digest"), "{}", r.text());
+    assert!(!s.root().join("z/d.txt").exists());
+    let r = put(&text, "/z/d.txt", &[&wrong]);
+    assert_eq!(r.code, 400, "plain too: {}", r.text());
+    assert!(!s.root().join("z/d.txt").exists());
+    let r = put(&coded, "/z/d.txt", &["Content-Encoding: zstd", &len, &good]);
+    assert_eq!(r.code, 201, "{}", r.text());
+
+    // A coding it does not take: 415 saying which it does (RFC 7694).
+    let r = put(b"x", "/z/g.txt", &["Content-Encoding: gzip"]);
+    assert_eq!(r.code, 415, "{}", r.text());
+    assert_eq!(r.header("accept-encoding").as_deref(), Some("zstd"));
+    assert!(!s.root().join("z/g.txt").exists());
+    assert!(
+        uploads_left(&s.root().join("z"))
+            .iter()
+            .all(|n| n.ends_with("part")),
+        "{:?}",
+        uploads_left(&s.root().join("z"))
+    );
+}

@@ -10,6 +10,7 @@
 //! directly (`atomic_write`) and there is no rename.
 use async_trait::async_trait;
 use bytes::Bytes;
+use ferry_http::encode::{Auto, Coding, Segmenter};
 use ferry_http::{listing, Client, HeaderMap, HeaderValue, Method, StatusCode, Url};
 use percent_encoding::{AsciiSet, CONTROLS};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -50,6 +51,9 @@ const PUT_RANGES: &str = "ferry-put-ranges";
 /// Response header of ferry serve's upload state query: the SHA-256 of the
 /// last bytes it holds (ferry-server's `upload::PART_TAIL`).
 const PART_TAIL: &str = "ferry-part-tail";
+/// Request header of a zstd-coded whole-file PUT to ferry serve: the
+/// file's size (ferry-server's `upload::DECODED_LENGTH`).
+const DECODED_LENGTH: &str = "ferry-decoded-length";
 /// Smallest upload sent as a ranged PUT (which a cut leaves resumable).
 const RANGED_PUT_MIN: u64 = 1024 * 1024;
 /// Largest tail block hashed to check a partial upload.
@@ -84,12 +88,41 @@ pub struct Http {
     heads: std::sync::Mutex<std::collections::HashMap<Vec<u8>, ReadInfo>>,
     /// Shards whose connection the server refused.
     refused: Vec<AtomicBool>,
-    /// Whether PUT takes `Content-Range` here (ferry serve says so in its
-    /// `OPTIONS` answer), asked once.
-    put_ranges: tokio::sync::OnceCell<bool>,
+    /// What PUT takes here (ferry serve says so in its `OPTIONS`
+    /// answer), asked once.
+    put_caps: tokio::sync::OnceCell<PutCaps>,
+    /// How uploads from local files are coded where the server takes
+    /// zstd (`-C`); `None`: plain.
+    upload_coding: Option<Coding>,
+    /// `auto`'s figures, shared by all uploads of the copy.
+    upload_auto: Arc<std::sync::Mutex<Auto>>,
     /// `--streams N`: one client (connection) per range, the ranged GETs
     /// handed to them in turn; `None`: by path.
     spread: Option<AtomicUsize>,
+}
+
+/// What a server's `OPTIONS` answer says PUT takes.
+#[derive(Debug, Clone, Copy, Default)]
+struct PutCaps {
+    /// `Content-Range` (`ferry-put-ranges: bytes`): a cut upload's
+    /// bytes are kept.
+    ranges: bool,
+    /// `Content-Encoding: zstd` (RFC 7694's `Accept-Encoding` in a
+    /// response): the server decodes the body before storing it.
+    zstd: bool,
+}
+
+/// The coding of uploads these options ask for: `-C` as it says (`on`:
+/// level 1). `--compressed` (downloads) does not turn it on: `auto`
+/// costs on fast links (run zstd-4).
+fn upload_coding(opts: &CopyOptions) -> Option<Coding> {
+    use ferry_ssh::SshCompression as C;
+    match opts.connect.compression {
+        C::Off => None,
+        C::Auto => Some(Coding::Auto),
+        C::On => Some(Coding::Level(ferry_http::encode::AUTO_LEVEL)),
+        C::Level(l) => Some(Coding::Level(l)),
+    }
 }
 
 /// A shard's thread: a current-thread runtime that makes and drives the
@@ -179,7 +212,9 @@ impl Http {
                 compressed: opts.compressed,
                 heads: Default::default(),
                 refused: (0..n).map(|_| AtomicBool::new(false)).collect(),
-                put_ranges: tokio::sync::OnceCell::new(),
+                put_caps: tokio::sync::OnceCell::new(),
+                upload_coding: upload_coding(opts),
+                upload_auto: Default::default(),
                 spread: (opts.http_shards.is_none() && opts.streams.is_some_and(|n| n > 1))
                     .then(AtomicUsize::default),
             },
@@ -278,22 +313,39 @@ impl Http {
     /// Does this server take ranged PUTs (and keep a cut one's bytes)?
     /// Any failure means no: whole-file PUTs work everywhere.
     async fn takes_ranges(&self) -> bool {
+        self.put_caps().await.ranges
+    }
+
+    /// What PUT takes here, from the `OPTIONS` answer of the root, asked
+    /// once. Any failure means plain whole files, which work everywhere.
+    async fn put_caps(&self) -> PutCaps {
         *self
-            .put_ranges
+            .put_caps
             .get_or_init(|| async {
                 let url = self.url(&self.root_path);
                 let Ok(resp) = self.clients[0]
                     .send(Method::OPTIONS, &url, &HeaderMap::new(), None)
                     .await
                 else {
-                    return false;
+                    return PutCaps::default();
                 };
-                let yes = resp.status.is_success()
-                    && resp.header(PUT_RANGES).is_some_and(|v| {
-                        v.split(',').any(|u| u.trim().eq_ignore_ascii_case("bytes"))
-                    });
+                let says = |name: &str, what: &str| {
+                    resp.status.is_success()
+                        && resp.headers.get_all(name).iter().any(|v| {
+                            v.to_str().is_ok_and(|v| {
+                                v.split(',').any(|u| {
+                                    let u = u.split(';').next().unwrap_or_default();
+                                    u.trim().eq_ignore_ascii_case(what)
+                                })
+                            })
+                        })
+                };
+                let caps = PutCaps {
+                    ranges: says(PUT_RANGES, "bytes"),
+                    zstd: says("accept-encoding", "zstd"),
+                };
                 let _ = resp.bytes(64 * 1024).await;
-                yes
+                caps
             })
             .await
     }
@@ -676,6 +728,12 @@ impl Backend for Http {
             Some(s) if s >= RANGED_PUT_MIN || from > 0 => self.takes_ranges().await,
             _ => false,
         };
+        // Coded only where the server said it decodes zstd (nginx and
+        // others would store the coded bytes as the file).
+        let coded = match self.upload_coding {
+            Some(c) if self.put_caps().await.zstd => Some((c, self.upload_auto.clone())),
+            _ => None,
+        };
         let mut h = HeaderMap::new();
         if ranged {
             let total = size.unwrap_or(0);
@@ -700,9 +758,11 @@ impl Backend for Http {
                 body_len: size.map(|s| s - from.min(s)),
                 ranged,
                 size,
+                coded,
             }),
             tx: None,
             task: None,
+            segmenter: None,
             display,
             stall: self.stall,
         }))
@@ -976,6 +1036,9 @@ struct PutStart {
     /// Sent with `Content-Range` (ferry serve keeps a cut one's bytes).
     ranged: bool,
     size: Option<u64>,
+    /// A body read from a local file is zstd-coded so (the server said
+    /// it takes that); a body fed piece by piece goes plain.
+    coded: Option<(Coding, Arc<std::sync::Mutex<Auto>>)>,
 }
 
 impl PutStart {
@@ -1042,6 +1105,8 @@ struct HttpPut {
     start: Option<PutStart>,
     tx: Option<tokio::sync::mpsc::Sender<Bytes>>,
     task: Option<tokio::task::JoinHandle<Result<(), TransferError>>>,
+    /// Codes the pieces of a zstd body fed through `tx`.
+    segmenter: Option<Segmenter>,
     display: String,
     /// The server takes nothing (a full body queue) or does not answer
     /// for this long: the upload stalled (`--timeout`).
@@ -1049,29 +1114,30 @@ struct HttpPut {
 }
 
 impl HttpPut {
-    async fn outcome(&mut self) -> Result<(), TransferError> {
-        let Some(t) = self.task.as_mut() else {
-            return Ok(());
+    /// The request with its coding headers when it is coded (a
+    /// [`Segmenter`] made for the pieces), and the body's length on the
+    /// wire when known.
+    fn coded(&mut self, mut start: PutStart) -> (PutStart, Option<u64>) {
+        let Some((coding, auto)) = start.coded.take() else {
+            let len = start.body_len;
+            return (start, len);
         };
-        let done = tokio::time::timeout(self.stall, t).await.map_err(|_| {
-            TransferError::stalled(&self.display, "no answer to the upload", self.stall)
-        })?;
-        self.task = None;
-        done.map_err(|e| {
-            TransferError::Network(format!("{}: the upload task failed: {e}", self.display))
-        })?
-    }
-}
-
-#[async_trait]
-impl Sink for HttpPut {
-    async fn write(&mut self, data: Bytes) -> Result<(), TransferError> {
-        if let Some(start) = self.start.take() {
-            let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(PUT_QUEUE);
-            let body = ferry_http::channel_body(rx, start.body_len);
-            self.task = Some(tokio::spawn(start.send(&self.display, once_body(body))));
-            self.tx = Some(tx);
+        start
+            .headers
+            .insert("content-encoding", HeaderValue::from_static("zstd"));
+        if let (false, Some(n)) = (start.ranged, start.body_len) {
+            start.headers.insert(DECODED_LENGTH, HeaderValue::from(n));
         }
+        self.segmenter = Some(Segmenter::new(coding, auto));
+        (start, None)
+    }
+
+    fn coding_failed(&self, e: &std::io::Error) -> TransferError {
+        TransferError::Local(format!("{}: zstd: {e}", self.display))
+    }
+
+    /// One piece (or frame) into the body.
+    async fn send(&mut self, data: Bytes) -> Result<(), TransferError> {
         let sent = match &self.tx {
             Some(tx) => tokio::time::timeout(self.stall, tx.send(data))
                 .await
@@ -1091,11 +1157,53 @@ impl Sink for HttpPut {
         Ok(())
     }
 
+    async fn outcome(&mut self) -> Result<(), TransferError> {
+        let Some(t) = self.task.as_mut() else {
+            return Ok(());
+        };
+        let done = tokio::time::timeout(self.stall, t).await.map_err(|_| {
+            TransferError::stalled(&self.display, "no answer to the upload", self.stall)
+        })?;
+        self.task = None;
+        done.map_err(|e| {
+            TransferError::Network(format!("{}: the upload task failed: {e}", self.display))
+        })?
+    }
+}
+
+#[async_trait]
+impl Sink for HttpPut {
+    async fn write(&mut self, data: Bytes) -> Result<(), TransferError> {
+        if let Some(start) = self.start.take() {
+            let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(PUT_QUEUE);
+            let (start, len) = self.coded(start);
+            let body = ferry_http::channel_body(rx, len);
+            self.task = Some(tokio::spawn(start.send(&self.display, once_body(body))));
+            self.tx = Some(tx);
+        }
+        let frames = match self.segmenter.as_mut() {
+            None => vec![data],
+            Some(seg) => seg.push(&data).map_err(|e| self.coding_failed(&e))?,
+        };
+        for f in frames {
+            self.send(f).await?;
+        }
+        Ok(())
+    }
+
     async fn finish(mut self: Box<Self>) -> Result<(), TransferError> {
         if let Some(start) = self.start.take() {
             // Nothing was written: an empty file.
-            let body = ferry_http::channel_body(tokio::sync::mpsc::channel(1).1, Some(0));
+            let (start, len) = self.coded(start);
+            let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
+            let body = ferry_http::channel_body(rx, len);
             self.task = Some(tokio::spawn(start.send(&self.display, once_body(body))));
+            self.tx = Some(tx);
+        }
+        if let Some(seg) = self.segmenter.take() {
+            if let Some(f) = seg.finish().map_err(|e| self.coding_failed(&e))? {
+                self.send(f).await?;
+            }
         }
         self.tx = None;
         self.outcome().await
@@ -1108,15 +1216,33 @@ impl Sink for HttpPut {
         if from.len != self.start.as_ref()?.body_len? {
             return None;
         }
-        let start = self.start.take()?;
+        let mut start = self.start.take()?;
         let driver = start.client.driver().cloned();
         let progress = from.progress.clone();
-        let body = ferry_http::file_body(
-            from.file.file.clone(),
-            from.file.at,
-            from.len,
-            Some(Arc::new(move |n| progress.add(n))),
-        );
+        let progress: Option<Arc<dyn Fn(u64) + Send + Sync>> =
+            Some(Arc::new(move |n| progress.add(n)));
+        let body = match start.coded.take() {
+            Some((coding, auto)) => {
+                start
+                    .headers
+                    .insert("content-encoding", HeaderValue::from_static("zstd"));
+                if !start.ranged {
+                    // A ranged PUT's Content-Range says the file bytes.
+                    start
+                        .headers
+                        .insert(DECODED_LENGTH, HeaderValue::from(from.len));
+                }
+                ferry_http::encode::zstd_file_body(
+                    from.file.file.clone(),
+                    from.file.at,
+                    from.len,
+                    coding,
+                    auto,
+                    progress,
+                )
+            }
+            None => ferry_http::file_body(from.file.file.clone(), from.file.at, from.len, progress),
+        };
         let put = start.send(&self.display, once_body(body));
         let put = async move { put.await.map_err(|e| (e, false)) };
         Some(match driver {

@@ -269,6 +269,11 @@ impl HttpService {
         if self.shared.writable {
             r.headers_mut()
                 .insert(upload::PUT_RANGES, HeaderValue::from_static("bytes"));
+            // RFC 7694: the codings a request body may have.
+            r.headers_mut().insert(
+                http::header::ACCEPT_ENCODING,
+                HeaderValue::from_static(upload::ACCEPTED_CODINGS),
+            );
         }
         r
     }

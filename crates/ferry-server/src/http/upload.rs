@@ -30,8 +30,9 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
-use http::header::{CONTENT_LENGTH, CONTENT_RANGE, RANGE};
-use http::{Request, Response, StatusCode};
+use ferry_http::decode::Decoder;
+use http::header::{ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_RANGE, RANGE};
+use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use sha2::{Digest, Sha256};
@@ -57,6 +58,21 @@ pub const PART_TAIL: &str = "ferry-part-tail";
 /// How much of the end of a part file [`PART_TAIL`] covers: as much as the
 /// SFTP resume checks (docs/internals/sftp.md), one read on the server.
 pub const TAIL_CHECK: u64 = 64 * 1024;
+
+/// The request codings a PUT may have, said as RFC 7694 has it in the
+/// `OPTIONS` answer (`Accept-Encoding`) and in a 415.
+pub const ACCEPTED_CODINGS: &str = "zstd";
+
+/// Request header of a zstd-coded whole-file PUT: the file's size once
+/// decoded. The body may decode to no more (a compression bomb is a 413
+/// when it passes it, never a full disk) and no less.
+pub const DECODED_LENGTH: &str = "ferry-decoded-length";
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Coding {
+    Identity,
+    Zstd,
+}
 
 /// Removes the temporary file unless the upload was committed.
 struct TempGuard {
@@ -216,27 +232,61 @@ fn write_batch(f: File, at: u64, batch: Vec<Bytes>) -> JoinHandle<io::Result<Fil
     })
 }
 
+/// How a PUT's body is coded (`Content-Encoding`), and what its file
+/// bytes must hash to (`Repr-Digest`).
+struct Coded {
+    /// `Content-Encoding: zstd`: decoded in bounded pieces
+    /// (ferry_http::decode: 8 MiB window at most).
+    decoder: Option<Decoder>,
+    /// The most file bytes the body may decode to (a bomb is refused
+    /// when it passes this, before anything more is written).
+    decoded_max: u64,
+    check: Option<(ferry_http::digest::Expected, ferry_http::digest::Hasher)>,
+}
+
+impl Coded {
+    fn plain() -> Coded {
+        Coded {
+            decoder: None,
+            decoded_max: u64::MAX,
+            check: None,
+        }
+    }
+}
+
 /// Stream the request body into `file` from offset `at`, at most `limit`
-/// bytes. Returns the file and how many bytes arrived (all written).
+/// bytes on the wire, decoding it if it is coded. Returns the file, how
+/// many file bytes arrived (all written) and how many bytes the body had.
 async fn receive(
     mut body: Incoming,
     file: File,
     at: u64,
     limit: Option<u64>,
+    mut coded: Coded,
     shown: &str,
     peer: SocketAddr,
-) -> Result<(File, u64), Response<RespBody>> {
+) -> Result<(File, u64, u64), Response<RespBody>> {
     let mut file = Some(file);
     let mut pending: Option<JoinHandle<io::Result<File>>> = None;
     let mut batch: Vec<Bytes> = Vec::new();
     let mut batch_at = at;
     let mut batched = 0u64;
     let mut received = 0u64;
+    let mut decoded = 0u64;
     let mut ended = false;
     loop {
         if !ended {
             match body.frame().await {
-                None => ended = true,
+                None => {
+                    ended = true;
+                    if let Some(d) = coded.decoder.take() {
+                        let last = d.finish().map_err(|e| undecodable(&e, shown, peer))?;
+                        if !take_decoded(&mut coded, &mut decoded, &last, &mut batch) {
+                            return Err(bomb(coded.decoded_max, shown, peer));
+                        }
+                        batched += last.len() as u64;
+                    }
+                }
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
                         received += data.len() as u64;
@@ -246,8 +296,33 @@ async fn receive(
                                 "more data than Content-Length or Content-Range said\n",
                             ));
                         }
-                        batched += data.len() as u64;
-                        batch.push(data);
+                        match coded.decoder.as_mut() {
+                            None => {
+                                decoded += data.len() as u64;
+                                if let Some((_, h)) = coded.check.as_mut() {
+                                    h.update(&data);
+                                }
+                                batched += data.len() as u64;
+                                batch.push(data);
+                            }
+                            Some(d) => {
+                                let mut pieces = d.pieces(&data);
+                                while let Some(p) = pieces
+                                    .next_piece()
+                                    .map_err(|e| undecodable(&e, shown, peer))?
+                                {
+                                    if decoded + p.len() as u64 > coded.decoded_max {
+                                        return Err(bomb(coded.decoded_max, shown, peer));
+                                    }
+                                    decoded += p.len() as u64;
+                                    if let Some((_, h)) = coded.check.as_mut() {
+                                        h.update(p);
+                                    }
+                                    batched += p.len() as u64;
+                                    batch.push(Bytes::copy_from_slice(p));
+                                }
+                            }
+                        }
                     }
                 }
                 Some(Err(e)) => {
@@ -274,10 +349,61 @@ async fn receive(
     if let Some(p) = pending.take() {
         file = Some(join(p.await).map_err(|e| io_refusal(&e, shown))?);
     }
+    if let Some((want, h)) = coded.check.take() {
+        if h.finalize() != want.sum {
+            tracing::info!(%peer, "upload of {shown}: Repr-Digest does not match the bytes received: refused");
+            return Err(text(
+                StatusCode::BAD_REQUEST,
+                &format!(
+                    "the {decoded} bytes received do not match the request's Repr-Digest ({}); nothing was stored\n",
+                    want.algo.name()
+                ),
+            ));
+        }
+    }
     match file {
-        Some(f) => Ok((f, received)),
+        Some(f) => Ok((f, decoded, received)),
         None => Err(text(StatusCode::INTERNAL_SERVER_ERROR, "internal error\n")),
     }
+}
+
+/// The last decoded bytes (from `Decoder::finish`), under the same
+/// bound; false when they pass it.
+fn take_decoded(coded: &mut Coded, decoded: &mut u64, last: &[u8], batch: &mut Vec<Bytes>) -> bool {
+    if last.is_empty() {
+        return true;
+    }
+    if *decoded + last.len() as u64 > coded.decoded_max {
+        return false;
+    }
+    *decoded += last.len() as u64;
+    if let Some((_, h)) = coded.check.as_mut() {
+        h.update(last);
+    }
+    batch.push(Bytes::copy_from_slice(last));
+    true
+}
+
+/// A coded body that decodes to more than it announced: a compression
+/// bomb, refused before the excess is written.
+fn bomb(max: u64, shown: &str, peer: SocketAddr) -> Response<RespBody> {
+    tracing::info!(%peer, "upload of {shown}: the zstd body decodes to more than {max} bytes: refused");
+    text(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        &format!(
+            "the zstd body decodes to more than the {max} bytes announced (ferry-decoded-length or Content-Range); nothing was stored\n"
+        ),
+    )
+}
+
+/// A coded body that does not decode (a bad frame, a wrong checksum, a
+/// window over 8 MiB, a truncated frame).
+fn undecodable(e: &io::Error, shown: &str, peer: SocketAddr) -> Response<RespBody> {
+    tracing::info!(%peer, "upload of {shown}: the zstd body does not decode: {e}");
+    text(
+        StatusCode::BAD_REQUEST,
+        &format!("the zstd body does not decode: {e}; nothing was stored\n"),
+    )
 }
 
 fn created_or_replaced(existed: bool) -> Response<RespBody> {
@@ -328,6 +454,61 @@ pub async fn put(shared: &Shared, req: Request<Incoming>, peer: SocketAddr) -> R
             }
         },
     };
+    let coding = match req.headers().get(CONTENT_ENCODING).map(|v| v.to_str()) {
+        None => Coding::Identity,
+        Some(Ok(v)) if v.trim().is_empty() || v.trim().eq_ignore_ascii_case("identity") => {
+            Coding::Identity
+        }
+        Some(Ok(v)) if v.trim().eq_ignore_ascii_case("zstd") => Coding::Zstd,
+        Some(_) => {
+            // RFC 7694 §3: 415 with the codings that are taken.
+            let mut r = text(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "this server takes uploads plain or with Content-Encoding: zstd\n",
+            );
+            r.headers_mut()
+                .insert(ACCEPT_ENCODING, HeaderValue::from_static(ACCEPTED_CODINGS));
+            return refuse(req, r).await;
+        }
+    };
+    let decoded_length = match req.headers().get(DECODED_LENGTH) {
+        None => None,
+        Some(v) => match v.to_str().ok().and_then(|s| s.trim().parse::<u64>().ok()) {
+            Some(n) => Some(n),
+            None => {
+                let r = text(StatusCode::BAD_REQUEST, "bad ferry-decoded-length\n");
+                return refuse(req, r).await;
+            }
+        },
+    };
+    if coding == Coding::Zstd && range.is_none() && decoded_length.is_none() {
+        let r = text(
+            StatusCode::LENGTH_REQUIRED,
+            "a PUT with Content-Encoding: zstd needs ferry-decoded-length: the file's size (or Content-Range)\n",
+        );
+        return refuse(req, r).await;
+    }
+    let coded = |decoded_max: u64, check: bool| -> Coded {
+        Coded {
+            decoder: (coding == Coding::Zstd)
+                .then(|| Decoder::for_encoding(Some("zstd")).ok())
+                .flatten(),
+            decoded_max,
+            check: check
+                .then(|| ferry_http::digest::expected(req.headers()))
+                .flatten()
+                .map(|e| (e, ferry_http::digest::Hasher::new(e.algo))),
+        }
+    };
+    let coded = match (range, coding) {
+        (None, _) => coded(decoded_length.unwrap_or(u64::MAX), true),
+        (Some(PutRange::Write { start, end, .. }), Coding::Zstd) => coded(end - start + 1, false),
+        _ => Coded::plain(),
+    };
+    if coding == Coding::Zstd && coded.decoder.is_none() {
+        let r = text(StatusCode::INTERNAL_SERVER_ERROR, "no zstd decoder\n");
+        return refuse(req, r).await;
+    }
     // Confine first (lexically and against the existing prefix), then
     // make the parents on the blocking pool.
     let (resolved, trailing) = match resolve(shared, req.uri(), true).await {
@@ -353,7 +534,7 @@ pub async fn put(shared: &Shared, req: Request<Incoming>, peer: SocketAddr) -> R
         }
     };
     match range {
-        None => put_whole(place, req, declared, peer, inline).await,
+        None => put_whole(place, req, declared, decoded_length, coded, peer, inline).await,
         Some(PutRange::Status { total }) => {
             let part = place.part();
             let state = tokio::task::spawn_blocking(move || part_state(&part))
@@ -366,7 +547,7 @@ pub async fn put(shared: &Shared, req: Request<Incoming>, peer: SocketAddr) -> R
             refuse(req, r).await
         }
         Some(PutRange::Write { start, end, total }) => {
-            put_part(place, req, declared, (start, end, total), peer).await
+            put_part(place, req, declared, coded, (start, end, total), peer).await
         }
     }
 }
@@ -400,6 +581,8 @@ async fn put_whole(
     place: Place,
     req: Request<Incoming>,
     declared: Option<u64>,
+    decoded_length: Option<u64>,
+    coded: Coded,
     peer: SocketAddr,
     inline: bool,
 ) -> Response<RespBody> {
@@ -415,13 +598,25 @@ async fn put_whole(
         path: Some(tmp.clone()),
     };
     let shown = place.shown.clone();
-    let (file, received) = match receive(req.into_body(), file, 0, declared, &shown, peer).await {
-        Ok(x) => x,
-        Err(r) => return r,
-    };
-    if declared.is_some_and(|d| received != d) {
-        tracing::info!(%peer, "upload of {shown}: {received} bytes, Content-Length said {declared:?}");
-        return text(StatusCode::BAD_REQUEST, "less data than Content-Length\n");
+    let zstd = coded.decoder.is_some();
+    let (file, received, wire) =
+        match receive(req.into_body(), file, 0, declared, coded, &shown, peer).await {
+            Ok(x) => x,
+            Err(r) => return r,
+        };
+    // The file's length: Content-Length of a plain body, the announced
+    // decoded length of a coded one.
+    let want = if zstd { decoded_length } else { declared };
+    if want.is_some_and(|d| received != d) {
+        tracing::info!(%peer, "upload of {shown}: {received} bytes, the request said {want:?}");
+        return text(
+            StatusCode::BAD_REQUEST,
+            if zstd {
+                "the zstd body decodes to less than ferry-decoded-length\n"
+            } else {
+                "less data than Content-Length\n"
+            },
+        );
     }
     let dest = place.dest.clone();
     let done = crate::fskind::run(inline, move || {
@@ -433,7 +628,11 @@ async fn put_whole(
         return io_refusal(&e, &shown);
     }
     guard.path = None; // renamed: nothing to remove
-    tracing::info!(%peer, "uploaded {shown} ({received} bytes)");
+    if zstd {
+        tracing::info!(%peer, "uploaded {shown} ({received} bytes, zstd: {wire} on the wire)");
+    } else {
+        tracing::info!(%peer, "uploaded {shown} ({received} bytes)");
+    }
     created_or_replaced(place.existed)
 }
 
@@ -444,11 +643,15 @@ async fn put_part(
     place: Place,
     req: Request<Incoming>,
     declared: Option<u64>,
+    coded: Coded,
     (start, end, total): (u64, u64, u64),
     peer: SocketAddr,
 ) -> Response<RespBody> {
     let len = end - start + 1;
-    if declared.is_some_and(|d| d != len) {
+    // Content-Range names file bytes; a coded body's Content-Length is
+    // its length on the wire.
+    let zstd = coded.decoder.is_some();
+    if !zstd && declared.is_some_and(|d| d != len) {
         let r = text(
             StatusCode::BAD_REQUEST,
             "Content-Length does not match Content-Range\n",
@@ -481,11 +684,36 @@ async fn put_part(
         return refuse(req, r).await;
     }
     let shown = place.shown.clone();
-    let (file, received) =
-        match receive(req.into_body(), file, start, Some(len), &shown, peer).await {
-            Ok(x) => x,
-            Err(r) => return r,
-        };
+    let wire_limit = if zstd { declared } else { Some(len) };
+    let (file, received, wire) = match receive(
+        req.into_body(),
+        file,
+        start,
+        wire_limit,
+        coded,
+        &shown,
+        peer,
+    )
+    .await
+    {
+        Ok(x) => x,
+        Err(r) => {
+            if zstd {
+                // What a coded body wrote before it failed may be
+                // wrong (a bad frame decodes to something before its
+                // checksum fails): the part goes back to `start`.
+                let part = place.part();
+                let _ = tokio::task::spawn_blocking(move || {
+                    OpenOptions::new()
+                        .write(true)
+                        .open(&part)
+                        .and_then(|f| f.set_len(start))
+                })
+                .await;
+            }
+            return r;
+        }
+    };
     if received != len {
         return text(
             StatusCode::BAD_REQUEST,
@@ -515,7 +743,12 @@ async fn put_part(
     .await;
     match join(done) {
         Ok(Done::Complete) => {
-            tracing::info!(%peer, "uploaded {shown} ({total} bytes, the last part from byte {start})");
+            let coded = if zstd {
+                format!(", zstd: {wire} on the wire")
+            } else {
+                String::new()
+            };
+            tracing::info!(%peer, "uploaded {shown} ({total} bytes, the last part from byte {start}{coded})");
             created_or_replaced(place.existed)
         }
         Ok(Done::Have(have)) => incomplete(have, total),
