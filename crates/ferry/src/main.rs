@@ -454,21 +454,28 @@ fn run_cp(args: CpArgs, matches: Option<&clap::ArgMatches>) -> i32 {
     let bar = show.then(|| spawn_progress(stats.clone(), done.clone()));
     let interrupted = on_interrupt();
     // Each failed file is said once, as it fails; the end says how many.
-    let outcome = ferry_engine::run_blocking(Transfer::new(sources, dest, opts), |ev| {
-        stats.observe(ev);
-        match ev {
-            Event::FileDone(f) => {
-                if let Some(e) = &f.error {
-                    if e.kind != ferry_engine::ErrorKind::Cancelled {
-                        eprintln!("ferry: {}", e.message);
+    // Events come in 20 ms batches, as `ferry sync`'s: this thread is not
+    // woken three times a file (a Ctrl-C acts up to 20 ms later).
+    let transfer = Transfer::new(sources, dest, opts);
+    let outcome = ferry_engine::block_on_batched(
+        move || transfer.start(),
+        std::time::Duration::from_millis(20),
+        |ev| {
+            stats.observe(ev);
+            match ev {
+                Event::FileDone(f) => {
+                    if let Some(e) = &f.error {
+                        if e.kind != ferry_engine::ErrorKind::Cancelled {
+                            eprintln!("ferry: {}", e.message);
+                        }
                     }
                 }
+                Event::Warning(w) => eprintln!("ferry: warning: {w}"),
+                _ => {}
             }
-            Event::Warning(w) => eprintln!("ferry: warning: {w}"),
-            _ => {}
-        }
-        !interrupted.load(Ordering::Relaxed)
-    });
+            !interrupted.load(Ordering::Relaxed)
+        },
+    );
     done.store(true, Ordering::Relaxed);
     if let Some(c) = ferry_ssh::compression_report() {
         tracing::info!("{}", compression_line(&c));
