@@ -111,9 +111,18 @@ fn wait_port(port: u16, guard: &Guard, timeout: Duration, ssh: bool) -> Result<(
 }
 
 fn free_port() -> Result<u16> {
-    let l =
-        std::net::TcpListener::bind((listen_host().as_str(), 0)).context("binding a free port")?;
-    Ok(l.local_addr()?.port())
+    Ok(free_ports(1)?[0])
+}
+
+/// `n` distinct free ports, each held until all are picked: one
+/// `free_port` after another could return the same port (nginx then
+/// refused its configuration: "a duplicate listen", a test failure in CI).
+fn free_ports(n: usize) -> Result<Vec<u16>> {
+    let held = (0..n)
+        .map(|_| std::net::TcpListener::bind((listen_host().as_str(), 0)))
+        .collect::<std::io::Result<Vec<_>>>()
+        .context("binding a free port")?;
+    held.iter().map(|l| Ok(l.local_addr()?.port())).collect()
 }
 
 fn log_tail(path: &Path) -> String {
@@ -578,13 +587,14 @@ impl Nginx {
             fs::create_dir_all(dir.join(sub))?;
         }
         let (cert, key) = self_signed_cert(dir)?;
-        let port = match o.port {
-            Some(p) => p,
-            None => free_port()?,
-        };
+        // Three distinct ports, whichever are not given.
+        let free = free_ports(3)?;
+        let port = o.port.unwrap_or(free[0]);
         let (http_port, h2c_port) = if o.plain {
-            let pick = |p: Option<u16>| p.map_or_else(free_port, Ok);
-            (Some(pick(o.http_port)?), Some(pick(o.h2c_port)?))
+            (
+                Some(o.http_port.unwrap_or(free[1])),
+                Some(o.h2c_port.unwrap_or(free[2])),
+            )
         } else {
             (None, None)
         };
