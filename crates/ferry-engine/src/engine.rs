@@ -933,7 +933,7 @@ async fn copy_whole(
         .map(|m| m & 0o7777);
     let part = target.renamed.then_some(target.write.as_slice());
     let stall = r.opts.timeout;
-    let to_local = dst.scheme() == "local";
+    let to_local = dst.local_path(&f.dst).is_some();
     // A local file to a destination that reads it on its own thread.
     let local = src.local_path(&f.src).filter(|_| first.is_none());
     retried(r, |_| {

@@ -471,7 +471,8 @@ pub trait Backend: Send + Sync {
     }
 
     /// Where `path` is on this machine's disk, for
-    /// [`Backend::put_local`]: the local backend's paths only.
+    /// [`Backend::put_local`] and for a small file written on a source's
+    /// thread ([`Backend::home`]): the local backend's paths only.
     fn local_path(&self, _path: &[u8]) -> Option<std::path::PathBuf> {
         None
     }
