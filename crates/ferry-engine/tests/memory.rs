@@ -893,6 +893,75 @@ async fn small_files_into_local_files_are_read_and_written_on_the_source_thread(
 }
 
 #[tokio::test]
+async fn small_files_whose_source_thread_ended_are_copied_by_the_engine() {
+    // The engine hands small files to the source's threads; a thread that
+    // is gone (a closed connection's) runs none of them, and the engine
+    // copies them itself.
+    let a = Memory::new("a");
+    let d = TempDir::new("home-gone");
+    for i in 0..30u8 {
+        a.put(&format!("/t/f{i:02}"), &data(5_000 + usize::from(i), i), 0);
+    }
+    a.set_faults(on_own_thread(Faults {
+        home_gone: true,
+        ..Faults::default()
+    }));
+    let o = CopyOptions {
+        recursive: true,
+        ..opts()
+    };
+    let (r, events) = run(Transfer::between(vec![at(&a, "/t")], d.at("t"), o)).await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(r.files.len(), 30);
+    for i in 0..30u8 {
+        let got = std::fs::read(d.0.join(format!("t/f{i:02}"))).unwrap();
+        assert_eq!(got, data(5_000 + usize::from(i), i), "f{i:02}");
+    }
+    let done = events
+        .iter()
+        .filter(|e| matches!(e, Event::FileDone(_)))
+        .count();
+    assert_eq!(done, 30, "one report a file");
+}
+
+#[tokio::test]
+async fn cancel_stops_small_files_on_the_source_thread() {
+    // Small files copied on the source's thread: a cancel ends the run
+    // promptly, every file is reported once, and every file under a
+    // final name is whole.
+    let a = Memory::new("a");
+    let d = TempDir::new("home-cancel");
+    for i in 0..200u8 {
+        a.put(&format!("/t/f{i:03}"), &data(10_000, i), 0);
+    }
+    a.set_faults(on_own_thread(Faults {
+        reorder: true,
+        ..Faults::default()
+    }));
+    let o = CopyOptions {
+        recursive: true,
+        parallel: Some(4),
+        ..opts()
+    };
+    let t0 = Instant::now();
+    let r = cancel_after_first_file(Transfer::between(vec![at(&a, "/t")], d.at("t"), o)).await;
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    assert_eq!(r.error.expect("cancelled").kind(), ErrorKind::Cancelled);
+    assert_eq!(r.files.len(), 200, "one report a file");
+    let copied = std::fs::read_dir(d.0.join("t")).unwrap();
+    let mut whole = 0;
+    for e in copied {
+        let e = e.unwrap();
+        let name = e.file_name().into_string().unwrap();
+        assert!(!name.contains("ferry-part"), "{name} left");
+        let i: u8 = name[1..].parse().unwrap();
+        assert_eq!(std::fs::read(e.path()).unwrap(), data(10_000, i), "{name}");
+        whole += 1;
+    }
+    assert!(whole < 200, "the cancel stopped nothing");
+}
+
+#[tokio::test]
 async fn ranges_from_a_local_file_run_on_the_destination_thread() {
     // An upload from a local file goes whole to the destination's thread
     // (as an SSH connection's): ranges, every byte in place.

@@ -67,6 +67,8 @@ const WRITE_GATHER: usize = 1024 * 1024;
 const HASH_GATHER: usize = 1024 * 1024;
 
 pub struct Http {
+    /// This backend's number among the process's HTTP backends.
+    id: usize,
     /// One client per shard: files are spread over them by path, each
     /// client with its own HTTP/2 connection (or HTTP/1.1 pool), so TLS
     /// and HTTP/2 framing of many files run on more than one core.
@@ -137,11 +139,24 @@ struct ShardThread {
 }
 
 impl ShardThread {
-    fn start(i: usize) -> Result<ShardThread, TransferError> {
+    /// Shard `i` of the backend numbered `backend`.
+    fn start(backend: usize, i: usize) -> Result<ShardThread, TransferError> {
         let (rt, hold) = super::runtime_thread(format!("ferry-http-{i}"))?;
+        // Its first task, so before any request made there.
+        rt.spawn(async move { HERE.set(Some((backend, i))) });
         Ok(ShardThread { rt, _hold: hold })
     }
 }
+
+thread_local! {
+    /// On a shard's thread: which backend (numbered by [`BACKENDS`]) and
+    /// which of its shards. A request made there goes over that shard's
+    /// own client ([`Backend::homes`]), without crossing threads.
+    static HERE: std::cell::Cell<Option<(usize, usize)>> = const { std::cell::Cell::new(None) };
+}
+
+/// Numbers the HTTP backends of this process, for [`HERE`].
+static BACKENDS: AtomicUsize = AtomicUsize::new(0);
 
 /// Most clients (connections to one server) files are spread over.
 const MAX_SHARDS: usize = 4;
@@ -194,8 +209,9 @@ impl Http {
         let first = Client::new(h)?;
         // The command line's credentials go to the origins it names.
         first.trust(&spec.url);
+        let id = BACKENDS.fetch_add(1, Ordering::Relaxed);
         let threads = (0..n)
-            .map(ShardThread::start)
+            .map(|i| ShardThread::start(id, i))
             .collect::<Result<Vec<_>, _>>()?;
         let clients = threads
             .iter()
@@ -204,6 +220,7 @@ impl Http {
         let (root_path, dir) = Http::path_of(spec);
         Ok((
             Http {
+                id,
                 clients,
                 _threads: threads,
                 root: spec.url.clone(),
@@ -243,6 +260,15 @@ impl Http {
             .map(|k| (i + k) % n)
             .find(|&j| !self.refused[j].load(Ordering::Relaxed))
             .unwrap_or(i)
+    }
+
+    /// On one of this backend's shard threads (a small file's copy run
+    /// there, [`Backend::homes`]), that shard, unless its connection was
+    /// refused.
+    fn here(&self) -> Option<usize> {
+        HERE.get()
+            .filter(|&(id, i)| id == self.id && !self.refused[i].load(Ordering::Relaxed))
+            .map(|(_, i)| i)
     }
 
     /// Another shard with a connection the server took, to use instead of
@@ -288,7 +314,7 @@ impl Http {
                     .find(|&j| !self.refused[j].load(Ordering::Relaxed))
                     .unwrap_or(k)
             }
-            _ => self.shard(p),
+            _ => self.here().unwrap_or_else(|| self.shard(p)),
         };
         loop {
             let sent = tokio::time::timeout(
@@ -545,6 +571,14 @@ impl Backend for Http {
     }
     fn home(&self, p: &[u8]) -> Option<tokio::runtime::Handle> {
         self.clients[self.shard(p)].driver().cloned()
+    }
+    fn homes(&self) -> Vec<(usize, tokio::runtime::Handle)> {
+        self.clients
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !self.refused[*i].load(Ordering::Relaxed))
+            .filter_map(|(i, c)| Some((i, c.driver()?.clone())))
+            .collect()
     }
 
     fn endpoint_key(&self) -> String {

@@ -68,6 +68,10 @@ pub struct Faults {
     /// connection's do: a copy between this backend and a local file goes
     /// whole to that thread (`ByteStream::write_into`, `Sink::read_from`).
     pub own_thread: bool,
+    /// With `own_thread`: `homes` names a thread that has ended (an SSH
+    /// connection's that closed), so work handed there must be done
+    /// elsewhere.
+    pub home_gone: bool,
 }
 
 /// The thread of every in-memory backend with `own_thread`: a
@@ -216,6 +220,23 @@ impl Backend for Memory {
 
     fn home(&self, _p: &[u8]) -> Option<tokio::runtime::Handle> {
         lock(&self.faults).own_thread.then(own_thread)
+    }
+    fn homes(&self) -> Vec<(usize, tokio::runtime::Handle)> {
+        if lock(&self.faults).home_gone {
+            // A runtime already shut down (on a thread of its own: one
+            // may not be dropped inside another): what is spawned there
+            // never runs.
+            let gone = std::thread::spawn(|| {
+                let rt = tokio::runtime::Builder::new_current_thread().build().ok()?;
+                Some(rt.handle().clone())
+            })
+            .join();
+            return match gone {
+                Ok(Some(h)) => vec![(0, h)],
+                _ => Vec::new(),
+            };
+        }
+        self.home(b"").map(|rt| (0, rt)).into_iter().collect()
     }
 
     fn capabilities(&self) -> Capabilities {
