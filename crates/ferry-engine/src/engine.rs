@@ -446,12 +446,18 @@ impl HomeQueue {
         let mut seen: Vec<(*const (), Option<usize>)> = Vec::new();
         let mut rest = Vec::new();
         for (i, f) in files.into_iter().enumerate() {
-            let small = f.size.is_some_and(|n| n <= WHOLE_FILE) && dst.local_path(&f.dst).is_some();
-            if !small {
+            let b = &r.sources[f.source].backend;
+            // Of a size not known yet (URLs named, an HTML index): the
+            // read that says it is made there too, and a big one goes on
+            // there (its bytes arrive and are written there anyway).
+            let small = match f.size {
+                Some(n) => n <= WHOLE_FILE,
+                None => b.sizes_by_reading(),
+            };
+            if !small || dst.local_path(&f.dst).is_none() {
                 rest.push((i, f));
                 continue;
             }
-            let b = &r.sources[f.source].backend;
             let key = Arc::as_ptr(b) as *const ();
             let q = match seen.iter().find(|(k, _)| *k == key) {
                 Some((_, q)) => *q,

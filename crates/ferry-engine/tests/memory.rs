@@ -1098,6 +1098,45 @@ async fn a_listing_without_sizes_costs_one_read_a_file() {
 }
 
 #[tokio::test]
+async fn files_of_unknown_size_into_local_files_go_whole_to_the_source_thread() {
+    // A listing without sizes from a source with a thread of its own
+    // (an HTML index over HTTP): each file's one read is made on that
+    // thread and written there, the big one too; every byte and time
+    // right, no part file left.
+    let a = Memory::new("a");
+    let d = TempDir::new("own-unsized");
+    let files = unsized_tree(&a, on_own_thread(Faults::default()));
+    let o = CopyOptions {
+        recursive: true,
+        preserve: true,
+        ..opts()
+    };
+    let (r, _) = run(Transfer::between(vec![at(&a, "/t")], d.at("c"), o)).await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    for (i, (p, body)) in files.iter().enumerate() {
+        let local = d.0.join(p.replacen("/t/", "c/", 1));
+        assert_eq!(
+            std::fs::read(&local).ok().as_deref(),
+            Some(&body[..]),
+            "{p}"
+        );
+        let m = std::fs::metadata(&local).unwrap();
+        assert_eq!(
+            m.modified().unwrap(),
+            std::time::UNIX_EPOCH + Duration::from_secs(1_600_000_000 + i as u64),
+            "{p}"
+        );
+    }
+    assert_eq!(counter(&a.counters.reads), files.len());
+    for sub in ["c/d0", "c/d1"] {
+        for e in std::fs::read_dir(d.0.join(sub)).unwrap() {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            assert!(!name.contains("ferry-part"), "{name} left");
+        }
+    }
+}
+
+#[tokio::test]
 async fn a_read_without_a_size_streams_to_its_end_and_retries() {
     let (a, b) = (Memory::new("a"), Memory::new("b"));
     // Nothing says the sizes (a compressed body), and the first read that

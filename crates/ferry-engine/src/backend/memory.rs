@@ -221,6 +221,10 @@ impl Backend for Memory {
     fn home(&self, _p: &[u8]) -> Option<tokio::runtime::Handle> {
         lock(&self.faults).own_thread.then(own_thread)
     }
+    fn sizes_by_reading(&self) -> bool {
+        // As HTTP's: a read says the size where the listing did not.
+        lock(&self.faults).listing_without_sizes
+    }
     fn homes(&self) -> Vec<(usize, tokio::runtime::Handle)> {
         if lock(&self.faults).home_gone {
             // A runtime already shut down (on a thread of its own: one
