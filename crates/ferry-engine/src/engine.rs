@@ -409,17 +409,19 @@ tokio::task_local! {
     static ON_HOME: ();
 }
 
-/// Is this copy running on its source's own thread?
-fn on_source_thread() -> bool {
+/// Is this copy running on its source's or destination's own thread
+/// (the one whose queue it came from)?
+fn on_home_thread() -> bool {
     ON_HOME.try_with(|_| ()).is_ok()
 }
 
 /// Small files into local files, from one source backend with threads of
-/// its own ([`Backend::homes`]): tasks on those threads take them from
-/// here one after the other and copy each there, as the copy loops'
-/// workers took files from their queue. Per file nothing crosses threads
-/// (a task spawned from the engine onto a shard and its answer back cost
-/// 1.5x the loop's client CPU for 1,000 x 20 kB over HTTPS).
+/// its own ([`Backend::homes`]), or small local files to such a
+/// destination: tasks on those threads take them from here one after the
+/// other and copy each there, as the copy loops' workers took files from
+/// their queue. Per file nothing crosses threads (a task spawned from the
+/// engine onto a shard and its answer back cost 1.5x the loop's client
+/// CPU for 1,000 x 20 kB over HTTPS).
 struct HomeQueue {
     backend: Arc<dyn Backend>,
     state: std::sync::Mutex<HomeState>,
@@ -454,10 +456,16 @@ impl HomeQueue {
                 Some(n) => n <= WHOLE_FILE,
                 None => b.sizes_by_reading(),
             };
-            if !small || dst.local_path(&f.dst).is_none() {
+            // Downloads into local files go to the source's threads,
+            // uploads of small local files to the destination's.
+            let b = if small && dst.local_path(&f.dst).is_some() {
+                b
+            } else if f.size.is_some_and(|n| n <= WHOLE_FILE) && b.local_path(&f.src).is_some() {
+                dst
+            } else {
                 rest.push((i, f));
                 continue;
-            }
+            };
             let key = Arc::as_ptr(b) as *const ();
             let q = match seen.iter().find(|(k, _)| *k == key) {
                 Some((_, q)) => *q,
@@ -1091,11 +1099,12 @@ async fn copy_whole(
     let part = target.renamed.then_some(target.write.as_slice());
     let stall = r.opts.timeout;
     let to_local = dst.local_path(&f.dst).is_some();
-    // Already on the source's thread ([`HomeQueue`]): read and written
-    // right here.
-    let here = to_local && on_source_thread();
     // A local file to a destination that reads it on its own thread.
     let local = src.local_path(&f.src).filter(|_| first.is_none());
+    // Already on the source's thread ([`HomeQueue`]): read and written
+    // right here. On the destination's, a local source is read here.
+    let here = to_local && on_home_thread();
+    let read_here = !to_local && local.is_some() && on_home_thread();
     retried(r, |_| {
         // The read that said the size, on the first attempt.
         let opened = first.take();
@@ -1160,7 +1169,14 @@ async fn copy_whole(
                     Ok(None) => {}
                 }
             }
-            let data = read_whole(src.as_ref(), &f.src, size, opened, stall).await?;
+            let data = match local {
+                // A small local file, on a thread of the destination's own
+                // (no trip to a blocking thread and back).
+                Some(from) if read_here => {
+                    bytes::Bytes::from(crate::backend::local::read_start(from, size)?)
+                }
+                _ => read_whole(src.as_ref(), &f.src, size, opened, stall).await?,
+            };
             if r.cancel.is_cancelled() {
                 return Err(TransferError::cancelled());
             }
