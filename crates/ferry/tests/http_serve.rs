@@ -520,13 +520,14 @@ fn random_data_and_auto_on_loopback_stay_plain() {
     assert!(o.status.success(), "{}", describe(&o));
     assert_file_hash(&s.root().join("r/random.bin"), &want, "random, auto");
     let c = compression_of(&o).unwrap_or_else(|| panic!("no compression: {}", describe(&o)));
-    // The first MiB is the sample; random data is stored after it.
+    // Under 16 MiB with the link not timed yet: plain, not even sampled.
     assert!(counter(&c, "sent_wire") >= counter(&c, "sent_plain"), "{c}");
     assert!(counter(&c, "segments_compressed") <= 1, "{c}");
-    // Without -C or --compressed nothing is coded.
+    // With -C=off nothing is coded, nor reported.
     let o = s.https_cp(
         true,
         &args![
+            "-C=off",
             "--json",
             local.path().join("random.bin"),
             s.https_url("r2/")
@@ -535,4 +536,38 @@ fn random_data_and_auto_on_loopback_stay_plain() {
     assert!(o.status.success(), "{}", describe(&o));
     assert_file_hash(&s.root().join("r2/random.bin"), &want, "random, off");
     assert!(compression_of(&o).is_none(), "{}", stdout_text(&o));
+}
+
+/// Issue 21: `auto` is the default, and HTTP uploads read it as their own
+/// rule: a big file's first 8 MiB go plain as a ranged PUT of their own,
+/// timed to the server's answer; on loopback the link is faster than
+/// zstd -1, so the rest goes plain too (no segment coded, stored or
+/// compressed), and the files after it go plain without a probe.
+#[test]
+fn default_auto_uploads_plain_on_loopback() {
+    let s = FerryServe::start(&["--writable"]);
+    let local = tempdir();
+    let tree = local.path().join("t");
+    fs::create_dir_all(&tree).unwrap();
+    make_text_file(&tree.join("a-big.txt"), 20 * MIB + 5, 31);
+    make_text_tree(&tree.join("small"), 5, 32);
+    let o = s.https_cp(
+        true,
+        &args!["-r", "-P", "1", "--json", &tree, s.https_url("d/")],
+    );
+    assert!(o.status.success(), "{}", describe(&o));
+    assert_same_tree(&tree, &s.root().join("d/t"), Cmp::default(), "auto -r PUT");
+    assert!(no_temp_files(&s.root()).is_empty());
+    let c = compression_of(&o).unwrap_or_else(|| panic!("no compression: {}", describe(&o)));
+    assert_eq!(c["method_out"], "none", "{c}");
+    assert_eq!(counter(&c, "segments_compressed"), 0, "{c}");
+    assert_eq!(counter(&c, "segments_stored"), 0, "{c}");
+    assert!(counter(&c, "sent_uncoded") >= 20 * MIB, "{c}");
+    // The server got the big file in two parts, plain.
+    let mut s = s;
+    let log = stderr_text(&s.stop_kill());
+    assert!(
+        log.contains("a-big.txt (20971525 bytes, the last part from byte 8388608)"),
+        "{log}"
+    );
 }
