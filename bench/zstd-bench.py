@@ -14,9 +14,10 @@ A ferry case may end in `@N` to run ferry cp with `--streams N` (e.g.
 `ferry-auto@2`): N SSH connections, each with its own compressor.
 
 `--direction up` uploads instead (ferry cases only, to ferry serve). The
-cases `https-auto`, `https-on` and `https-off` upload over HTTPS to ferry
-serve with `-C=auto`, `-C=on` and plain (Content-Encoding: zstd PUTs;
-`--direction up` only).
+cases `https-auto`, `https-on`, `https-off` and `https-default` upload
+over HTTPS to ferry serve with `-C=auto`, `-C=on`, `-C=off` and no flag
+(Content-Encoding: zstd PUTs; `--direction up` only). `ferry-default` and
+`ferry-default-sshd` run ferry cp with no `-C` flag (the default, `auto`).
 """
 import argparse
 import json
@@ -170,28 +171,30 @@ def main():
         def run_case(case, dest):
             case, _, streams = case.partition("@")
             if case.startswith("https"):
-                flag = {"https-auto": ["-C=auto"], "https-on": ["-C=on"], "https-off": []}[case]
+                flag = {"https-auto": ["-C=auto"], "https-on": ["-C=on"], "https-off": ["-C=off"],
+                        "https-default": []}[case]
                 port, server, link = https_via, serve, lk3
                 cmd = [a.ferry, "cp", "-q", "--json", "--pin", cert, "--token", token] + flag + [
                     src, f"https://127.0.0.1:{port}/up/{os.path.basename(dest)}"]
                 dest = os.path.join(root, "up", os.path.basename(dest))
             elif case.startswith("ferry") and up:
                 flag = {"ferry-auto": "--compress=auto", "ferry-off": "--compress=off",
-                        "ferry-on": "-C"}[case]
+                        "ferry-on": "-C", "ferry-default": None}[case]
                 port, server, link = serve_via, serve, lk1
-                cmd = [a.ferry, "cp", "-q", "--json", flag] + (
+                cmd = [a.ferry, "cp", "-q", "--json"] + ([flag] if flag else []) + (
                     ["--streams", streams] if streams else []) + ssh_opts + [
                     src, f"sftp://{user}@127.0.0.1:{port}/up/{os.path.basename(dest)}"]
                 dest = os.path.join(root, "up", os.path.basename(dest))
             elif case.startswith("ferry"):
                 flag = {"ferry-auto": "--compress=auto", "ferry-off": "--compress=off",
                         "ferry-on": "-C", "ferry-zlib-sshd": "-C",
-                        "ferry-off-sshd": "--compress=off"}[case]
+                        "ferry-off-sshd": "--compress=off", "ferry-default": None,
+                        "ferry-default-sshd": None}[case]
                 if case.endswith("sshd"):
                     port, server, path, link = sshd_via, sshd, src, lk2
                 else:
                     port, server, path, link = serve_via, serve, "/data.bin", lk1
-                cmd = [a.ferry, "cp", "-q", "--json", flag] + (
+                cmd = [a.ferry, "cp", "-q", "--json"] + ([flag] if flag else []) + (
                     ["--streams", streams] if streams else []) + ssh_opts + [
                     f"sftp://{user}@127.0.0.1:{port}{path}", dest]
             else:

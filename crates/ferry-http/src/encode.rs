@@ -27,6 +27,19 @@
 //!
 //! The work (read, compress or store) runs on tokio's blocking pool, one
 //! segment ahead of the connection, so compression overlaps sending.
+//!
+//! ferry cp's `auto` (the default) does not send that per-segment rule's
+//! stored frames: measured, they cost on loopback (0.58-0.72x plain, run
+//! zstd-4 in BENCHMARKS.md) and a stored MiB vanishes into buffers long
+//! before the link has carried it, so the rule could not see a slow link.
+//! It decides per file, before the body, with [`Auto::code_file`]: a
+//! file goes plain (no `Content-Encoding` at all) unless the link is known
+//! to be slower than zstd -1 on this machine ([`GAIN`]) and a sample of
+//! the file compresses ([`CODE_RATIO`]); then it is coded at level 1
+//! throughout. The link's rate comes from a plain request's whole time,
+//! sent to its answer ([`Auto::measured_link`]): the first [`PROBE`]
+//! bytes of a big file go as a ranged PUT of their own, and the server
+//! answers only when it has them all, whatever the buffers on the way.
 use std::fs::File;
 use std::future::Future;
 use std::io;
@@ -57,6 +70,21 @@ pub const PROBE_EVERY: u64 = 16;
 const PIECE: usize = 256 * 1024;
 /// The zstd level of `auto` and `on`: several hundred MB/s per core.
 pub const AUTO_LEVEL: i32 = 1;
+/// File bytes of the plain first request that times the link, when a
+/// file's rate is not known yet ([`Auto::code_file`]).
+pub const PROBE: u64 = 8 << 20;
+/// The least a file (what is left of it) must hold to be split for the
+/// probe: smaller ones go plain until a big one has timed the link.
+pub const PROBE_MIN: u64 = 2 * PROBE;
+/// Coding a file must promise at least this factor over plain: the
+/// coded rate is at most the compressor's (measured on the sample) and
+/// at most the link's divided by the ratio.
+pub const GAIN: f64 = 1.25;
+/// A file whose sample compresses to more than this goes plain
+/// (1 / [`GAIN`]: what the link alone would gain).
+pub const CODE_RATIO: f64 = 1.0 / GAIN;
+/// Bytes of a file compressed aside to learn its ratio and zstd's speed.
+pub const SAMPLE: usize = SEGMENT;
 
 /// How an upload is coded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +113,26 @@ pub struct Auto {
     /// storing (moving averages of [`Auto::went`]).
     rate_compressed: Option<f64>,
     rate_stored: Option<f64>,
+    /// Per-file rule (ferry cp's `auto`): the link's rate in file bytes
+    /// per second, from the last plain request timed whole.
+    link: Option<f64>,
+    /// Bytes per second zstd -1 compressed the last sample at.
+    zstd_rate: Option<f64>,
+    /// The last file's choice (for bodies handed over in pieces, which
+    /// are not sampled).
+    last_coded: bool,
+}
+
+/// What [`Auto::code_file`] says of a file before its body goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FilePlan {
+    /// Plain, no `Content-Encoding`.
+    Plain,
+    /// Sample it; code it at level 1 if the sample compresses.
+    Sample,
+    /// The link's rate is not known: send the first [`PROBE`] bytes plain
+    /// as a request of their own, timed, then decide.
+    Probe,
 }
 
 /// Weight of the newest segment in the moving averages.
@@ -141,6 +189,45 @@ impl Auto {
         }
     }
 
+    /// Per-file rule: what to do with a file of `len` bytes (left to
+    /// send) that can be split into ranged requests (`ranged`).
+    pub fn code_file(&self, len: u64, ranged: bool) -> FilePlan {
+        match self.link_slow() {
+            Some(true) => FilePlan::Sample,
+            Some(false) => FilePlan::Plain,
+            None if ranged && len >= PROBE_MIN => FilePlan::Probe,
+            None => FilePlan::Plain,
+        }
+    }
+
+    /// Is the link slower than zstd -1 here, by [`GAIN`]? `None`: not
+    /// measured yet.
+    pub fn link_slow(&self) -> Option<bool> {
+        let (l, z) = (self.link?, self.zstd_rate?);
+        Some(l * GAIN <= z)
+    }
+
+    /// A plain request of `plain` file bytes took `took` from its start
+    /// to the server's answer.
+    pub fn measured_link(&mut self, plain: u64, took: Duration) {
+        self.link = Some(plain as f64 / took.as_secs_f64().max(1e-6));
+    }
+
+    /// A sample compressed to `ratio` (wire / plain) at `rate` bytes per
+    /// second. Says whether the file it came from is to be coded.
+    pub fn sampled(&mut self, ratio: f64, rate: f64) -> bool {
+        self.ratio = Some(ratio);
+        self.zstd_rate = Some(rate);
+        self.last_coded = ratio <= CODE_RATIO && self.link_slow() == Some(true);
+        self.last_coded
+    }
+
+    /// The last sampled file was coded: a body handed over in pieces
+    /// (a small file) follows it.
+    pub fn last_coded(&self) -> bool {
+        self.last_coded
+    }
+
     /// A segment of `plain` bytes compressed to `wire`.
     pub fn compressed(&mut self, plain: usize, wire: usize) {
         if plain > 0 {
@@ -170,29 +257,52 @@ impl Auto {
 }
 
 /// What coded uploads of this process sent: file bytes and the bytes on
-/// the wire, segments compressed and stored (`--json`, `-v`).
+/// the wire, segments compressed and stored (`--json`, `-v`), and file
+/// bytes `auto` sent plain to a server that takes zstd.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct UploadReport {
     pub plain: u64,
     pub wire: u64,
     pub compressed: u64,
     pub stored: u64,
+    pub uncoded: u64,
 }
 
 static PLAIN: AtomicU64 = AtomicU64::new(0);
 static WIRE: AtomicU64 = AtomicU64::new(0);
 static COMPRESSED: AtomicU64 = AtomicU64::new(0);
 static STORED: AtomicU64 = AtomicU64::new(0);
+static UNCODED: AtomicU64 = AtomicU64::new(0);
 
-/// The coded uploads of this process so far; `None` when there were none.
+/// `auto` sent `n` file bytes plain to a server that takes zstd.
+pub fn count_uncoded(n: u64) {
+    UNCODED.fetch_add(n, Ordering::Relaxed);
+}
+
+/// The coded uploads of this process so far; `None` when there were none
+/// (nor any that `auto` chose to send plain).
 pub fn upload_report() -> Option<UploadReport> {
     let r = UploadReport {
         plain: PLAIN.load(Ordering::Relaxed),
         wire: WIRE.load(Ordering::Relaxed),
         compressed: COMPRESSED.load(Ordering::Relaxed),
         stored: STORED.load(Ordering::Relaxed),
+        uncoded: UNCODED.load(Ordering::Relaxed),
     };
-    (r.compressed + r.stored > 0).then_some(r)
+    (r.compressed + r.stored + r.uncoded > 0).then_some(r)
+}
+
+/// Compress `n` bytes of `file` from `at` aside at level 1 (the output
+/// is dropped): the ratio (wire / plain) and zstd's speed in bytes per
+/// second of wall time. Blocking.
+pub fn sample(file: &File, at: u64, n: usize) -> io::Result<(f64, f64)> {
+    let mut buf = vec![0u8; n];
+    file.read_exact_at(&mut buf, at)?;
+    let mut z = compressor(AUTO_LEVEL)?;
+    let t = Instant::now();
+    let out = z.compress(&buf)?;
+    let secs = t.elapsed().as_secs_f64().max(1e-6);
+    Ok((out.len() as f64 / n.max(1) as f64, n as f64 / secs))
 }
 
 /// A zstd frame of raw blocks holding `n` bytes of `file` from `at`:
@@ -619,6 +729,45 @@ mod tests {
         let before = a.rate_stored;
         a.went(true, 100, Duration::from_secs(1));
         assert_eq!(a.rate_stored, before);
+    }
+
+    #[test]
+    fn per_file_rule_probes_then_codes_only_slow_links() {
+        let mut a = Auto::default();
+        // Nothing known: a big ranged file is probed, anything else plain.
+        assert_eq!(a.code_file(PROBE_MIN, true), FilePlan::Probe);
+        assert_eq!(a.code_file(PROBE_MIN, false), FilePlan::Plain);
+        assert_eq!(a.code_file(PROBE_MIN - 1, true), FilePlan::Plain);
+        assert!(!a.last_coded());
+        // Loopback: plain went at 1.4 GB/s, zstd -1 at 400 MB/s.
+        a.measured_link(PROBE, Duration::from_secs_f64(PROBE as f64 / 1.4e9));
+        assert!(!a.sampled(0.3, 400e6), "a fast link is never coded");
+        assert_eq!(a.code_file(1 << 30, true), FilePlan::Plain);
+        // 200 Mbit/s: 24 MB/s plain.
+        a.measured_link(PROBE, Duration::from_secs_f64(PROBE as f64 / 24e6));
+        assert_eq!(a.code_file(1, false), FilePlan::Sample);
+        assert!(a.sampled(0.33, 400e6), "text on a slow link is coded");
+        assert!(a.last_coded());
+        assert!(!a.sampled(0.97, 400e6), "random data is not");
+        assert!(!a.sampled(CODE_RATIO + 0.01, 400e6));
+        // A compressor slower than the link (a busy host) does not pay.
+        assert!(!a.sampled(0.3, 25e6));
+    }
+
+    #[test]
+    fn a_sample_says_ratio_and_speed() {
+        let mut text = Vec::new();
+        while text.len() < SAMPLE {
+            text.extend_from_slice(b"ferry moves files; zstd makes text smaller. ");
+        }
+        let (_t, f) = file_with(&text);
+        let (ratio, rate) = sample(&f, 0, SAMPLE).unwrap();
+        assert!(ratio < 0.1, "{ratio}");
+        assert!(rate > 1e6, "{rate}");
+        let data = random(SAMPLE);
+        let (_t, f) = file_with(&data);
+        let (ratio, _) = sample(&f, 0, SAMPLE).unwrap();
+        assert!(ratio > 0.99, "{ratio}");
     }
 
     async fn body_bytes(b: Body) -> Vec<u8> {

@@ -18,15 +18,16 @@ use russh::compression::{self, CompressionStats, ZstdLevel, ZstdSettings};
 /// What `-C`/`--compress` asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SshCompression {
-    /// Offer only `none`. The default while `auto` still costs ~20% on
-    /// fast links (a stored packet is copied once more on each side;
-    /// docs/internals/compression.md): ferry <-> ferry serve on loopback
-    /// is one of the measured goals.
-    #[default]
+    /// Offer only `none`.
     Off,
-    /// zstd between ferry peers, the level chosen while the transfer runs
-    /// (down to storing packets); `none` with anyone else, since zlib
-    /// costs more CPU than it saves on all but slow links.
+    /// The default. zstd between ferry peers, the level chosen while the
+    /// transfer runs, starting by storing packets (on loopback it costs
+    /// nothing measurable: run zstd-5 in BENCHMARKS.md); `none` with
+    /// anyone else, since zlib costs more CPU than it saves on all but
+    /// slow links. HTTP uploads to ferry serve read it as their own
+    /// rule: plain unless a measured plain stretch says coding pays
+    /// (ferry_http::encode::Verdict).
+    #[default]
     Auto,
     /// Always compress: zstd level 1 between ferry peers, zlib (its fastest
     /// level) with OpenSSH.

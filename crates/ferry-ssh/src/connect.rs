@@ -61,7 +61,8 @@ pub struct ConnectOptions {
     /// Where questions and notices go (see [`crate::Prompt`]).
     pub prompt: crate::PromptHandle,
     /// Compression (`-C`/`--compress`): zstd between ferry peers, zlib
-    /// with OpenSSH when on (crate::compression).
+    /// with OpenSSH when on (crate::compression). Default `auto`: zstd,
+    /// adaptive, with ferry serve; none with OpenSSH.
     pub compression: SshCompression,
     /// `-J`: jump hosts, `[user@]host[:port][,...]`; beats `ProxyJump` and
     /// `ProxyCommand` from the files, as with `ssh -J`.
@@ -80,7 +81,7 @@ impl Default for ConnectOptions {
             max_packet: crate::MAX_CHANNEL_PACKET,
             interactive: false,
             prompt: crate::PromptHandle::default(),
-            compression: SshCompression::Off,
+            compression: SshCompression::Auto,
             proxy_jump: None,
         }
     }
@@ -444,11 +445,10 @@ impl Connector {
             None => CIPHERS.into(),
         };
         // `Compression yes` in ssh_config turns compression on where the
-        // command line left it at its default (off) or auto.
+        // command line left it at its default (auto); `-C=off` given
+        // there wins, as ssh's command line does over its files.
         let wanted = match self.opts.compression {
-            SshCompression::Off | SshCompression::Auto if self.host.compression => {
-                SshCompression::On
-            }
+            SshCompression::Auto if self.host.compression => SshCompression::On,
             c => c,
         };
         let (compression, level) = wanted.offer();

@@ -190,12 +190,13 @@ struct ConnArgs {
     retries: u32,
     /// Compression of what ferry sends to ferry serve: SSH, and HTTP(S)
     /// uploads (Content-Encoding: zstd, only where the server says it
-    /// takes it). off (the default), on (-C alone: zstd level 1 with
-    /// ferry serve, zlib with OpenSSH), auto (zstd between ferry peers
-    /// when and at the level the transfer measures best, down to none;
-    /// off with OpenSSH and other HTTP servers; see
-    /// docs/internals/compression.md), or a zstd level 1-19. The value
-    /// needs `=`: --compress=auto.
+    /// takes it). auto (the default: SSH with ferry serve is zstd at the
+    /// level the transfer measures best, down to storing packets; none
+    /// with OpenSSH; HTTP uploads go plain unless a measured plain first
+    /// stretch of a file says coding pays; see
+    /// docs/internals/compression.md), on (-C alone: zstd level 1 with
+    /// ferry serve, zlib with OpenSSH), off, or a zstd level 1-19. The
+    /// value needs `=`: --compress=off.
     #[arg(
         short = 'C',
         long,
@@ -599,7 +600,8 @@ fn apply_saved_settings(
     // SSH compression, saved for SFTP hosts only (`-C` on the command line,
     // or `Compression yes` in ssh_config, still turn it on).
     // The sweep measured zlib (`-C`): a saved "on" turns compression on; a
-    // saved "off" leaves `auto`, which stores unless compressing pays.
+    // saved "off" leaves the default `auto`, which stores unless
+    // compressing pays.
     if let (false, Some(true)) = (given("compress"), t.compress) {
         opts.connect.compression = ferry_ssh::SshCompression::On;
     }
@@ -662,25 +664,38 @@ fn compression_json(c: &ferry_ssh::CompressionReport) -> serde_json::Value {
 
 /// HTTP uploads coded with zstd (`Content-Encoding: zstd` to ferry serve)
 /// for `--json`: the same names as SSH's where they mean the same.
+/// `sent_uncoded`: file bytes `auto` sent plain (no coding at all) to a
+/// server that takes zstd.
 fn upload_compression_json(u: &ferry_http::encode::UploadReport) -> serde_json::Value {
     serde_json::json!({
-        "method_out": "zstd (HTTP Content-Encoding)",
+        "method_out": upload_method(u),
         "sent_plain": u.plain,
         "sent_wire": u.wire,
         "segments_compressed": u.compressed,
         "segments_stored": u.stored,
+        "sent_uncoded": u.uncoded,
     })
+}
+
+fn upload_method(u: &ferry_http::encode::UploadReport) -> &'static str {
+    if u.compressed + u.stored > 0 {
+        "zstd (HTTP Content-Encoding)"
+    } else {
+        "none"
+    }
 }
 
 /// HTTP upload compression for `-v`.
 fn upload_compression_line(u: &ferry_http::encode::UploadReport) -> String {
     format!(
-        "compression: uploads zstd (HTTP Content-Encoding), {} -> {} bytes ({:.2}x), {} MiB segments compressed, {} stored",
+        "compression: uploads {}, {} -> {} bytes ({:.2}x), {} MiB segments compressed, {} stored; {} bytes sent plain by auto",
+        upload_method(u),
         u.plain,
         u.wire,
         u.plain as f64 / u.wire.max(1) as f64,
         u.compressed,
         u.stored,
+        u.uncoded,
     )
 }
 

@@ -777,6 +777,18 @@ fn ferry_peers_compress_with_zstd_both_ways_file_and_tree() {
     assert!(o.status.success(), "put auto: {}", describe(&o));
     assert_file_hash(&s.root().join("auto.txt"), &want, "auto upload");
     assert_eq!(compression_field(&o, "method_out"), "zstd@ferry.invalid");
+    // `auto` is the default: zstd with ferry serve, and on loopback the
+    // controller stores (level 0) rather than compress.
+    let o = s.cp(&args!["--json", &text, s.url("/default.txt")]);
+    assert!(o.status.success(), "put default: {}", describe(&o));
+    assert_file_hash(&s.root().join("default.txt"), &want, "default upload");
+    assert_eq!(compression_field(&o, "method_out"), "zstd@ferry.invalid");
+    assert_eq!(compression_field(&o, "method_in"), "zstd@ferry.invalid");
+    assert!(
+        compression_field(&o, "levels_sent").starts_with("[0"),
+        "{}",
+        compression_field(&o, "levels_sent")
+    );
     // `off` offers none.
     let o = s.cp(&args!["--compress=off", "--json", &text, s.url("/off.txt")]);
     assert!(o.status.success(), "put off: {}", describe(&o));

@@ -115,8 +115,9 @@ struct PutCaps {
 }
 
 /// The coding of uploads these options ask for: `-C` as it says (`on`:
-/// level 1). `--compressed` (downloads) does not turn it on: `auto`
-/// costs on fast links (run zstd-4).
+/// level 1). `auto`, the default, is decided per file before its body
+/// goes (`auto_put`; plain unless a measured plain stretch says coding
+/// pays). `--compressed` (downloads) does not change it.
 fn upload_coding(opts: &CopyOptions) -> Option<Coding> {
     use ferry_ssh::SshCompression as C;
     match opts.connect.compression {
@@ -1152,10 +1153,21 @@ impl HttpPut {
     /// [`Segmenter`] made for the pieces), and the body's length on the
     /// wire when known.
     fn coded(&mut self, mut start: PutStart) -> (PutStart, Option<u64>) {
-        let Some((coding, auto)) = start.coded.take() else {
+        let Some((mut coding, auto)) = start.coded.take() else {
             let len = start.body_len;
             return (start, len);
         };
+        if coding == Coding::Auto {
+            // A body handed over in pieces is not sampled: it follows the
+            // last file that was.
+            let coded = auto.lock().unwrap_or_else(|e| e.into_inner()).last_coded();
+            if !coded {
+                ferry_http::encode::count_uncoded(start.body_len.unwrap_or(0));
+                let len = start.body_len;
+                return (start, len);
+            }
+            coding = Coding::Level(ferry_http::encode::AUTO_LEVEL);
+        }
         start
             .headers
             .insert("content-encoding", HeaderValue::from_static("zstd"));
@@ -1256,6 +1268,16 @@ impl Sink for HttpPut {
         let progress: Option<Arc<dyn Fn(u64) + Send + Sync>> =
             Some(Arc::new(move |n| progress.add(n)));
         let body = match start.coded.take() {
+            Some((Coding::Auto, auto)) => {
+                let display = self.display.clone();
+                let file = from.file.file.clone();
+                let put = auto_put(start, display, file, from.file.at, from.len, progress, auto);
+                let put = async move { put.await.map_err(|e| (e, false)) };
+                return Some(match driver {
+                    Some(rt) => rt.spawn(put),
+                    None => tokio::spawn(put),
+                });
+            }
             Some((coding, auto)) => {
                 start
                     .headers
@@ -1284,6 +1306,129 @@ impl Sink for HttpPut {
             None => tokio::spawn(put),
         })
     }
+}
+
+/// `auto` (the default) for a local file's upload to a server that
+/// takes zstd: plain unless coding pays, decided before each body goes
+/// (ferry_http::encode's per-file rule). When the link's rate is not yet
+/// known and the file is big enough, its first `PROBE` bytes go as a
+/// plain ranged PUT of their own, timed from start to the server's answer
+/// (which comes only when the server has them all, whatever buffers lie
+/// between), while a MiB of it is compressed aside; the rest follows as
+/// a second ranged PUT, coded at level 1 or plain. Stored frames are
+/// never sent: on a fast link the body is the plain file, as with
+/// `-C=off`.
+async fn auto_put(
+    mut start: PutStart,
+    display: String,
+    file: Arc<std::fs::File>,
+    at: u64,
+    len: u64,
+    progress: Option<Arc<dyn Fn(u64) + Send + Sync>>,
+    auto: Arc<std::sync::Mutex<Auto>>,
+) -> Result<(), TransferError> {
+    use ferry_http::encode::{self, FilePlan};
+    let plan = auto
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .code_file(len, start.ranged);
+    let total = start.size.unwrap_or(len);
+    // File bytes before this body (a resumed upload starts later).
+    let first = total - len;
+    let sample_of = |at: u64, n: u64| {
+        let f = file.clone();
+        let n = (n as usize).min(encode::SAMPLE);
+        tokio::task::spawn_blocking(move || encode::sample(&f, at, n))
+    };
+    let range = |a: u64, b: u64| {
+        HeaderValue::from_str(&format!("bytes {a}-{b}/{total}"))
+            .map_err(|e| TransferError::Local(format!("internal: {e}")))
+    };
+    let (mut start, at, len, code) = match plan {
+        FilePlan::Plain => (start, at, len, false),
+        FilePlan::Sample => {
+            let s = sample_of(at, len).await;
+            let code = match s {
+                Ok(Ok((ratio, rate))) => auto
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .sampled(ratio, rate),
+                _ => false,
+            };
+            (start, at, len, code)
+        }
+        FilePlan::Probe => {
+            let p = encode::PROBE.min(len);
+            let sample = sample_of(at, p);
+            let mut h = start.headers.clone();
+            h.insert("content-range", range(first, first + p - 1)?);
+            let body = ferry_http::file_body(file.clone(), at, p, progress.clone());
+            let make = once_body(body);
+            let t0 = std::time::Instant::now();
+            let resp = start
+                .client
+                .send(Method::PUT, &start.url, &h, Some(&*make))
+                .await
+                .map_err(|e| match e {
+                    ferry_http::HttpError::Network(m) => TransferError::Network(format!(
+                        "{m} (uploading {display}); rerun with --resume to send only the rest"
+                    )),
+                    e => e.into(),
+                })?;
+            let took = t0.elapsed();
+            let have = resp.header("range").and_then(held).unwrap_or(0);
+            if resp.status != StatusCode::ACCEPTED || have != first + p {
+                if !resp.status.is_success() {
+                    return Err(TransferError::Remote(refused(&display, resp).await));
+                }
+                return Err(TransferError::Network(format!(
+                    "{display}: the server holds {have} bytes after the first {} of the upload; \
+                     rerun with --resume to send only the rest",
+                    first + p
+                )));
+            }
+            let _ = resp.bytes(64 * 1024).await;
+            encode::count_uncoded(p);
+            let code = {
+                let s = sample.await;
+                let mut a = auto.lock().unwrap_or_else(|e| e.into_inner());
+                a.measured_link(p, took);
+                match s {
+                    Ok(Ok((ratio, rate))) => a.sampled(ratio, rate),
+                    _ => false,
+                }
+            };
+            let (shown, secs) = (&display, took.as_secs_f64());
+            tracing::debug!(
+                "{shown}: auto: first {p} bytes plain in {secs:.3} s; coding the rest: {code}"
+            );
+            start
+                .headers
+                .insert("content-range", range(first + p, total - 1)?);
+            start.body_len = Some(len - p);
+            (start, at + p, len - p, code)
+        }
+    };
+    let body = if code {
+        start
+            .headers
+            .insert("content-encoding", HeaderValue::from_static("zstd"));
+        if !start.ranged {
+            start.headers.insert(DECODED_LENGTH, HeaderValue::from(len));
+        }
+        encode::zstd_file_body(
+            file,
+            at,
+            len,
+            Coding::Level(encode::AUTO_LEVEL),
+            auto,
+            progress,
+        )
+    } else {
+        encode::count_uncoded(len);
+        ferry_http::file_body(file, at, len, progress)
+    };
+    start.send(&display, once_body(body)).await
 }
 
 impl Drop for HttpPut {

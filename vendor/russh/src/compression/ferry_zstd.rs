@@ -360,11 +360,15 @@ impl ZstdCompressor {
                         ::zstd::bulk::Compressor::new(1).map_err(|e| zstd_error("sampler", e))?,
                     ),
                 };
+                // The first SAMPLE_MAX bytes only: the whole packet (up to
+                // 256 KiB every 32 MiB) cost the storing sender ~0.03 CPU s
+                // per GiB, 4-5% of a loopback copy (zstd5).
+                let part = input.get(..SAMPLE_MAX).unwrap_or(input);
                 let t = Instant::now();
                 let sample = sampler
-                    .compress(input)
+                    .compress(part)
                     .map_err(|e| zstd_error("sample", e))?;
-                auto.record_sample(input.len(), sample.len(), t.elapsed());
+                auto.record_sample(part.len(), sample.len(), t.elapsed());
             }
             auto.observe(Instant::now(), input.len(), wire, busy);
         }
@@ -665,6 +669,8 @@ pub const INCOMPRESSIBLE: f64 = 0.95;
 pub const SAMPLE_EVERY: u64 = 32 << 20;
 /// Smaller packets are not sampled: they say little about file data.
 const SAMPLE_MIN: usize = 16 * 1024;
+/// Bytes of a sample packet compressed aside (its first ones).
+pub const SAMPLE_MAX: usize = 32 * 1024;
 
 impl AutoLevel {
     pub fn new(now: Instant) -> Self {
