@@ -1255,10 +1255,14 @@ async fn pump(
         if *moved + n > len {
             return Err((too_long(&src.display(&f.src)), None));
         }
+        // A destination that stops taking bytes is a stall too.
         tokio::select! {
             biased;
             _ = r.cancel.cancelled() => return Err(cancelled()),
-            w = sink.write(piece) => w.map_err(|e| (e, None))?,
+            w = tokio::time::timeout(stall, sink.write(piece)) => match w {
+                Err(_) => return Err((stalled(r.dest.backend.as_ref(), &f.dst, stall), None)),
+                Ok(w) => w.map_err(|e| (e, None))?,
+            },
         }
         *moved += n;
         r.stats.bytes_done.fetch_add(n, Ordering::Relaxed);
@@ -1269,7 +1273,10 @@ async fn pump(
     if !to_end && *moved != len {
         return Err((too_short(&src.display(&f.src), *moved, len), None));
     }
-    sink.finish().await.map_err(|e| (e, None))
+    match tokio::time::timeout(stall, sink.finish()).await {
+        Err(_) => Err((stalled(r.dest.backend.as_ref(), &f.dst, stall), None)),
+        Ok(done) => done.map_err(|e| (e, None)),
+    }
 }
 
 /// A stream's length for "to the end of the file" ([`pump`]).

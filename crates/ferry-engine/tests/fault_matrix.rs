@@ -631,6 +631,58 @@ fn reset_final() {
     }
 }
 
+/// Bytes stop (the connection stays open) at 40% of a read or a write:
+/// `--timeout` ends each attempt, the copy fails in time as a network
+/// error naming the stall; `--resume` ends identical.
+#[test]
+fn stall_ends_within_the_timeout() {
+    row("stall");
+    for side in ["source", "dest"] {
+        let dirs: &[Dir] = if side == "source" {
+            &[Dir::Down, Dir::Between]
+        } else {
+            &[Dir::Up, Dir::Between]
+        };
+        each(dirs, |w| {
+            let f = Faults {
+                stall_after: (side == "source").then_some(w.point()),
+                stall_write_after: (side == "dest").then_some(w.point()),
+                ..Faults::default()
+            };
+            if side == "source" {
+                w.source_faults(f)
+            } else {
+                w.dest_faults(f)
+            };
+            // One attempt: retries after a stall are reset_retried's.
+            let o = CopyOptions {
+                timeout: Duration::from_millis(200),
+                retries: 1,
+                ..opts()
+            };
+            let t0 = Instant::now();
+            let (r, ev) = block_on(async {
+                tokio::time::timeout(Duration::from_secs(20), run(w.transfer(o)))
+                    .await
+                    .unwrap_or_else(|_| panic!("{} ({side}): hung", w.label))
+            });
+            let took = t0.elapsed();
+            // One attempt of 200 ms a file, files in parallel.
+            assert!(
+                took < Duration::from_secs(3),
+                "{} ({side}): {took:?}",
+                w.label
+            );
+            w.check_finals("after the stall");
+            let failed = w.check_report(&r, &ev, &[ErrorKind::Network]);
+            w.check_reached(&failed, side);
+            let e = r.error.as_ref().unwrap().to_string();
+            assert!(e.contains("stalled"), "{} ({side}): {e}", w.label);
+            w.resume();
+        });
+    }
+}
+
 /// The client killed mid-file (a read or write held at 40%), with the
 /// ranges and files that were not held going on until then.
 #[test]
