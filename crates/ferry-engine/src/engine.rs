@@ -812,6 +812,9 @@ async fn resume_missing(
                     "{}: the file changed on the server since the partial copy; starting over",
                     src.display(&f.src)
                 ));
+                // A copy in one stream writes no record: this one would
+                // stay beside the final file.
+                let _ = dst.remove(record).await;
                 return Ok(all);
             }
             // Written in order: the part's length counts (checked below).
@@ -828,6 +831,7 @@ async fn resume_missing(
                     "{}: the resume record is unreadable or for another version of the source; starting over",
                     dst.display(record)
                 ));
+                let _ = dst.remove(record).await;
                 return Ok(all);
             }
         }

@@ -842,6 +842,75 @@ fn read_denied() {
     });
 }
 
+/// Change the big source file once 40% of its bytes have gone (counted
+/// where the server is: its reads, or its writes for an upload).
+fn change_source(w: &World, change: impl Fn(&[u8]) -> Vec<u8> + Send + Sync + 'static) {
+    let rel = format!("/src/{}", w.big());
+    let after = w.originals[w.big()].len() as u64 * 2 / 5;
+    match &w.src {
+        End::Mem(m) => {
+            let m2 = m.clone();
+            let hook = Hook {
+                after,
+                reads: true,
+                run: Arc::new(move || {
+                    let now = m2.get(&rel).unwrap();
+                    m2.rewrite(&rel, &change(&now), T0 + 100);
+                }),
+            };
+            w.source_faults(Faults {
+                hook: Some(hook),
+                ..Faults::default()
+            });
+        }
+        End::Disk(_) => {
+            let p = std::path::PathBuf::from(w.src.path(&rel));
+            let hook = Hook {
+                after,
+                reads: false,
+                run: Arc::new(move || {
+                    let now = std::fs::read(&p).unwrap();
+                    // In place, as an editor or a log writer does.
+                    let new = change(&now);
+                    let f = std::fs::File::options().write(true).open(&p).unwrap();
+                    use std::os::unix::fs::FileExt;
+                    f.write_all_at(&new, 0).unwrap();
+                    f.set_len(new.len() as u64).unwrap();
+                    drop(f);
+                    set_mtime(&p, T0 + 100);
+                }),
+            };
+            w.dest_faults(Faults {
+                hook: Some(hook),
+                ..Faults::default()
+            });
+        }
+    }
+}
+
+/// The source cut to a fifth during the copy: the file fails as changed
+/// (or completes as one version of the source), never a mix.
+#[test]
+fn source_truncated() {
+    row("source_truncated");
+    each(&DIRS, |w| {
+        change_source(&w, |b| b[..b.len() / 5].to_vec());
+        let (r, ev) = block_on(run(w.transfer(opts())));
+        w.check_finals("source truncated");
+        let failed = w.check_report(
+            &r,
+            &ev,
+            &[ErrorKind::Remote, ErrorKind::Local, ErrorKind::Network],
+        );
+        assert!(
+            failed.iter().all(|f| f == w.big()),
+            "{}: {failed:?}",
+            w.label
+        );
+        w.resume();
+    });
+}
+
 /// Cancelled (Ctrl-C) once 40% of the bytes have gone (counted where the
 /// server is): it stops, nothing wrong under a final name, `--resume`
 /// ends identical.
