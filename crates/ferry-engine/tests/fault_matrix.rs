@@ -911,6 +911,26 @@ fn source_truncated() {
     });
 }
 
+/// The source rewritten in place with the same size (and a new time)
+/// during the copy: caught before the rename, never a mix under the
+/// final name.
+#[test]
+fn source_rewritten_same_size() {
+    row("source_rewritten");
+    each(&DIRS, |w| {
+        change_source(&w, |b| b.iter().map(|x| x ^ 0x5a).collect());
+        let (r, ev) = block_on(run(w.transfer(opts())));
+        w.check_finals("source rewritten");
+        let failed = w.check_report(&r, &ev, &[ErrorKind::Remote, ErrorKind::Local]);
+        assert!(
+            failed.iter().all(|f| f == w.big()),
+            "{}: {failed:?}",
+            w.label
+        );
+        w.resume();
+    });
+}
+
 /// Cancelled (Ctrl-C) once 40% of the bytes have gone (counted where the
 /// server is): it stops, nothing wrong under a final name, `--resume`
 /// ends identical.
