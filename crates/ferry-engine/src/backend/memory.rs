@@ -74,13 +74,14 @@ pub struct Faults {
     /// connection's do: a copy between this backend and a local file goes
     /// whole to that thread (`ByteStream::write_into`, `Sink::read_from`).
     pub own_thread: bool,
-    /// Writes fail with a network error once this many bytes of one
-    /// write have been stored, for the first `transient_writes` writes
-    /// that get that far (0: every time): a connection reset mid-upload.
+    /// A write that would take one sink past this many bytes fails with a
+    /// network error (nothing of it stored), for the first
+    /// `transient_writes` that get that far (0: every time): a connection
+    /// reset mid-upload.
     pub fail_write_after: Option<u64>,
     pub transient_writes: usize,
-    /// Writes stop being taken after this many bytes of one write and
-    /// never return (a stalled upload).
+    /// A write that would take one sink past this many bytes never
+    /// returns (a stalled upload).
     pub stall_write_after: Option<u64>,
     /// Opening a file for writing is refused (permission denied).
     pub refuse_write: bool,
