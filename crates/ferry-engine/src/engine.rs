@@ -646,6 +646,8 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
     // server that may copy by itself, a backend that cannot.
     let mut first: Option<Box<dyn ByteStream>> = None;
     let mut first_info: Option<ReadInfo> = None;
+    // The plan said the size: the source is asked again before the rename.
+    let listed = f.size.is_some();
     let learned;
     let f = match f.size {
         Some(_) => f,
@@ -823,6 +825,9 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
             if in_order_record {
                 let _ = dst.remove(&record).await;
             }
+            if listed {
+                source_unchanged(r, f, &target, &record).await?;
+            }
             // One stream into a truncated file, every byte counted and
             // acknowledged: its size needs no second look.
             finalize(r, f, &target, size, true).await?;
@@ -885,6 +890,9 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
         if let Some(e) = failed {
             return Err(e);
         }
+    }
+    if listed {
+        source_unchanged(r, f, &target, &record).await?;
     }
     // Split or resumed: no one response carried the whole file, so the
     // part is checked where it lies.
@@ -977,6 +985,9 @@ async fn resume_missing(
                     "{}: the file changed on the server since the partial copy; starting over",
                     src.display(&f.src)
                 ));
+                // A copy in one stream writes no record: this one would
+                // stay beside the final file.
+                let _ = dst.remove(record).await;
                 return Ok(all);
             }
             // Written in order: the part's length counts (checked below).
@@ -993,6 +1004,7 @@ async fn resume_missing(
                     "{}: the resume record is unreadable or for another version of the source; starting over",
                     dst.display(record)
                 ));
+                let _ = dst.remove(record).await;
                 return Ok(all);
             }
         }
@@ -1066,6 +1078,54 @@ async fn check_digest(
         "{}: the data does not match the server's digest ({}); nothing was kept",
         r.sources[f.source].backend.display(&f.src),
         algo.name()
+    )))
+}
+
+/// The source asked again before the rename of a file moved in ranges or
+/// a stream (a small file is one read), where a listing and a stat say
+/// its time alike (a local file, SFTP; an FTP LIST or an HTML index says
+/// minutes where MDTM or HEAD say seconds, and a size learned from the
+/// read itself is checked by the read): its size and time must still be
+/// the plan's. A file rewritten or cut during the copy is then not put
+/// under the final name, and its part is removed: it mixes two versions,
+/// which a `--resume` checking only its tail could not tell. A rewrite
+/// within the same second, keeping the size, is not seen.
+async fn source_unchanged(
+    r: &Run,
+    f: &FilePlan,
+    target: &Target,
+    record: &[u8],
+) -> Result<(), TransferError> {
+    let src = &r.sources[f.source].backend;
+    if !matches!(src.scheme(), "local" | "sftp" | "memory") {
+        return Ok(());
+    }
+    let now = retried(r, |_| src.stat(&f.src)).await?;
+    let changed = match now {
+        None => true,
+        Some(e) => {
+            (e.size.is_some() && e.size != f.size)
+                || (f.mtime.is_some() && e.mtime.is_some() && e.mtime != f.mtime)
+        }
+    };
+    if !changed {
+        return Ok(());
+    }
+    let why = format!(
+        "{}: the file changed during the copy (its size or time is not what it was)",
+        src.display(&f.src)
+    );
+    if !target.renamed {
+        // Written where files appear whole (an HTTP PUT, S3): the server
+        // took it as complete already. Said, not removed.
+        return Err(TransferError::Remote(format!(
+            "{why}; {} holds a copy that mixes both versions: copy it again",
+            r.dest.backend.display(&f.dst)
+        )));
+    }
+    discard(r.dest.backend.as_ref(), &target.write, record).await;
+    Err(TransferError::Remote(format!(
+        "{why}; nothing was kept, copy it again"
     )))
 }
 
@@ -1449,10 +1509,14 @@ async fn pump(
         if *moved + n > len {
             return Err((too_long(&src.display(&f.src)), None));
         }
+        // A destination that stops taking bytes is a stall too.
         tokio::select! {
             biased;
             _ = r.cancel.cancelled() => return Err(cancelled()),
-            w = sink.write(piece) => w.map_err(|e| (e, None))?,
+            w = tokio::time::timeout(stall, sink.write(piece)) => match w {
+                Err(_) => return Err((stalled(r.dest.backend.as_ref(), &f.dst, stall), None)),
+                Ok(w) => w.map_err(|e| (e, None))?,
+            },
         }
         *moved += n;
         r.stats.bytes_done.fetch_add(n, Ordering::Relaxed);
@@ -1463,7 +1527,10 @@ async fn pump(
     if !to_end && *moved != len {
         return Err((too_short(&src.display(&f.src), *moved, len), None));
     }
-    sink.finish().await.map_err(|e| (e, None))
+    match tokio::time::timeout(stall, sink.finish()).await {
+        Err(_) => Err((stalled(r.dest.backend.as_ref(), &f.dst, stall), None)),
+        Ok(done) => done.map_err(|e| (e, None)),
+    }
 }
 
 /// A stream's length for "to the end of the file" ([`pump`]).

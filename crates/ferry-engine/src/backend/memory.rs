@@ -7,7 +7,13 @@
 //! heals: a transient failure), a read of one named file that fails every
 //! time, reads that stall (bytes stop, nothing closes), ranges that complete
 //! in reverse order, writes that arrive in small pieces, a disk that fills
-//! up after N bytes, and a rename that fails. It can also stand in for an
+//! up after N bytes, and a rename that fails. For the fault matrix
+//! (tests/fault_matrix.rs) also: writes that fail after N bytes or stall,
+//! a destination that refuses writes, a rename that never answers or whose
+//! answer is lost after it was done, and a hook run once after N bytes
+//! (to change or truncate a source mid-copy). Reads serve the file as it
+//! is when each piece is taken, as a server reading from disk does, so a
+//! file changed during a read is seen. It can also stand in for an
 //! HTML index: listings without sizes or times, each file's size learned
 //! from its read (`Faults::listing_without_sizes`, `read_unsized`).
 use std::collections::{BTreeMap, BTreeSet};
@@ -72,6 +78,41 @@ pub struct Faults {
     /// connection's that closed), so work handed there must be done
     /// elsewhere.
     pub home_gone: bool,
+    /// A write that would take one sink past this many bytes fails with a
+    /// network error (nothing of it stored), for the first
+    /// `transient_writes` that get that far (0: every time): a connection
+    /// reset mid-upload.
+    pub fail_write_after: Option<u64>,
+    pub transient_writes: usize,
+    /// A write that would take one sink past this many bytes never
+    /// returns (a stalled upload).
+    pub stall_write_after: Option<u64>,
+    /// Opening a file for writing is refused (permission denied).
+    pub refuse_write: bool,
+    /// `rename_over` never returns (the client killed during its rename).
+    pub hold_rename: bool,
+    /// `rename_over` renames, then reports a lost connection, this many
+    /// times (the answer lost on the way back).
+    pub lose_rename_answers: usize,
+    /// Run once, when this store has served (`reads`) or stored that many
+    /// bytes in all, counted from when the faults were set.
+    pub hook: Option<Hook>,
+}
+
+/// Something a test does to the world at a given point of a copy (change
+/// the source, truncate it), from inside the backend's read or write.
+#[derive(Clone)]
+pub struct Hook {
+    /// Bytes served (`reads`) or stored, in all, before it runs.
+    pub after: u64,
+    pub reads: bool,
+    pub run: Arc<dyn Fn() + Send + Sync>,
+}
+
+impl std::fmt::Debug for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Hook {{ after: {}, reads: {} }}", self.after, self.reads)
+    }
 }
 
 /// The thread of every in-memory backend with `own_thread`: a
@@ -113,6 +154,10 @@ pub struct Counters {
     pub renames: AtomicUsize,
     /// Reads that failed by injection so far.
     pub failed_reads: AtomicUsize,
+    /// Writes that failed by injection so far.
+    pub failed_writes: AtomicUsize,
+    /// Reads, writes and renames now stalled or held by injection.
+    pub stalled: AtomicUsize,
 }
 
 /// A tree of files in memory; clones share it (a test keeps one, the
@@ -124,6 +169,9 @@ pub struct Inner {
     name: String,
     state: Mutex<State>,
     faults: Mutex<Faults>,
+    /// Bytes served and stored since the faults were set (for `Hook`),
+    /// and whether the hook has run.
+    since_faults: Mutex<(u64, u64, bool)>,
     pub counters: Counters,
     /// Bytes served per read piece.
     piece: usize,
@@ -148,6 +196,7 @@ impl Memory {
             name: name.into(),
             state: Mutex::new(State::default()),
             faults: Mutex::new(Faults::default()),
+            since_faults: Mutex::new((0, 0, false)),
             counters: Counters::default(),
             piece: 64 * 1024,
         };
@@ -157,6 +206,38 @@ impl Memory {
 
     pub fn set_faults(&self, f: Faults) {
         *lock(&self.faults) = f;
+        *lock(&self.since_faults) = (0, 0, false);
+    }
+
+    /// Count `n` bytes served (`read`) or stored, and run the hook once
+    /// its point is passed (outside every lock of the store).
+    fn passed(&self, n: u64, read: bool) {
+        let hook = lock(&self.faults).hook.clone();
+        let Some(h) = hook else { return };
+        let run = {
+            let mut c = lock(&self.since_faults);
+            if read {
+                c.0 += n;
+            } else {
+                c.1 += n;
+            }
+            let seen = if h.reads { c.0 } else { c.1 };
+            let now = !c.2 && h.reads == read && seen >= h.after;
+            c.2 |= now;
+            now
+        };
+        if run {
+            (h.run)();
+        }
+    }
+
+    /// Replace a file's bytes (and time), as a program writing the source
+    /// in place during a copy does; the file must exist.
+    pub fn rewrite(&self, p: &str, data: &[u8], mtime: i64) {
+        if let Some(f) = lock(&self.state).files.get_mut(p.as_bytes()) {
+            f.data = data.to_vec();
+            f.mtime = mtime;
+        }
     }
 
     /// Put a file (its parents are created).
@@ -361,21 +442,21 @@ impl Backend for Memory {
                 self.display(p)
             )));
         }
-        let data = {
+        let (start, end) = {
             let s = lock(&self.state);
             let f = s.files.get(p).ok_or_else(|| {
                 TransferError::Remote(format!("{}: no such file", self.display(p)))
             })?;
-            let start = (offset as usize).min(f.data.len());
+            let start = offset.min(f.data.len() as u64);
             let end = match len {
-                Some(l) => (start + l as usize).min(f.data.len()),
-                None => f.data.len(),
+                Some(l) => start.saturating_add(l).min(f.data.len() as u64),
+                None => f.data.len() as u64,
             };
             let end = match faults.short_reads {
-                Some(n) => end.min(start + n as usize),
+                Some(n) => end.min(start + n),
                 None => end,
             };
-            Bytes::copy_from_slice(f.data.get(start..end).unwrap_or_default())
+            (start, end)
         };
         let fail_after = faults.fail_read_after.filter(|_| {
             faults.transient_reads == 0
@@ -385,7 +466,9 @@ impl Backend for Memory {
             .reorder
             .then(|| Duration::from_micros(1000u64.saturating_sub(offset >> 20) * 5));
         Ok(Box::new(MemRead {
-            data,
+            path: p.to_vec(),
+            start,
+            end,
             at: 0,
             piece: self.piece,
             fail_after,
@@ -446,6 +529,12 @@ impl Backend for Memory {
         _size: Option<u64>,
     ) -> Result<Box<dyn Sink>, TransferError> {
         let parent = path::parent(p);
+        if lock(&self.faults).refuse_write {
+            return Err(TransferError::Remote(format!(
+                "{}: permission denied (injected)",
+                self.display(p)
+            )));
+        }
         {
             let mut s = lock(&self.state);
             if !parent.is_empty() && !s.dirs.contains(parent) {
@@ -474,6 +563,7 @@ impl Backend for Memory {
         Ok(Box::new(MemWrite {
             path: p.to_vec(),
             at,
+            stored: 0,
             store: self.clone(),
             own_thread,
         }))
@@ -499,6 +589,10 @@ impl Backend for Memory {
     }
 
     async fn rename_over(&self, from: &[u8], to: &[u8]) -> Result<(), TransferError> {
+        if lock(&self.faults).hold_rename {
+            self.counters.stalled.fetch_add(1, Ordering::Relaxed);
+            std::future::pending::<()>().await;
+        }
         if lock(&self.faults).fail_rename {
             return Err(TransferError::Remote(format!(
                 "{}: rename refused (injected)",
@@ -516,7 +610,16 @@ impl Backend for Memory {
             TransferError::Remote(format!("{}: no such file", self.display(from)))
         })?;
         s.files.insert(to.to_vec(), f);
+        drop(s);
         self.counters.renames.fetch_add(1, Ordering::Relaxed);
+        let mut faults = lock(&self.faults);
+        if faults.lose_rename_answers > 0 {
+            faults.lose_rename_answers -= 1;
+            return Err(TransferError::Network(format!(
+                "{}: connection lost after the rename (injected)",
+                self.display(to)
+            )));
+        }
         Ok(())
     }
 
@@ -589,7 +692,11 @@ fn version_of(f: &MemFile) -> String {
 }
 
 struct MemRead {
-    data: Bytes,
+    path: Vec<u8>,
+    /// The file's bytes `start..end` as the read was opened; each piece
+    /// is taken from the file as it is then (it may have changed).
+    start: u64,
+    end: u64,
     at: usize,
     piece: usize,
     fail_after: Option<u64>,
@@ -608,6 +715,7 @@ impl ByteStream for MemRead {
         }
         if let Some(n) = self.stall_after {
             if self.at as u64 >= n {
+                self.store.counters.stalled.fetch_add(1, Ordering::Relaxed);
                 std::future::pending::<()>().await;
             }
         }
@@ -623,19 +731,36 @@ impl ByteStream for MemRead {
                 )));
             }
         }
-        if self.at >= self.data.len() {
+        let len = (self.end - self.start) as usize;
+        if self.at >= len {
             return Ok(None);
         }
-        let mut end = (self.at + self.piece).min(self.data.len());
+        let mut end = (self.at + self.piece).min(len);
         if let Some(n) = self.fail_after.or(self.stall_after) {
             end = end.min((n as usize).max(self.at + 1));
         }
-        let b = self.data.slice(self.at..end);
-        self.at = end;
+        let b = {
+            let s = lock(&self.store.state);
+            let Some(f) = s.files.get(&self.path) else {
+                return Err(TransferError::Remote(format!(
+                    "{}: removed while reading",
+                    self.display
+                )));
+            };
+            let from = (self.start as usize + self.at).min(f.data.len());
+            let to = (self.start as usize + end).min(f.data.len());
+            // A file cut short since: the stream ends where it does now.
+            if from >= to {
+                return Ok(None);
+            }
+            Bytes::copy_from_slice(&f.data[from..to])
+        };
+        self.at += b.len();
         self.store
             .counters
             .bytes_read
             .fetch_add(b.len() as u64, Ordering::Relaxed);
+        self.store.passed(b.len() as u64, true);
         tokio::task::yield_now().await;
         Ok(Some(b))
     }
@@ -645,7 +770,9 @@ impl ByteStream for MemRead {
             return None;
         }
         let spent = MemRead {
-            data: Bytes::new(),
+            path: Vec::new(),
+            start: 0,
+            end: 0,
             delay: None,
             display: self.display.clone(),
             store: self.store.clone(),
@@ -659,6 +786,8 @@ impl ByteStream for MemRead {
 struct MemWrite {
     path: Vec<u8>,
     at: u64,
+    /// Bytes this write stored (for `fail_write_after`, `stall_write_after`).
+    stored: u64,
     store: Memory,
     own_thread: bool,
 }
@@ -668,6 +797,25 @@ impl Sink for MemWrite {
     async fn write(&mut self, data: Bytes) -> Result<(), TransferError> {
         let m = &self.store;
         let faults = lock(&m.faults).clone();
+        if let Some(n) = faults.stall_write_after {
+            if self.stored + data.len() as u64 > n {
+                m.counters.stalled.fetch_add(1, Ordering::Relaxed);
+                std::future::pending::<()>().await;
+            }
+        }
+        let fail_after = faults.fail_write_after.filter(|_| {
+            faults.transient_writes == 0
+                || m.counters.failed_writes.load(Ordering::Relaxed) < faults.transient_writes
+        });
+        if let Some(n) = fail_after {
+            if self.stored + data.len() as u64 > n {
+                m.counters.failed_writes.fetch_add(1, Ordering::Relaxed);
+                return Err(TransferError::Network(format!(
+                    "{}: connection reset (injected after {n} bytes)",
+                    m.display(&self.path)
+                )));
+            }
+        }
         if let Some(cap) = faults.capacity {
             if m.stored() + data.len() as u64 > cap {
                 return Err(TransferError::Remote(format!(
@@ -703,9 +851,11 @@ impl Sink for MemWrite {
                 tokio::task::yield_now().await;
             }
         }
+        self.stored += data.len() as u64;
         m.counters
             .bytes_written
             .fetch_add(data.len() as u64, Ordering::Relaxed);
+        m.passed(data.len() as u64, false);
         Ok(())
     }
 
@@ -720,6 +870,7 @@ impl Sink for MemWrite {
         let mut to = MemWrite {
             path: self.path.clone(),
             at: self.at,
+            stored: 0,
             store: self.store.clone(),
             own_thread: false,
         };
