@@ -377,16 +377,23 @@ pub(crate) async fn run(r: Arc<Run>, plan: Plan) -> Vec<FileReport> {
         let mut p = p;
         let _ = (&mut p.0).await;
     }
-    // What the home threads did, and what they left (a connection's
-    // thread that ended): copied here instead.
+    // What the backends' threads did, and what they left (a connection's
+    // thread that ended): copied here instead, `parallel` at once.
+    let mut left = Vec::new();
     for q in homes {
-        let (done, left) = q.finish();
+        let (done, rest) = q.finish();
         for (j, rep) in done {
             reports[j] = Some(rep);
         }
-        for (j, f) in left {
-            reports[j] = Some(copy_file(&r, &f).await);
-        }
+        left.extend(rest);
+    }
+    let copies = left.into_iter().map(|(j, f)| {
+        let r = &r;
+        async move { (j, copy_file(r, &f).await) }
+    });
+    let mut copies = futures_util::stream::iter(copies).buffer_unordered(parallel);
+    while let Some((j, rep)) = copies.next().await {
+        reports[j] = Some(rep);
     }
     if r.opts.preserve && !r.cancel.is_cancelled() {
         let dc = dst.capabilities();
@@ -405,7 +412,8 @@ pub(crate) async fn run(r: Arc<Run>, plan: Plan) -> Vec<FileReport> {
 }
 
 tokio::task_local! {
-    /// Set while a copy runs on its source's own thread ([`HomeQueue`]).
+    /// Set while a copy runs on a thread of the backend whose queue it
+    /// came from ([`HomeQueue`]).
     static ON_HOME: ();
 }
 
@@ -439,12 +447,14 @@ struct HomeState {
 }
 
 impl HomeQueue {
-    /// The files that go to their source's threads, queued per source
-    /// backend, and the others with their index in the plan.
+    /// The files that go to a backend's threads (the source's for a
+    /// download into local files, the destination's for an upload of
+    /// local files), queued per backend, and the others with their index
+    /// in the plan.
     fn split(r: &Run, files: Vec<FilePlan>) -> (Vec<Arc<HomeQueue>>, Queued) {
         let dst = &r.dest.backend;
         let mut queues: Vec<Arc<HomeQueue>> = Vec::new();
-        // Per source backend: its queue's index, if it has threads.
+        // Per backend: its queue's index, if it has threads.
         let mut seen: Vec<(*const (), Option<usize>)> = Vec::new();
         let mut rest = Vec::new();
         for (i, f) in files.into_iter().enumerate() {
@@ -490,7 +500,8 @@ impl HomeQueue {
     }
 
     /// Start the tasks that take from the queues, each holding one of
-    /// `gate`'s slots (half of them at most when `others` wait too).
+    /// `gate`'s slots (half of them at most when `others` wait too),
+    /// shared out among the queues.
     fn start(
         r: &Arc<Run>,
         queues: &[Arc<HomeQueue>],
@@ -502,10 +513,11 @@ impl HomeQueue {
         if others {
             slots = slots.div_ceil(2);
         }
+        let per_queue = (slots / queues.len().max(1)).max(1);
         for q in queues {
             let homes = q.backend.homes();
             let files = lock(&q.state).todo.len();
-            let per_home = (slots.min(files) / homes.len().max(1)).max(1);
+            let per_home = (per_queue.min(files) / homes.len().max(1)).max(1);
             for (_, rt) in homes {
                 for _ in 0..per_home {
                     let Ok(permit) = gate.clone().try_acquire_owned() else {

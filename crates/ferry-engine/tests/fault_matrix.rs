@@ -333,6 +333,15 @@ impl World {
         });
     }
 
+    /// Faults on the side named ("source" or "dest").
+    fn faults_on(&self, side: &str, f: Faults) {
+        if side == "source" {
+            self.source_faults(f)
+        } else {
+            self.dest_faults(f)
+        }
+    }
+
     fn clear_faults(&self) {
         for (m, other) in [(&self.src, &self.dst), (&self.dst, &self.src)] {
             if let Some(m) = m.mem() {
@@ -563,12 +572,7 @@ fn kill_when_held(w: &World, o: CopyOptions, held: &Memory) -> bool {
 fn reset_retried() {
     row("reset_retried");
     for side in ["source", "dest"] {
-        let dirs: &[Dir] = if side == "source" {
-            &[Dir::Down, Dir::Between]
-        } else {
-            &[Dir::Up, Dir::Between]
-        };
-        each(dirs, |w| {
+        each(faulted_on(side), |w| {
             let f = Faults {
                 fail_read_after: (side == "source").then_some(w.point()),
                 fail_write_after: (side == "dest").then_some(w.point()),
@@ -576,11 +580,7 @@ fn reset_retried() {
                 transient_writes: 1,
                 ..Faults::default()
             };
-            if side == "source" {
-                w.source_faults(f)
-            } else {
-                w.dest_faults(f)
-            };
+            w.faults_on(side, f);
             let o = CopyOptions {
                 retries: 4,
                 ..opts()
@@ -599,6 +599,16 @@ fn reset_retried() {
     }
 }
 
+/// The directions where the side named ("source" or "dest") is a server
+/// whose faults strike.
+fn faulted_on(side: &str) -> &'static [Dir] {
+    if side == "source" {
+        &[Dir::Down, Dir::Between]
+    } else {
+        &[Dir::Up, Dir::Between]
+    }
+}
+
 /// Every read (or write) that gets to 40% is reset, every attempt: the
 /// files it reaches fail once each as network errors, the others
 /// complete; `--resume` ends identical.
@@ -606,22 +616,13 @@ fn reset_retried() {
 fn reset_final() {
     row("reset_final");
     for side in ["source", "dest"] {
-        let dirs: &[Dir] = if side == "source" {
-            &[Dir::Down, Dir::Between]
-        } else {
-            &[Dir::Up, Dir::Between]
-        };
-        each(dirs, |w| {
+        each(faulted_on(side), |w| {
             let f = Faults {
                 fail_read_after: (side == "source").then_some(w.point()),
                 fail_write_after: (side == "dest").then_some(w.point()),
                 ..Faults::default()
             };
-            if side == "source" {
-                w.source_faults(f)
-            } else {
-                w.dest_faults(f)
-            };
+            w.faults_on(side, f);
             let (r, ev) = block_on(run(w.transfer(opts())));
             w.check_finals("after the resets");
             let failed = w.check_report(&r, &ev, &[ErrorKind::Network]);
@@ -638,22 +639,13 @@ fn reset_final() {
 fn stall_ends_within_the_timeout() {
     row("stall");
     for side in ["source", "dest"] {
-        let dirs: &[Dir] = if side == "source" {
-            &[Dir::Down, Dir::Between]
-        } else {
-            &[Dir::Up, Dir::Between]
-        };
-        each(dirs, |w| {
+        each(faulted_on(side), |w| {
             let f = Faults {
                 stall_after: (side == "source").then_some(w.point()),
                 stall_write_after: (side == "dest").then_some(w.point()),
                 ..Faults::default()
             };
-            if side == "source" {
-                w.source_faults(f)
-            } else {
-                w.dest_faults(f)
-            };
+            w.faults_on(side, f);
             // One attempt: retries after a stall are reset_retried's.
             let o = CopyOptions {
                 timeout: Duration::from_millis(200),

@@ -925,6 +925,41 @@ async fn small_files_whose_source_thread_ended_are_copied_by_the_engine() {
 }
 
 #[tokio::test]
+async fn small_files_from_two_sources_with_threads_share_the_slots() {
+    // Two source backends, each with a queue on its thread, and fewer
+    // file slots than it would take to give each thread several: every
+    // file arrives whole.
+    let (a, b) = (Memory::new("a"), Memory::new("b"));
+    let d = TempDir::new("two-homes");
+    for i in 0..50u8 {
+        a.put(&format!("/x/f{i:02}"), &data(3_000, i), 0);
+        b.put(&format!("/y/g{i:02}"), &data(4_000, i), 0);
+    }
+    a.set_faults(on_own_thread(Faults::default()));
+    b.set_faults(on_own_thread(Faults::default()));
+    std::fs::create_dir(d.0.join("t")).unwrap();
+    let o = CopyOptions {
+        recursive: true,
+        parallel: Some(1),
+        ..opts()
+    };
+    let (r, _) = run(Transfer::between(
+        vec![at(&a, "/x"), at(&b, "/y")],
+        d.at("t"),
+        o,
+    ))
+    .await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(r.files.len(), 100);
+    for i in 0..50u8 {
+        let x = std::fs::read(d.0.join(format!("t/x/f{i:02}"))).unwrap();
+        assert_eq!(x, data(3_000, i), "f{i:02}");
+        let y = std::fs::read(d.0.join(format!("t/y/g{i:02}"))).unwrap();
+        assert_eq!(y, data(4_000, i), "g{i:02}");
+    }
+}
+
+#[tokio::test]
 async fn cancel_stops_small_files_on_the_source_thread() {
     // Small files copied on the source's thread: a cancel ends the run
     // promptly, every file is reported once, and every file under a
