@@ -518,7 +518,7 @@ impl HomeQueue {
             let homes = q.backend.homes();
             let files = lock(&q.state).todo.len();
             let per_home = (per_queue.min(files) / homes.len().max(1)).max(1);
-            for (_, rt) in homes {
+            for rt in homes {
                 for _ in 0..per_home {
                     let Ok(permit) = gate.clone().try_acquire_owned() else {
                         break;
@@ -1193,25 +1193,11 @@ async fn copy_whole(
             if r.cancel.is_cancelled() {
                 return Err(TransferError::cancelled());
             }
-            if here {
-                let data = read_whole(src.as_ref(), &f.src, size, opened, stall).await?;
-                if r.cancel.is_cancelled() {
-                    return Err(TransferError::cancelled());
-                }
-                return crate::backend::local::write_whole(
-                    part,
-                    &f.dst,
-                    &data,
-                    f.perm(),
-                    mtime,
-                    mode,
-                );
-            }
-            if let Some(rt) = home {
+            if here || home.is_some() {
                 let (from, p, to) = (src.clone(), f.src.clone(), f.dst.clone());
                 let part = part.map(<[u8]>::to_vec);
                 let (cancel, perm) = (r.cancel.clone(), f.perm());
-                let job = rt.spawn(async move {
+                let job = async move {
                     let data = read_whole(from.as_ref(), &p, size, opened, stall).await?;
                     if cancel.is_cancelled() {
                         return Err(TransferError::cancelled());
@@ -1224,8 +1210,12 @@ async fn copy_whole(
                         mtime,
                         mode,
                     )
-                });
-                let mut job = AbortOnDrop(job);
+                };
+                let Some(rt) = home else {
+                    // Already on the source's thread.
+                    return job.await;
+                };
+                let mut job = AbortOnDrop(rt.spawn(job));
                 return (&mut job.0).await.unwrap_or_else(|e| {
                     Err(TransferError::Network(format!(
                         "{}: the connection's thread ended: {e}",

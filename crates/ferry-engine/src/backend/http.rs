@@ -254,9 +254,13 @@ impl Http {
         let h = p.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
             (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
         });
+        self.taken_from((h % self.clients.len() as u64) as usize)
+    }
+
+    /// Shard `i`, or when the server refused its connection the next one
+    /// it took (`i` itself when it took none).
+    fn taken_from(&self, i: usize) -> usize {
         let n = self.clients.len();
-        let i = (h % n as u64) as usize;
-        // The next one the server took, when it refused this one.
         (0..n)
             .map(|k| (i + k) % n)
             .find(|&j| !self.refused[j].load(Ordering::Relaxed))
@@ -308,12 +312,7 @@ impl Http {
             // A range of a split file: the next connection, so that the
             // ranges add connections, not streams of one.
             Some(next) if headers.contains_key("range") => {
-                let n = self.clients.len();
-                let k = next.fetch_add(1, Ordering::Relaxed) % n;
-                (0..n)
-                    .map(|j| (k + j) % n)
-                    .find(|&j| !self.refused[j].load(Ordering::Relaxed))
-                    .unwrap_or(k)
+                self.taken_from(next.fetch_add(1, Ordering::Relaxed) % self.clients.len())
             }
             _ => self.here().unwrap_or_else(|| self.shard(p)),
         };
@@ -573,12 +572,12 @@ impl Backend for Http {
     fn home(&self, p: &[u8]) -> Option<tokio::runtime::Handle> {
         self.clients[self.shard(p)].driver().cloned()
     }
-    fn homes(&self) -> Vec<(usize, tokio::runtime::Handle)> {
+    fn homes(&self) -> Vec<tokio::runtime::Handle> {
         self.clients
             .iter()
             .enumerate()
             .filter(|(i, _)| !self.refused[*i].load(Ordering::Relaxed))
-            .filter_map(|(i, c)| Some((i, c.driver()?.clone())))
+            .filter_map(|(_, c)| c.driver().cloned())
             .collect()
     }
 

@@ -306,7 +306,7 @@ impl Backend for Memory {
         // As HTTP's: a read says the size where the listing did not.
         lock(&self.faults).listing_without_sizes
     }
-    fn homes(&self) -> Vec<(usize, tokio::runtime::Handle)> {
+    fn homes(&self) -> Vec<tokio::runtime::Handle> {
         if lock(&self.faults).home_gone {
             // A runtime already shut down (on a thread of its own: one
             // may not be dropped inside another): what is spawned there
@@ -317,11 +317,11 @@ impl Backend for Memory {
             })
             .join();
             return match gone {
-                Ok(Some(h)) => vec![(0, h)],
+                Ok(Some(h)) => vec![h],
                 _ => Vec::new(),
             };
         }
-        self.home(b"").map(|rt| (0, rt)).into_iter().collect()
+        self.home(b"").into_iter().collect()
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -499,14 +499,13 @@ pub trait Backend: Send + Sync {
     }
 
     /// Every thread this backend's requests can run on now (each HTTP
-    /// shard's, each live SSH connection's), each with a key that stays
-    /// the same for that thread. A request made on one of them for a
+    /// shard's, each live SSH connection's). A request made on one of them for a
     /// small whole file ([`Backend::get_whole`]) is served by that
     /// thread's own connection, so the engine runs small files into local
     /// files there, taken from one queue: no hand-off between threads for
     /// each file (the copy loops' shape; one spawn and one wake-up a file
     /// cost 1.5x the loop's client CPU for 1,000 x 20 kB over HTTPS).
-    fn homes(&self) -> Vec<(usize, tokio::runtime::Handle)> {
+    fn homes(&self) -> Vec<tokio::runtime::Handle> {
         Vec::new()
     }
 

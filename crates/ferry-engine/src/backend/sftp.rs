@@ -804,14 +804,13 @@ impl Backend for Sftp {
     fn home(&self, _p: &[u8]) -> Option<tokio::runtime::Handle> {
         self.live().map(|k| k.rt)
     }
-    fn homes(&self) -> Vec<(usize, tokio::runtime::Handle)> {
+    fn homes(&self) -> Vec<tokio::runtime::Handle> {
         self.adopt_joined();
         let conns = self.conns.read().unwrap_or_else(|p| p.into_inner());
         conns
             .iter()
             .filter(|k| !k.c.is_closed())
-            // A connection's own counter: the same for its life.
-            .map(|k| (Arc::as_ptr(&k.writes) as usize, k.rt.clone()))
+            .map(|k| k.rt.clone())
             .collect()
     }
 
