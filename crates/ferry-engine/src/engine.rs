@@ -878,7 +878,7 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
         };
         let mut wider = match long_path {
             Some(rtt) if widening => Some(widen::Widening::new(
-                n,
+                n.max(widen::START),
                 r.opts.max_streams,
                 rtt,
                 Instant::now(),
@@ -888,6 +888,9 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
         };
         if let Some(w) = &wider {
             n = w.ranges();
+            if n > 1 {
+                n = widen_to(r, n).await.max(1);
+            }
         }
         let mut queue = chunks(&missing, chunk).into_iter();
         let mut running = FuturesUnordered::new();

@@ -8,7 +8,8 @@
 //! the link, a CPU or the server is full. How many that takes depends on
 //! things ferry cannot see (the server's buffers, the loss rate, the other
 //! traffic), so it is measured, not guessed: a file starts on the
-//! connections the protocol's default gives it; every measuring interval
+//! connections the protocol's default gives it (four at least); every
+//! measuring interval
 //! the engine compares the rate with the one before, doubles the ranges
 //! in flight while doubling paid (at least [`GAIN`] more), and stops at
 //! the first doubling that did not, or at the user's limit
@@ -28,14 +29,20 @@ pub(crate) const LONG_PATH: Duration = Duration::from_millis(10);
 /// ends before a measurement could say anything.
 pub(crate) const WIDEN_MIN: u64 = 32 * 1024 * 1024;
 
+/// Ranges a widened file starts on at least (as lftp's `pget` and
+/// aria2c's `-s` default to 5): a 256 MiB file at loss100 spent most of
+/// its 9 s doubling up from two (BENCHMARKS.md, run widen-1).
+pub(crate) const START: usize = 4;
+
 /// The rate must grow by this share for a doubling to count as paid.
 pub(crate) const GAIN: f64 = 1.15;
 
 /// The measuring interval: long enough for a new connection's slow start
 /// (BBR's start-up doubles per round trip, about 7 round trips to reach
-/// 16 MB/s at 100 ms) and for a rate through random loss to settle.
+/// 16 MB/s at 100 ms) and for a rate through random loss to settle; short
+/// enough that a 1 GiB file reaches 8 connections in its first seconds.
 pub(crate) fn interval(round_trip: Duration) -> Duration {
-    (round_trip * 16).clamp(Duration::from_millis(500), Duration::from_secs(4))
+    (round_trip * 10).clamp(Duration::from_millis(500), Duration::from_secs(3))
 }
 
 #[derive(Debug)]
@@ -196,10 +203,7 @@ mod tests {
             interval(Duration::from_millis(1)),
             Duration::from_millis(500)
         );
-        assert_eq!(
-            interval(Duration::from_millis(100)),
-            Duration::from_millis(1600)
-        );
-        assert_eq!(interval(Duration::from_secs(1)), Duration::from_secs(4));
+        assert_eq!(interval(Duration::from_millis(100)), Duration::from_secs(1));
+        assert_eq!(interval(Duration::from_secs(1)), Duration::from_secs(3));
     }
 }
