@@ -33,6 +33,7 @@ use crate::backend::{
 use crate::error::{ErrorKind, TransferError};
 use crate::journal;
 use crate::transfer::{Cancel, Emitter, Event, FileReport};
+use crate::widen;
 use crate::{CopyOptions, Stats};
 
 /// Bytes of a partial file compared with the source before resuming.
@@ -745,12 +746,17 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
     // gets at least MIN_RANGE; a file whose size came with its first read
     // goes on in that one stream.
     let asked = r.opts.streams.is_some() && size >= 2 * MIN_RANGE;
-    let may_split = first.is_none()
-        && sc.ranged_read
-        && dc.offset_write
-        && target.renamed
-        && (size >= r.opts.split_min || asked)
-        && streams > 1;
+    let splittable = first.is_none() && sc.ranged_read && dc.offset_write && target.renamed;
+    // A big file on a long path, where one connection is held by its
+    // window or its losses: its ranges are widened over more connections
+    // as measured (widen.rs), even where the protocol's default is one.
+    let long_path = long_path(src.as_ref(), dst.as_ref());
+    let widening = splittable
+        && r.opts.streams.is_none()
+        && r.opts.max_streams > 1
+        && size >= widen::WIDEN_MIN
+        && long_path.is_some();
+    let may_split = splittable && ((size >= r.opts.split_min || asked) && streams > 1 || widening);
     // What this file allows (an HTTP server may ignore ranges for it), and
     // its version for the record: asked only where it matters.
     let info = if let Some(i) = first_info {
@@ -796,7 +802,8 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
     }
     let todo = span(&missing);
     let asked = r.opts.streams.is_some() && todo >= 2 * MIN_RANGE;
-    let split = may_split && info.ranges && (todo >= r.opts.split_min || asked);
+    let widening = widening && info.ranges && todo >= widen::WIDEN_MIN;
+    let split = may_split && info.ranges && (todo >= r.opts.split_min || asked || widening);
     // The source's version noted beside a part written in order, so a
     // later --resume knows whether the file changed in between.
     let in_order_record = !split && resumable && info.ranges && info.version.is_some();
@@ -853,19 +860,38 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
             // (a hard kill leaves it erring on the side of sending again).
             rec.save(dst.as_ref()).await?;
         }
-        let n = if split {
+        let mut n = if split {
             streams.min((todo / MIN_RANGE).max(1) as usize)
         } else {
             1
         };
         // One stream is one write from where it starts (a ranged PUT
         // says its whole range up front); split ranges go in pieces the
-        // record notes as they complete.
-        let chunk = if split {
+        // record notes as they complete. A widened file is cut finer, so
+        // that there are pieces for the connections it may grow to.
+        let chunk = if widening {
+            (todo / WIDEN_PIECES).clamp(MIN_WIDEN_CHUNK, MAX_CHUNK)
+        } else if split {
             todo.div_ceil(n as u64).min(MAX_CHUNK)
         } else {
             todo
         };
+        let mut wider = match long_path {
+            Some(rtt) if widening => Some(widen::Widening::new(
+                n.max(widen::START),
+                r.opts.max_streams,
+                rtt,
+                Instant::now(),
+                r.stats.bytes_done.load(Ordering::Relaxed),
+            )),
+            _ => None,
+        };
+        if let Some(w) = &wider {
+            n = w.ranges();
+            if n > 1 {
+                n = widen_to(r, n).await.max(1);
+            }
+        }
         let mut queue = chunks(&missing, chunk).into_iter();
         let mut running = FuturesUnordered::new();
         let mut failed = None;
@@ -883,7 +909,21 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
                     }
                 });
             }
-            let Some(res) = running.next().await else {
+            let tick = wider.as_ref().and_then(widen::Widening::next_tick);
+            let res = tokio::select! {
+                res = running.next() => res,
+                _ = sleep_until(tick), if tick.is_some() => {
+                    if let Some(w) = wider.as_mut() {
+                        let want = w.tick(Instant::now(), r.stats.bytes_done.load(Ordering::Relaxed));
+                        if want > n {
+                            n = widen_to(r, want).await.max(n);
+                            tracing::debug!("{}: {n} ranges in flight", dst.display(&f.dst));
+                        }
+                    }
+                    continue;
+                }
+            };
+            let Some(res) = res else {
                 break;
             };
             // What is in: the whole range, or what a failed one kept.
@@ -919,6 +959,41 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
 /// Ranges of a split file are moved in pieces of this size or less, each
 /// noted in the resume record when it is in.
 const MAX_CHUNK: u64 = 64 * 1024 * 1024;
+/// A widened file is cut into about this many pieces (32 MiB for 1 GiB)...
+const WIDEN_PIECES: u64 = 32;
+/// ...of at least this size: each piece's start costs its connection a
+/// round trip, 1% of a piece at 100 MB/s and 100 ms.
+const MIN_WIDEN_CHUNK: u64 = 8 * 1024 * 1024;
+
+/// The round trip of the longer of the two paths when it is long
+/// ([`widen::LONG_PATH`]): a file there may be widened.
+fn long_path(src: &dyn Backend, dst: &dyn Backend) -> Option<Duration> {
+    [src.round_trip(), dst.round_trip()]
+        .into_iter()
+        .flatten()
+        .max()
+        .filter(|&d| d >= widen::LONG_PATH)
+}
+
+/// Ask both ends to let `want` ranges each have a connection: how many
+/// they can take now.
+async fn widen_to(r: &Run, want: usize) -> usize {
+    let src = r
+        .sources
+        .iter()
+        .map(|s| s.backend.widen(Role::Source, want));
+    let dst = r.dest.backend.widen(Role::Destination, want);
+    let (srcs, d) = futures_util::future::join(futures_util::future::join_all(src), dst).await;
+    srcs.into_iter().fold(d.min(want), usize::min).max(1)
+}
+
+/// Sleep until `at`; never wakes without one.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
 /// The smallest range `--streams` splits a file into below `split_min`.
 const MIN_RANGE: u64 = 1024 * 1024;
 

@@ -46,6 +46,7 @@ mod retry;
 pub mod s3;
 pub mod sync;
 mod transfer;
+mod widen;
 mod window;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -74,8 +75,14 @@ pub struct CopyOptions {
     /// [`Tuning::FTP_PARALLEL`], one control connection per file).
     pub parallel: Option<usize>,
     /// SSH connections to open; a large file is split over them. `None`:
-    /// the measured default for the direction (see [`Tuning`]).
+    /// the measured default for the direction (see [`Tuning`]), and on a
+    /// long path a big file widened as measured, up to `max_streams`.
     pub streams: Option<usize>,
+    /// On a long path (a TCP handshake of 10 ms or more) without
+    /// `streams`: most connections one big file is widened over, as
+    /// measured (docs/internals/wan.md, "More connections as measured");
+    /// 1: never more than the protocol's default.
+    pub max_streams: usize,
     /// Bytes per READ/WRITE request wanted; capped by what the server
     /// accepts (limits@openssh.com), 32 KiB when it does not say.
     pub chunk: Option<u32>,
@@ -128,6 +135,7 @@ impl Default for CopyOptions {
             resume: false,
             parallel: None,
             streams: None,
+            max_streams: Tuning::MAX_STREAMS,
             chunk: None,
             max_depth: 128,
             split_min: 32 * 1024 * 1024,
@@ -158,6 +166,11 @@ impl Tuning {
     /// gets one. More than 16 MiB requested at once only made sshd burn CPU
     /// on queued replies: each stream asks for 8 MiB at most.
     pub const DOWNLOAD_STREAMS: usize = 2;
+    /// Most connections a big file is widened over on a long path when
+    /// `--streams` is not given: aria2c's `-x` default ceiling is 16;
+    /// at 100 ms with Linux's 4 MiB send buffers 8 connections fill a
+    /// 1 Gbit/s link (docs/internals/wan.md).
+    pub const MAX_STREAMS: usize = 16;
     /// Uploads: sshd's own 2 MiB window caps each connection at
     /// 2 MiB / RTT, so uploads spread over four.
     pub const UPLOAD_STREAMS: usize = 4;

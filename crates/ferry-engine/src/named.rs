@@ -21,6 +21,7 @@ pub const OPTION_NAMES: &[&str] = &[
     "resume",
     "parallel",
     "streams",
+    "max_streams",
     "chunk",
     "depth",
     "window",
@@ -76,6 +77,7 @@ impl CopyOptions {
             "resume" => self.resume = flag(name, v)?,
             "parallel" | "P" => self.parallel = Some(count(name, v)?),
             "streams" => self.streams = Some(count(name, v)?),
+            "max_streams" => self.max_streams = count(name, v)?,
             "chunk" => {
                 let c = size(name, v)?;
                 if c > 16 << 20 {
@@ -507,6 +509,7 @@ mod tests {
                 "timeout"
                 | "parallel"
                 | "streams"
+                | "max_streams"
                 | "depth"
                 | "retries"
                 | "max_redirs"

@@ -1301,3 +1301,76 @@ async fn many_named_sources_with_one_missing() {
     assert_eq!(b.get("/d/f17"), None);
     assert_eq!(counter(&a.counters.stats), 40);
 }
+
+/// A source on a long path (a 20 ms handshake) whose reads each move at
+/// most 4 MiB/s, as connections held by their windows or losses do: the
+/// big file starts on the default 4 ranges and is widened as measured.
+#[tokio::test]
+async fn a_big_file_on_a_long_path_is_widened_as_measured() {
+    let (a, b) = (Memory::new("a"), Memory::new("b"));
+    let body = data(48 << 20, 3);
+    a.put("/big", &body, 0);
+    a.set_faults(Faults {
+        round_trip: Some(Duration::from_millis(20)),
+        read_rate: Some(4 << 20),
+        ..Faults::default()
+    });
+    let (r, _) = run(Transfer::between(
+        vec![at(&a, "/big")],
+        at(&b, "/big.copy"),
+        opts(),
+    ))
+    .await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(b.get("/big.copy").as_deref(), Some(&body[..]));
+    let widened = a
+        .counters
+        .widened
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(widened >= 8, "asked to widen to {widened}");
+    // Six pieces of 8 MiB, each read once: widening moves no byte twice.
+    assert_eq!(
+        a.counters.reads.load(std::sync::atomic::Ordering::Relaxed),
+        6
+    );
+    assert!(parts(&b).is_empty(), "{:?}", parts(&b));
+}
+
+/// A short path, `--streams`, or `--max-streams 1`: no widening.
+#[tokio::test]
+async fn no_widening_on_a_short_path_or_when_the_user_says() {
+    for (rtt, o) in [
+        (1, opts()),
+        (
+            20,
+            CopyOptions {
+                max_streams: 1,
+                ..opts()
+            },
+        ),
+        (
+            20,
+            CopyOptions {
+                streams: Some(2),
+                ..opts()
+            },
+        ),
+    ] {
+        let (a, b) = (Memory::new("a"), Memory::new("b"));
+        let body = data(40 << 20, 5);
+        a.put("/big", &body, 0);
+        a.set_faults(Faults {
+            round_trip: Some(Duration::from_millis(rtt)),
+            ..Faults::default()
+        });
+        let (r, _) = run(Transfer::between(vec![at(&a, "/big")], at(&b, "/c"), o)).await;
+        assert!(r.error.is_none(), "{:?}", r.error);
+        assert_eq!(b.get("/c").as_deref(), Some(&body[..]));
+        assert_eq!(
+            a.counters
+                .widened
+                .load(std::sync::atomic::Ordering::Relaxed),
+            0
+        );
+    }
+}

@@ -170,6 +170,9 @@ struct Inner {
     /// The runtime whose thread makes and drives this client's
     /// connections (TCP, TLS, framing); `None`: the caller's.
     driver: Option<tokio::runtime::Handle>,
+    /// The quickest TCP handshake of this client's connections: the
+    /// path's round trip.
+    round_trip: ferry_tcp::MinRoundTrip,
 }
 
 /// A cheap handle; clones share the connections.
@@ -230,6 +233,7 @@ impl Client {
                 negotiated: Mutex::new(None),
                 trusted: Mutex::new(Vec::new()),
                 driver: None,
+                round_trip: Default::default(),
             }),
         })
     }
@@ -275,6 +279,7 @@ impl Client {
                 negotiated: Mutex::new(None),
                 trusted: Mutex::new(trusted),
                 driver,
+                round_trip: Default::default(),
             }),
         }
     }
@@ -304,6 +309,12 @@ impl Client {
         if !t.contains(&o) {
             t.push(o);
         }
+    }
+
+    /// The quickest TCP handshake of this client's connections so far
+    /// (one round trip of the path); `None` before the first.
+    pub fn round_trip(&self) -> Option<std::time::Duration> {
+        self.inner.round_trip.get()
     }
 
     /// TCP connections opened so far.
@@ -670,6 +681,7 @@ impl Client {
         let mut last = String::from("no address");
         let mut tcp = None;
         for a in addrs {
+            let began = std::time::Instant::now();
             match tokio::time::timeout(
                 self.inner.opts.connect_timeout,
                 tokio::net::TcpStream::connect(a),
@@ -677,6 +689,8 @@ impl Client {
             .await
             {
                 Ok(Ok(s)) => {
+                    // Through a proxy this is the proxy's round trip.
+                    self.inner.round_trip.note(began.elapsed());
                     tcp = Some(s);
                     break;
                 }

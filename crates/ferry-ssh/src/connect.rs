@@ -160,9 +160,19 @@ pub struct SshConnection {
     max_packet: u32,
     /// The cipher the last key exchange chose (set by `ClientHandler`).
     cipher: Arc<Mutex<Option<String>>>,
+    /// The TCP handshake's time: one round trip of the path (`None`
+    /// through a ProxyCommand).
+    round_trip: Option<std::time::Duration>,
 }
 
 impl SshConnection {
+    /// How long the TCP handshake took: one round trip of the path
+    /// (through a jump host, the first hop's); `None` through a
+    /// ProxyCommand.
+    pub fn round_trip(&self) -> Option<std::time::Duration> {
+        self.round_trip
+    }
+
     /// The cipher the key exchange chose, e.g. `aegis-128l@ferry` with
     /// ferry serve or `aes128-gcm@openssh.com` with OpenSSH.
     pub fn cipher(&self) -> Option<String> {
@@ -489,12 +499,16 @@ impl Connector {
         let host = self.host.hostname.clone();
         let port = self.host.port;
         let cipher = Arc::default();
+        // Known where we made the TCP connection ourselves; through a
+        // jump host, at least that hop's.
+        let mut round_trip = None;
         let (handle, via, mut proxy) = match &self.route {
             Route::Direct => {
                 // No BufReader: ferry's russh reads ahead into its own
                 // buffer and takes packets out of it without a copy
                 // (vendor/russh/FERRY-PATCH.md).
-                let stream = self.tcp(&host, port).await.map_err(|e| self.at_hop(e))?;
+                let (stream, took) = self.tcp(&host, port).await.map_err(|e| self.at_hop(e))?;
+                round_trip = Some(took);
                 (
                     self.handshake(config, stream, &cipher, &compress).await,
                     None,
@@ -503,6 +517,7 @@ impl Connector {
             }
             Route::Jump(jump) => {
                 let via = Box::pin(jump.connect()).await?;
+                round_trip = via.round_trip;
                 let open = via.handle.channel_open_direct_tcpip(
                     host.clone(),
                     u32::from(port),
@@ -600,11 +615,29 @@ impl Connector {
             proxy,
             max_packet: self.opts.max_packet,
             cipher,
+            round_trip,
         })
     }
 
-    async fn tcp(&self, host: &str, port: u16) -> Result<tokio::net::TcpStream, SshError> {
-        let connect = tokio::net::TcpStream::connect((host, port));
+    /// A TCP connection to `host`, and how long its handshake took (one
+    /// round trip of the path: name resolution is not in it).
+    async fn tcp(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> Result<(tokio::net::TcpStream, std::time::Duration), SshError> {
+        let connect = async {
+            let mut last = None;
+            for a in tokio::net::lookup_host((host, port)).await? {
+                let began = std::time::Instant::now();
+                match tokio::net::TcpStream::connect(a).await {
+                    Ok(s) => return Ok((s, began.elapsed())),
+                    Err(e) => last = Some(e),
+                }
+            }
+            Err(last
+                .unwrap_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no address")))
+        };
         let stream = match self.host.connect_timeout {
             Some(t) => tokio::time::timeout(t, connect)
                 .await
@@ -620,9 +653,10 @@ impl Connector {
             port,
             source,
         })?;
+        let (stream, took) = stream;
         let _ = stream.set_nodelay(true);
         ferry_tcp::apply(&stream);
-        Ok(stream)
+        Ok((stream, took))
     }
 
     /// Key exchange and host key (or certificate) check over `stream`.

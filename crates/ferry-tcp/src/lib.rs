@@ -197,3 +197,50 @@ pub fn system_default() -> String {
         .next()
         .unwrap_or_else(|| "unknown".into())
 }
+
+/// The smallest TCP handshake time seen on a path: the time from `connect`
+/// to its answer is one round trip (SYN to SYN-ACK) measured before any
+/// data queues, so it is the link's, not a busy server's. The engine reads
+/// it to tell a long link (where one connection's rate is held by its
+/// window or its losses, and more connections help) from a short one.
+#[derive(Debug)]
+pub struct MinRoundTrip(std::sync::atomic::AtomicU64);
+
+impl Default for MinRoundTrip {
+    fn default() -> Self {
+        MinRoundTrip(std::sync::atomic::AtomicU64::new(u64::MAX))
+    }
+}
+
+impl MinRoundTrip {
+    /// A handshake took `d`.
+    pub fn note(&self, d: std::time::Duration) {
+        let n = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX - 1);
+        self.0.fetch_min(n, Ordering::Relaxed);
+    }
+
+    /// The smallest seen; `None` before the first connection.
+    pub fn get(&self) -> Option<std::time::Duration> {
+        match self.0.load(Ordering::Relaxed) {
+            u64::MAX => None,
+            n => Some(std::time::Duration::from_nanos(n)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod round_trip_tests {
+    use super::MinRoundTrip;
+    use std::time::Duration;
+
+    #[test]
+    fn keeps_the_smallest_handshake() {
+        let m = MinRoundTrip::default();
+        assert_eq!(m.get(), None);
+        m.note(Duration::from_millis(100));
+        m.note(Duration::from_millis(120));
+        assert_eq!(m.get(), Some(Duration::from_millis(100)));
+        m.note(Duration::from_millis(99));
+        assert_eq!(m.get(), Some(Duration::from_millis(99)));
+    }
+}

@@ -133,6 +133,12 @@ struct ConnArgs {
     /// one connection each [default: 1].
     #[arg(long, value_name = "N")]
     streams: Option<usize>,
+    /// Without --streams, on a long path (a TCP handshake of 10 ms or
+    /// more): most connections one big file (32 MiB or more) is widened
+    /// over, doubling while the measured rate grows [default: 16; 1: never
+    /// more than the protocol's default].
+    #[arg(long, value_name = "N", default_value_t = CopyOptions::default().max_streams)]
+    max_streams: usize,
     /// Bytes per SFTP request (e.g. 32k, 256k, 1M); capped by the server's limits.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     chunk: Option<u64>,
@@ -220,10 +226,14 @@ impl ConnArgs {
     fn options(self) -> Result<CopyOptions, String> {
         if self.parallel == Some(0)
             || self.streams == Some(0)
+            || self.max_streams == 0
             || self.depth == 0
             || self.retries == 0
         {
-            return Err("-P, --streams, --depth and --retries take a number of at least 1".into());
+            return Err(
+                "-P, --streams, --max-streams, --depth and --retries take a number of at least 1"
+                    .into(),
+            );
         }
         if self.timeout == 0 {
             return Err("--timeout takes a number of seconds of at least 1".into());
@@ -234,6 +244,7 @@ impl ConnArgs {
         let mut opts = CopyOptions {
             parallel: self.parallel,
             streams: self.streams,
+            max_streams: self.max_streams,
             chunk: match self.chunk {
                 Some(c) if c > 16 * 1024 * 1024 => return Err("--chunk: at most 16M".into()),
                 Some(c) => Some(c as u32),

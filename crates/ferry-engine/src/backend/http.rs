@@ -19,7 +19,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use super::{
     path, Backend, BackendInfo, ByteStream, Capabilities, Entry, EntryKind, LocalRange, RangeTask,
-    ReadInfo, Sink, Unfinished, UnsizedRead, WriteMode,
+    ReadInfo, Role, Sink, Unfinished, UnsizedRead, WriteMode,
 };
 use crate::error::TransferError;
 use crate::location::HttpSpec;
@@ -101,6 +101,13 @@ pub struct Http {
     /// `--streams N`: one client (connection) per range, the ranged GETs
     /// handed to them in turn; `None`: by path.
     spread: Option<AtomicUsize>,
+    /// A file the engine widened on a long path ([`Backend::widen`]): its
+    /// ranged GETs go in turn to the shards' clients and these, each a
+    /// client with its own connection on a thread of its own (and what
+    /// keeps that thread), `wide_n` clients in all.
+    wide: std::sync::RwLock<Vec<(Client, tokio::sync::oneshot::Sender<()>)>>,
+    wide_n: AtomicUsize,
+    wide_next: AtomicUsize,
 }
 
 /// What a server's `OPTIONS` answer says PUT takes.
@@ -235,6 +242,9 @@ impl Http {
                 upload_auto: Default::default(),
                 spread: (opts.http_shards.is_none() && opts.streams.is_some_and(|n| n > 1))
                     .then(AtomicUsize::default),
+                wide: Default::default(),
+                wide_n: AtomicUsize::new(0),
+                wide_next: AtomicUsize::new(0),
             },
             root_path,
             dir,
@@ -299,20 +309,42 @@ impl Http {
         Ok(self.request_on(method, p, headers).await?.0)
     }
 
-    /// [`Http::request`], and the shard whose client sent it.
+    /// [`Http::request`], and the thread that drives the connection it
+    /// went over.
     async fn request_on(
         &self,
         method: Method,
         p: &[u8],
         headers: &HeaderMap,
-    ) -> Result<(ferry_http::Response, usize), TransferError> {
+    ) -> Result<(ferry_http::Response, Option<tokio::runtime::Handle>), TransferError> {
         let url = self.url(p);
         let stall = self.stall;
+        let ranged = headers.contains_key("range");
+        let widened = self.wide_n.load(Ordering::Relaxed);
         let mut i = match &self.spread {
             // A range of a split file: the next connection, so that the
             // ranges add connections, not streams of one.
-            Some(next) if headers.contains_key("range") => {
+            Some(next) if ranged => {
                 self.taken_from(next.fetch_add(1, Ordering::Relaxed) % self.clients.len())
+            }
+            // A range of a widened file: the next of the shards' and the
+            // extra clients.
+            None if ranged && widened > 1 => {
+                let k = self.wide_next.fetch_add(1, Ordering::Relaxed) % widened;
+                match k.checked_sub(self.clients.len()) {
+                    None => self.taken_from(k),
+                    Some(x) => {
+                        let c = self.wide.read().unwrap_or_else(|e| e.into_inner())[x]
+                            .0
+                            .clone();
+                        let sent = tokio::time::timeout(stall, c.send(method, &url, headers, None))
+                            .await
+                            .map_err(|_| {
+                                TransferError::stalled(&self.display(p), "no answer", stall)
+                            })?;
+                        return Ok((sent?, c.driver().cloned()));
+                    }
+                }
             }
             _ => self.here().unwrap_or_else(|| self.shard(p)),
         };
@@ -331,7 +363,7 @@ impl Http {
                     }
                     None => return Err(TransferError::Network(m)),
                 },
-                other => return Ok((other?, i)),
+                other => return Ok((other?, self.clients[i].driver().cloned())),
             }
         }
     }
@@ -467,7 +499,7 @@ impl Http {
             }
         }
         let stall = self.stall;
-        let (resp, shard) = self.request_on(Method::GET, p, &h).await?;
+        let (resp, driver) = self.request_on(Method::GET, p, &h).await?;
         if resp.status == StatusCode::NOT_FOUND {
             return Err(self.missing(p));
         }
@@ -521,7 +553,7 @@ impl Http {
             decoder: coded.then_some(decoder),
             pending: Bytes::new(),
             stall,
-            driver: self.clients[shard].driver().cloned(),
+            driver,
         })
     }
 
@@ -584,6 +616,34 @@ impl Backend for Http {
     fn endpoint_key(&self) -> String {
         self.origin()
     }
+    fn round_trip(&self) -> Option<Duration> {
+        self.clients.iter().filter_map(Client::round_trip).min()
+    }
+
+    /// A widened download's ranges each get a connection: the shards'
+    /// first, then new clients, each on a thread of its own (at most
+    /// [`MAX_RANGE_CONNECTIONS`]). Over HTTP/2 ranges on one connection
+    /// would be streams sharing its one window and its losses.
+    async fn widen(&self, role: Role, ranges: usize) -> usize {
+        if role != Role::Source || self.spread.is_some() {
+            return self.capabilities().max_ranges.min(ranges);
+        }
+        let want = ranges.clamp(1, MAX_RANGE_CONNECTIONS);
+        let shards = self.clients.len();
+        let mut wide = self.wide.write().unwrap_or_else(|e| e.into_inner());
+        while shards + wide.len() < want {
+            match super::runtime_thread(format!("ferry-http-w{}", wide.len())) {
+                Ok((rt, hold)) => wide.push((self.clients[0].sibling_on(1, Some(rt)), hold)),
+                Err(e) => {
+                    tracing::debug!("{}: no extra connection: {e}", self.origin());
+                    break;
+                }
+            }
+        }
+        let n = want.min(shards + wide.len());
+        self.wide_n.fetch_max(n, Ordering::Relaxed);
+        n
+    }
     fn info(&self) -> BackendInfo {
         // The protocol a connection spoke: any shard's that made one.
         let spoke = self
@@ -592,12 +652,15 @@ impl Backend for Http {
             .find(|c| c.negotiated().is_some())
             .unwrap_or(&self.clients[0]);
         BackendInfo {
-            connections: self
-                .clients
-                .iter()
-                .map(Client::connections)
-                .sum::<usize>()
-                .max(1),
+            connections: (self.clients.iter().map(Client::connections).sum::<usize>()
+                + self
+                    .wide
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .iter()
+                    .map(|(c, _)| c.connections())
+                    .sum::<usize>())
+            .max(1),
             cipher: None,
             chunk: 0,
             protocol: Some(protocol(spoke, self.root.https).into()),

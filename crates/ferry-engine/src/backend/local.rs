@@ -9,7 +9,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 
-use super::{Backend, ByteStream, Capabilities, Entry, EntryKind, LocalFile, Sink, WriteMode};
+use super::{
+    Backend, ByteStream, Capabilities, Entry, EntryKind, LocalFile, Role, Sink, WriteMode,
+};
 use crate::error::TransferError;
 
 /// Bytes read per piece: large enough that a blocking-thread hand-off per
@@ -120,6 +122,10 @@ impl Backend for Local {
     }
     fn endpoint_key(&self) -> String {
         "local".into()
+    }
+    /// Any number of ranges write into a local file at once.
+    async fn widen(&self, _role: Role, ranges: usize) -> usize {
+        ranges
     }
 
     async fn resolve_link(&self, path: &[u8]) -> Result<Vec<u8>, TransferError> {

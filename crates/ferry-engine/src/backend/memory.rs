@@ -26,7 +26,7 @@ use bytes::Bytes;
 
 use super::{
     path, Backend, ByteStream, Capabilities, Entry, EntryKind, LocalRange, RangeTask, ReadInfo,
-    Sink, UnsizedRead, WriteMode,
+    Role, Sink, UnsizedRead, WriteMode,
 };
 use crate::error::TransferError;
 
@@ -97,6 +97,12 @@ pub struct Faults {
     /// Run once, when this store has served (`reads`) or stored that many
     /// bytes in all, counted from when the faults were set.
     pub hook: Option<Hook>,
+    /// The path's round trip this store reports ([`Backend::round_trip`]):
+    /// a long one lets the engine widen big files.
+    pub round_trip: Option<Duration>,
+    /// Each read delivers at most this many bytes a second: a connection
+    /// held by its window or its losses on a long path.
+    pub read_rate: Option<u64>,
 }
 
 /// Something a test does to the world at a given point of a copy (change
@@ -158,6 +164,9 @@ pub struct Counters {
     pub failed_writes: AtomicUsize,
     /// Reads, writes and renames now stalled or held by injection.
     pub stalled: AtomicUsize,
+    /// The most ranges the engine asked to widen a file over
+    /// ([`Backend::widen`]); 0: never asked.
+    pub widened: AtomicUsize,
 }
 
 /// A tree of files in memory; clones share it (a test keeps one, the
@@ -342,6 +351,13 @@ impl Backend for Memory {
     fn endpoint_key(&self) -> String {
         format!("memory:{}", self.name)
     }
+    fn round_trip(&self) -> Option<Duration> {
+        lock(&self.faults).round_trip
+    }
+    async fn widen(&self, _role: Role, ranges: usize) -> usize {
+        self.counters.widened.fetch_max(ranges, Ordering::Relaxed);
+        ranges
+    }
 
     async fn stat(&self, p: &[u8]) -> Result<Option<Entry>, TransferError> {
         self.counters.stats.fetch_add(1, Ordering::Relaxed);
@@ -477,6 +493,7 @@ impl Backend for Memory {
             display: self.display(p),
             store: self.clone(),
             own_thread: faults.own_thread,
+            rate: faults.read_rate,
         }))
     }
 
@@ -705,6 +722,8 @@ struct MemRead {
     display: String,
     store: Memory,
     own_thread: bool,
+    /// Bytes a second at most (`Faults::read_rate`).
+    rate: Option<u64>,
 }
 
 #[async_trait]
@@ -761,7 +780,12 @@ impl ByteStream for MemRead {
             .bytes_read
             .fetch_add(b.len() as u64, Ordering::Relaxed);
         self.store.passed(b.len() as u64, true);
-        tokio::task::yield_now().await;
+        match self.rate {
+            Some(r) => {
+                tokio::time::sleep(Duration::from_secs_f64(b.len() as f64 / r.max(1) as f64)).await
+            }
+            None => tokio::task::yield_now().await,
+        }
         Ok(Some(b))
     }
 

@@ -589,6 +589,22 @@ pub trait Backend: Send + Sync {
     /// when known. The default does nothing.
     async fn prepare(&self, _role: Role, _bytes: Option<u64>) {}
 
+    /// The round trip of the path to this backend's server, as its TCP
+    /// handshakes measured it; `None` for local files, or when unknown.
+    /// On a long path the engine widens a big file over more connections
+    /// as measured (widen.rs).
+    fn round_trip(&self) -> Option<std::time::Duration> {
+        None
+    }
+
+    /// Let `ranges` ranges of one file go each over a connection of its
+    /// own, opening more as needed (a file the engine widens on a long
+    /// path): how many ranges it can spread over now, connections still
+    /// shaking hands counted. The default opens nothing: `max_ranges`.
+    async fn widen(&self, _role: Role, ranges: usize) -> usize {
+        self.capabilities().max_ranges.min(ranges)
+    }
+
     /// Close connections politely. Dropping works too.
     async fn close(&self) {}
 }

@@ -87,6 +87,11 @@ fn chunk_sizes(info: &ferry_ssh::SftpInfo, opts: &CopyOptions) -> (u32, u32) {
     )
 }
 
+/// Most connections a widened file opens to one server: sshd refuses
+/// unauthenticated connections beyond `MaxStartups` (10 at once by
+/// default), and a doubling opens at most half of these at once.
+const MAX_CONNECTIONS: usize = 16;
+
 /// A server window at least this large makes one connection enough.
 const ONE_STREAM_WINDOW: u32 = 16 * 1024 * 1024;
 
@@ -118,6 +123,9 @@ pub struct Sftp {
     /// What the streams' windows learned of the link (the smallest round
     /// trip, the last depth): every new stream starts from it.
     link: Arc<LinkEstimate>,
+    /// The quickest TCP handshake of the connections: the path's round
+    /// trip, without the server's time (the engine's widening).
+    round_trip: Arc<ferry_tcp::MinRoundTrip>,
     next: AtomicUsize,
     /// Held while a lost connection is replaced: one reconnect at a time.
     reconnecting: tokio::sync::Mutex<()>,
@@ -228,6 +236,7 @@ fn spawn_connection(
     max_in_flight: usize,
     stall: std::time::Duration,
     exec_out: Option<oneshot::Sender<Arc<SshConnection>>>,
+    round_trip: Arc<ferry_tcp::MinRoundTrip>,
 ) -> Result<Spawned, TransferError> {
     let (ready_tx, ready_rx) = oneshot::channel();
     let (hold_tx, hold_rx) = oneshot::channel::<()>();
@@ -252,6 +261,9 @@ fn spawn_connection(
                 let mut hold_rx = hold_rx;
                 let up = async {
                     let conn = Arc::new(connector.connect().await?);
+                    if let Some(d) = conn.round_trip() {
+                        round_trip.note(d);
+                    }
                     let sftp = conn.sftp(max_in_flight).await?;
                     Ok::<_, TransferError>((conn, sftp))
                 };
@@ -311,11 +323,13 @@ impl Sftp {
         // The first connection alone: a password or host-key question is
         // asked once.
         let (exec_tx, exec_rx) = oneshot::channel();
+        let round_trip = Arc::<ferry_tcp::MinRoundTrip>::default();
         let (rx, hold, thread) = spawn_connection(
             connector.clone(),
             max_in_flight,
             opts.timeout,
             Some(exec_tx),
+            round_trip.clone(),
         )?;
         let (first, first_rt) = rx.await.map_err(|_| {
             TransferError::Network(format!("{}: the connection thread died", spec.host))
@@ -365,6 +379,7 @@ impl Sftp {
                 max_depth: opts.max_depth,
                 big_window: info.window_out >= ONE_STREAM_WINDOW,
                 link: Arc::default(),
+                round_trip,
                 next: AtomicUsize::new(0),
                 reconnecting: tokio::sync::Mutex::new(()),
                 read_chunk,
@@ -495,8 +510,13 @@ impl Sftp {
     /// One more connection on a thread of its own, kept until `close`;
     /// the client comes through the receiver once it is up.
     fn spawn_one(&self) -> Result<Ready, TransferError> {
-        let (rx, hold, thread) =
-            spawn_connection(self.connector.clone(), self.max_in_flight, self.stall, None)?;
+        let (rx, hold, thread) = spawn_connection(
+            self.connector.clone(),
+            self.max_in_flight,
+            self.stall,
+            None,
+            self.round_trip.clone(),
+        )?;
         self.holds
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -506,6 +526,27 @@ impl Sftp {
             .unwrap_or_else(|p| p.into_inner())
             .push(thread);
         Ok(rx)
+    }
+
+    /// Start connections until `want` are up or joining; each joins the
+    /// work when it is up (`live`, `adopt_joined`).
+    fn open_more(&self, want: usize) {
+        for _ in self.connections() + self.joining_count()..want {
+            match self.spawn_one() {
+                Ok(rx) => {
+                    self.joining_n.fetch_add(1, Ordering::Relaxed);
+                    let j = Joining {
+                        rx,
+                        n: self.joining_n.clone(),
+                    };
+                    self.joining
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(j);
+                }
+                Err(e) => tracing::debug!("{}: no extra connection: {e}", self.host),
+            }
+        }
     }
 
     /// A connection that is still up, round robin.
@@ -1231,26 +1272,10 @@ impl Backend for Sftp {
             (None, Some(b)) => want.min(1 + (b / PER_CONNECTION) as usize),
             _ => want,
         };
-        let have = self.connections();
-        if want <= have {
+        if want <= self.connections() {
             return;
         }
-        for _ in have + self.joining_count()..want {
-            match self.spawn_one() {
-                Ok(rx) => {
-                    self.joining_n.fetch_add(1, Ordering::Relaxed);
-                    let j = Joining {
-                        rx,
-                        n: self.joining_n.clone(),
-                    };
-                    self.joining
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push(j);
-                }
-                Err(e) => tracing::debug!("{}: no extra connection: {e}", self.host),
-            }
-        }
+        self.open_more(want);
         // The work starts on the first connection and each other one
         // joins as it comes up: a second sshd session took ~190 ms to
         // reach SFTP on the measuring host, longer than 100 x 1 MB then
@@ -1265,6 +1290,19 @@ impl Backend for Sftp {
             let share = self.parallel.div_ceil(want).max(1);
             self.write_share.store(share, Ordering::Relaxed);
         }
+    }
+
+    fn round_trip(&self) -> Option<std::time::Duration> {
+        self.round_trip.get()
+    }
+
+    /// More connections for a widened file: each joins as it comes up,
+    /// as `prepare`'s do (a download's ranges spread over them as they
+    /// arrive; an upload's ranges share them out).
+    async fn widen(&self, _role: Role, ranges: usize) -> usize {
+        let want = ranges.min(MAX_CONNECTIONS);
+        self.open_more(want);
+        (self.connections() + self.joining_count()).max(1)
     }
 
     async fn close(&self) {

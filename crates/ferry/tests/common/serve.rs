@@ -18,6 +18,11 @@ use super::{ferry_bin, ferry_in, keygen, pub_path, tempdir, Tmpfs};
 pub struct FerryServe {
     /// Served instead of `dir/root` ([`FerryServe::start_on_tmpfs`]).
     tmpfs: Option<Tmpfs>,
+    /// The address it listens on (127.0.0.1, or the server side of a
+    /// packet-level link: [`FerryServe::start_in_netns`]), and the
+    /// network namespace it runs in.
+    host: String,
+    netns: Option<String>,
     dir: TempDir,
     child: Option<Child>,
     pub sftp_port: Option<u16>,
@@ -52,7 +57,22 @@ impl FerryServe {
         Some(FerryServe::start_at(Some(t), args))
     }
 
+    /// [`FerryServe::start`] inside network namespace `netns` (the server
+    /// side of a `ferry_linkem::net::NetLink`), listening on `host`.
+    pub fn start_in_netns(netns: &str, host: &str, args: &[&str]) -> FerryServe {
+        FerryServe::start_where(None, Some(netns.to_string()), host, args)
+    }
+
     fn start_at(tmpfs: Option<Tmpfs>, args: &[&str]) -> FerryServe {
+        FerryServe::start_where(tmpfs, None, "127.0.0.1", args)
+    }
+
+    fn start_where(
+        tmpfs: Option<Tmpfs>,
+        netns: Option<String>,
+        host: &str,
+        args: &[&str],
+    ) -> FerryServe {
         let dir = tempdir();
         let d = dir.path();
         for sub in ["root", "state", "keys", "home"] {
@@ -64,6 +84,8 @@ impl FerryServe {
             .unwrap_or_else(|e| panic!("authorized_keys: {e}"));
         let mut s = FerryServe {
             tmpfs,
+            host: host.to_string(),
+            netns,
             dir,
             child: None,
             sftp_port: None,
@@ -78,13 +100,21 @@ impl FerryServe {
             stdout: None,
             stderr: None,
         };
-        s.launch(args, "127.0.0.1:0", "127.0.0.1:0");
+        let any = format!("{host}:0");
+        s.launch(args, &any, &any);
         s
     }
 
     fn launch(&mut self, args: &[&str], sftp: &str, https: &str) {
         let d = self.dir.path();
-        let mut cmd = Command::new(ferry_bin());
+        let mut cmd = match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, ferry_bin()]);
+                c
+            }
+            None => Command::new(ferry_bin()),
+        };
         cmd.arg("serve")
             .arg(self.root())
             .args(["--sftp", sftp, "--https", https, "--state-dir"])
@@ -158,7 +188,7 @@ impl FerryServe {
         if let Some(p) = self.sftp_port {
             fs::write(
                 d.join("keys/known_hosts"),
-                format!("[127.0.0.1]:{p} {}\n", self.hostkey_line),
+                format!("[{}]:{p} {}\n", self.host, self.hostkey_line),
             )
             .unwrap_or_else(|e| panic!("known_hosts: {e}"));
         }
@@ -175,8 +205,8 @@ impl FerryServe {
     /// resume records name the port).
     pub fn restart(&mut self, args: &[&str]) {
         let _ = self.stop_kill();
-        let sftp = format!("127.0.0.1:{}", self.sftp_port.unwrap_or(0));
-        let https = format!("127.0.0.1:{}", self.https_port.unwrap_or(0));
+        let sftp = format!("{}:{}", self.host, self.sftp_port.unwrap_or(0));
+        let https = format!("{}:{}", self.host, self.https_port.unwrap_or(0));
         self.launch(args, &sftp, &https);
     }
 
@@ -208,7 +238,8 @@ impl FerryServe {
     /// `sftp://127.0.0.1:PORT/path`
     pub fn url(&self, path: &str) -> String {
         format!(
-            "sftp://127.0.0.1:{}/{}",
+            "sftp://{}:{}/{}",
+            self.host,
             self.sftp_port.unwrap_or(0),
             path.trim_start_matches('/')
         )
@@ -217,7 +248,8 @@ impl FerryServe {
     /// `https://127.0.0.1:PORT/path`
     pub fn https_url(&self, path: &str) -> String {
         format!(
-            "https://127.0.0.1:{}/{}",
+            "https://{}:{}/{}",
+            self.host,
             self.https_port.unwrap_or(0),
             path.trim_start_matches('/')
         )

@@ -1,0 +1,148 @@
+//! A big file on a long path is widened over more connections, as
+//! measured (docs/internals/wan.md, "More connections as measured"),
+//! against a real `ferry serve` through the packet-level link: the server
+//! in one network namespace, `ferry cp` in another, 20 ms round trip and
+//! a 200 Mbit/s bottleneck. Every byte is compared; `--json` says how many
+//! connections the copy used. Root only (namespaces, TUN devices); the
+//! speed is the benchmark's business (BENCHMARKS.md), never asserted.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[macro_use]
+#[allow(unused_macros)]
+mod common;
+
+use std::ffi::OsString;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::serve::FerryServe;
+use ferry_linkem::net::{NetConfig, NetLink};
+use ferry_linkem::netem::DirConfig;
+
+/// The link, or why this host cannot make one.
+fn long_link(tag: &str) -> Option<NetLink> {
+    if !common::is_root() {
+        println!("SKIPPED: needs root for network namespaces");
+        return None;
+    }
+    if let Some(why) = ferry_linkem::net::unsupported() {
+        println!("SKIPPED: {why}");
+        return None;
+    }
+    let dir = DirConfig {
+        delay: Duration::from_millis(10),
+        rate: Some(25_000_000),
+        queue_bytes: 1 << 20,
+        ..DirConfig::default()
+    };
+    let name = format!("{tag}{}", std::process::id() % 100_000);
+    Some(NetLink::up(NetConfig::symmetric(&name, dir)).expect("packet-level link"))
+}
+
+/// `ferry cp ARGS...` run in network namespace `ns`.
+fn cp_in(ns: &str, serve: &FerryServe, args: &[OsString]) -> Output {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, common::ferry_bin(), "cp"])
+        .args(args)
+        .env("HOME", serve.home())
+        .stdin(Stdio::null())
+        .output()
+        .expect("ip netns exec ferry cp");
+    println!("{}", common::describe(&out));
+    out
+}
+
+fn streams(o: &Output) -> u64 {
+    common::json_field(o, "streams").parse().unwrap_or(0)
+}
+
+#[test]
+fn big_files_are_widened_over_more_connections_on_a_long_path() {
+    let Some(link) = long_link("wd") else { return };
+    let serve = FerryServe::start_in_netns(&link.server_netns(), "198.19.0.1", &["--writable"]);
+    let body: Vec<u8> = (0..(48u32 << 20))
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(serve.root().join("big.bin"), &body).unwrap();
+    let local = common::tempdir();
+    let ns = link.client_netns();
+
+    // SFTP down: ferry serve gives one connection unasked.
+    let down = local.path().join("down.bin");
+    let mut a = args!["--json"];
+    a.extend(serve.ferry_opts_with(&serve.key()));
+    a.extend(args![serve.url("big.bin"), &down]);
+    let o = cp_in(&ns, &serve, &a);
+    common::assert_ok(&o, "sftp download");
+    assert!(
+        std::fs::read(&down).unwrap() == body,
+        "sftp download differs"
+    );
+    assert!(
+        streams(&o) >= 2,
+        "sftp download used {} connection(s)",
+        streams(&o)
+    );
+
+    // SFTP up, from that file.
+    let mut a = args!["--json"];
+    a.extend(serve.ferry_opts_with(&serve.key()));
+    a.extend(args![&down, serve.url("up.bin")]);
+    let o = cp_in(&ns, &serve, &a);
+    common::assert_ok(&o, "sftp upload");
+    assert!(
+        std::fs::read(serve.root().join("up.bin")).unwrap() == body,
+        "sftp upload differs"
+    );
+
+    // HTTPS down over HTTP/2: one connection unasked, ranges added as
+    // connections of their own.
+    let https = local.path().join("https.bin");
+    let o = cp_in(
+        &ns,
+        &serve,
+        &args![
+            "--json",
+            "--pin",
+            format!("sha256:{}", serve.cert_sha256),
+            "--token",
+            serve.token.clone(),
+            serve.https_url("big.bin"),
+            &https
+        ],
+    );
+    common::assert_ok(&o, "https download");
+    assert!(
+        std::fs::read(&https).unwrap() == body,
+        "https download differs"
+    );
+    assert!(
+        streams(&o) >= 2,
+        "https download used {} connection(s)",
+        streams(&o)
+    );
+    assert!(
+        std::fs::read_dir(local.path()).unwrap().all(|e| !e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .contains(".ferry-")),
+        "no part file or record left"
+    );
+
+    // --max-streams 1: the protocol's default, nothing added.
+    let one = local.path().join("one.bin");
+    let mut a = args!["--json", "--max-streams", "1"];
+    a.extend(serve.ferry_opts_with(&serve.key()));
+    a.extend(args![serve.url("big.bin"), &one]);
+    let o = cp_in(&ns, &serve, &a);
+    common::assert_ok(&o, "sftp download, --max-streams 1");
+    assert!(std::fs::read(&one).unwrap() == body);
+    assert_eq!(
+        streams(&o),
+        1,
+        "--max-streams 1 kept ferry serve's one connection"
+    );
+    let r = link.down();
+    println!("link: {r:?}");
+}
