@@ -26,8 +26,13 @@ lftp mirror -R --parallel=8 (sftp, ssh as its connect program); rclone sync
 One warm-up run is not counted. Wall seconds, and CPU seconds of the
 client and of the servers (sshd with its reaped children, ferry serve).
 
+With --ferry-base OLD, that build runs as the tool ferry-base in the same
+run (and its own ferry serve for the checksum cell, `ferry-base-serve -c`),
+so a change is shown old against new.
+
 Usage: bench/sync-bench.py --ferry target/release/ferry --tree small|big
          [--dir /var/tmp] [--runs 5] [--tools ferry,rsync,lftp,rclone]
+         [--ferry-base OLD]
          [--cells initial,nochange,changed,checksum[,checksum-sshd]] [--one-dst]
          [--json out.json]
 """
@@ -98,7 +103,7 @@ def main():
     procs = []
     try:
         d = lambda *p: os.path.join(base, *p)
-        for sub in ["sshd", "serve/root", "serve/state", "keys", "home", "src"]:
+        for sub in ["sshd", "serve/root", "serve/state", "base/root", "base/state", "keys", "home", "src"]:
             os.makedirs(d(sub), exist_ok=True)
         user = os.environ.get("USER") or "root"
         sp, sshd = start_sshd(d, a.sftp_server, "MaxStartups 100\nMaxSessions 100\n")
@@ -110,13 +115,24 @@ def main():
                                        "--authorized-keys", d("keys/authorized_keys")],
                                       stdout=subprocess.DEVNULL, stderr=open(d("serve/log"), "w")))
         serve_pid = procs[-1].pid
-        for p in (sp, fp):
+        ports = [sp, fp]
+        bp = free_port()
+        if a.ferry_base:
+            # The old build's client against the old build's server.
+            procs.append(subprocess.Popen([os.path.abspath(a.ferry_base), "serve", d("base/root"), "--writable",
+                                           "--sftp", f"127.0.0.1:{bp}", "--no-https", "--state-dir", d("base/state"),
+                                           "--authorized-keys", d("keys/authorized_keys")],
+                                          stdout=subprocess.DEVNULL, stderr=open(d("base/log"), "w")))
+            ports.append(bp)
+        base_pid = procs[-1].pid if a.ferry_base else None
+        for p in ports:
             wait_port(p)
         cfg = d("home/ssh_config")
         common = ("  IdentityFile {k}\n  IdentitiesOnly yes\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n"
                   "  User {u}\n  LogLevel ERROR\n").format(k=d("keys/id"), u=user)
         open(cfg, "w").write(f"Host sshd\n  HostName 127.0.0.1\n  Port {sp}\n{common}"
-                             f"Host serve\n  HostName 127.0.0.1\n  Port {fp}\n{common}")
+                             f"Host serve\n  HostName 127.0.0.1\n  Port {fp}\n{common}"
+                             f"Host serve-base\n  HostName 127.0.0.1\n  Port {bp}\n{common}")
         env = dict(os.environ, HOME=d("home"))
         env.pop("SSH_AUTH_SOCK", None)
         env.pop("AWS_CA_BUNDLE", None)
@@ -138,9 +154,10 @@ def main():
                 return [exe, "sync", "-q", "-F", cfg] + (["-c"] if checksum else []) + [src, f"sftp://sshd{t}"]
             if tool == "ferry-cp":
                 return [ferry, "cp", "-r", "-p", "-q", "-F", cfg, src + "/", f"sftp://sshd{t}/"]
-            if tool in ("ferry-serve", "ferry-base-serve"):
-                exe = ferry if tool == "ferry-serve" else os.path.abspath(a.ferry_base)
-                return [exe, "sync", "-q", "-F", cfg, "-c", src, "sftp://serve/dst"]
+            if tool == "ferry-serve":
+                return [ferry, "sync", "-q", "-F", cfg, "-c", src, "sftp://serve/dst"]
+            if tool == "ferry-base-serve":
+                return [os.path.abspath(a.ferry_base), "sync", "-q", "-F", cfg, "-c", src, "sftp://serve-base/dst"]
             if tool == "rsync":
                 return ["rsync", "-a"] + (["--checksum"] if checksum else []) + \
                        ["-e", f"ssh -F {cfg}", src + "/", f"sshd:{t}/"]
@@ -152,7 +169,7 @@ def main():
                 return ["rclone", "sync", "-q", "--config", "/dev/null", src, rclone_remote + t]
             raise ValueError(tool)
 
-        servers = lambda: cpu_of(sshd_pid, True) + cpu_of(serve_pid)
+        servers = lambda: cpu_of(sshd_pid, True) + cpu_of(serve_pid) + (cpu_of(base_pid) if base_pid else 0)
         results = {}
 
         def settle():
@@ -201,8 +218,13 @@ def main():
                 for t in syncs:
                     timed("changed", t, cmd(t), r)
             if "checksum" in cells or "checksum-sshd" in cells:
-                if r == 0:
-                    run_timed(cmd("ferry-serve"), env)  # the first copy to ferry serve
+                if r == 0 or "changed" in cells:
+                    # The first copy to ferry serve, or the files the
+                    # changed cell rewrote: the cell compares trees that
+                    # are the same, as rsync's is after its changed run.
+                    run_timed(cmd("ferry-serve"), env)
+                    if a.ferry_base:
+                        run_timed(cmd("ferry-base-serve"), env)
                 ck = [("ferry-serve -c", cmd("ferry-serve"))]
                 if not a.one_dst and "checksum-sshd" in cells:
                     ck.append(("ferry -c", cmd("ferry", True)))

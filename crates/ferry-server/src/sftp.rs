@@ -132,6 +132,12 @@ impl AsRef<[u8]> for Budgeted {
 
 /// The budget is counted in units of this many bytes.
 const BUDGET_UNIT: usize = 16 * 1024;
+/// `check-file-name` ranges up to this size are hashed on the session's
+/// thread when the page cache holds them (`ferry sync -c` of small files).
+const HASH_NOW_MAX: u64 = 256 * 1024;
+/// `check-file-name` requests hashed on the blocking pool at once per
+/// session; the session reads no further requests while they are taken.
+const HASHING: usize = 8;
 const READDIR_BATCH: usize = 128;
 
 type Reply = Result<Response, (StatusCode, String)>;
@@ -322,6 +328,8 @@ where
         handles: Handles::new(),
         budget: Arc::new(Semaphore::new(budget_units)),
         budget_units,
+        hashing: Arc::new(Semaphore::new(HASHING)),
+        hash_buf: Vec::new(),
         peer: peer.clone(),
         initialized: false,
     };
@@ -374,6 +382,11 @@ struct Session {
     handles: Handles,
     budget: Arc<Semaphore>,
     budget_units: usize,
+    /// Room for `check-file-name` requests on the blocking pool.
+    hashing: Arc<Semaphore>,
+    /// The bytes of a small file hashed on this thread, kept between
+    /// requests (fresh pages cost more than hashing them).
+    hash_buf: Vec<u8>,
     peer: String,
     initialized: bool,
 }
@@ -630,6 +643,24 @@ impl Session {
                 offset,
                 data,
             } => self.write(id, &handle, offset, data).await,
+            Request::Extended {
+                id,
+                request:
+                    Extended::CheckFileName {
+                        path,
+                        algorithms,
+                        start,
+                        length,
+                        block_size,
+                    },
+            } => {
+                let range = HashRange {
+                    start,
+                    length,
+                    block_size,
+                };
+                self.check_file_name(id, &path, &algorithms, range).await
+            }
             other => {
                 let id = other.id().unwrap_or(0);
                 let r = self.other(other).await;
@@ -771,6 +802,76 @@ impl Session {
         if start {
             tokio::task::spawn_blocking(move || f.drain_writes());
         }
+        Ok(())
+    }
+
+    /// `check-file-name` (`ferry sync -c`): the file is hashed here, so
+    /// it is read from this disk, not through the link. A small range the
+    /// page cache holds is hashed right away on this thread: a trip to the
+    /// blocking pool and back cost more than hashing 20 kB, and while the
+    /// session waited for it, it read no further request, so the files of
+    /// a sync were hashed one at a time. Others go to the pool, up to
+    /// [`HASHING`] at once, while the session reads on. Replies leave in
+    /// request order as always.
+    async fn check_file_name(
+        &mut self,
+        id: u32,
+        path: &[u8],
+        algorithms: &[u8],
+        range: HashRange,
+    ) -> Result<(), String> {
+        let asked = choose_hash(algorithms)
+            .ok_or_else(|| {
+                (
+                    StatusCode::OP_UNSUPPORTED,
+                    format!(
+                        "check-file-name: none of {:?} is known here (blake3, sha256 are)",
+                        String::from_utf8_lossy(algorithms)
+                    ),
+                )
+            })
+            .and_then(|algo| {
+                range.check()?;
+                Ok((algo, self.resolve(path, false)?))
+            });
+        let ((algo, algo_name), r) = match asked {
+            Ok(a) => a,
+            Err(e) => return self.reply(id, Err(e)).await,
+        };
+        let reply = move |hash: Vec<u8>| Response::ExtendedReply {
+            id,
+            data: ferry_sftp::CheckFileReply {
+                algorithm: algo_name.into(),
+                hash: hash.into(),
+            }
+            .encode(),
+        };
+        if self.cfg.inline_metadata {
+            match hash_cached(&r.real, algo, range, &mut self.hash_buf) {
+                Ok(Some(h)) => return self.send(reply(h)).await,
+                Ok(None) => {}
+                Err(e) => return self.reply(id, Err(io_err(&r.virtual_path, e))).await,
+            }
+        }
+        let permit = self
+            .hashing
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| "session closed".to_string())?;
+        let slot = self.slot().await?;
+        tokio::spawn(async move {
+            let task = tokio::task::spawn_blocking(move || {
+                check_file(&r.real, algo, range).map_err(|e| io_err(&r.virtual_path, e))
+            });
+            let out = match task.await {
+                Ok(Ok(h)) => reply(h),
+                Ok(Err((code, msg))) => status(id, code, &msg),
+                Err(e) => status(id, StatusCode::FAILURE, &format!("internal error: {e}")),
+            };
+            drop(permit);
+            let _ = slot.send(encode(&out).into());
+        });
         Ok(())
     }
 
@@ -1099,46 +1200,6 @@ impl Session {
                 })
                 .await
             }
-            Extended::CheckFileName {
-                path,
-                algorithms,
-                start,
-                length,
-                block_size,
-            } => {
-                // `ferry sync --checksum`: the file is hashed here, so it
-                // is read from this disk, not through the link.
-                let Some((algo, algo_name)) = choose_hash(&algorithms) else {
-                    return Err((
-                        StatusCode::OP_UNSUPPORTED,
-                        format!(
-                            "check-file-name: none of {:?} is known here (blake3, sha256 are)",
-                            String::from_utf8_lossy(&algorithms)
-                        ),
-                    ));
-                };
-                if block_size != 0 && block_size < 256 {
-                    return Err((
-                        StatusCode::FAILURE,
-                        "check-file-name: a block size must be 0 or at least 256".into(),
-                    ));
-                }
-                let r = self.resolve(&path, false)?;
-                let task = tokio::task::spawn_blocking(move || {
-                    check_file(&r.real, algo, start, length, block_size)
-                        .map_err(|e| io_err(&r.virtual_path, e))
-                });
-                let hash = match task.await {
-                    Ok(h) => h?,
-                    Err(e) => return Err((StatusCode::FAILURE, format!("internal error: {e}"))),
-                };
-                let data = ferry_sftp::CheckFileReply {
-                    algorithm: algo_name.into(),
-                    hash: hash.into(),
-                }
-                .encode();
-                Ok(Response::ExtendedReply { id, data })
-            }
             Extended::Fstatvfs { handle } => {
                 let _ = self.file(&handle)?;
                 let root = self.cfg.root.path().to_path_buf();
@@ -1393,32 +1454,74 @@ fn choose_hash(list: &[u8]) -> Option<(Algo, &'static str)> {
         })
 }
 
-/// Hash `length` bytes (0: to the end) of `path` from `start`: one hash,
-/// or one per `block_size` bytes. FTP's `HASH` uses it too.
+/// What `check-file-name` hashes: `length` bytes (0: to the end) from
+/// `start`, one hash per `block_size` bytes (0: one hash of it all).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HashRange {
+    pub start: u64,
+    pub length: u64,
+    pub block_size: u32,
+}
+
+impl HashRange {
+    /// The whole file, one hash (FTP's `HASH`).
+    pub const WHOLE: HashRange = HashRange {
+        start: 0,
+        length: 0,
+        block_size: 0,
+    };
+
+    fn check(&self) -> Result<(), (StatusCode, String)> {
+        if self.block_size != 0 && self.block_size < 256 {
+            return Err((
+                StatusCode::FAILURE,
+                "check-file-name: a block size must be 0 or at least 256".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Where the range ends in a file of `size` bytes.
+    fn end(&self, size: u64) -> u64 {
+        if self.length == 0 {
+            size
+        } else {
+            self.start.saturating_add(self.length).min(size)
+        }
+    }
+
+    fn block(&self) -> u64 {
+        if self.block_size == 0 {
+            u64::MAX
+        } else {
+            u64::from(self.block_size)
+        }
+    }
+}
+
+fn shrank() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        "the file shrank while it was hashed",
+    )
+}
+
+/// Hash `range` of `path`: one hash, or one per block. FTP's `HASH` uses
+/// it too.
 pub(crate) fn check_file(
     path: &std::path::Path,
     algo: Algo,
-    start: u64,
-    length: u64,
-    block_size: u32,
+    range: HashRange,
 ) -> io::Result<Vec<u8>> {
     let f = File::open(path)?;
     let size = f.metadata()?.len();
-    let end = if length == 0 {
-        size
-    } else {
-        start.saturating_add(length).min(size)
-    };
-    let block = if block_size == 0 {
-        u64::MAX
-    } else {
-        u64::from(block_size)
-    };
+    let end = range.end(size);
+    let block = range.block();
     let mut out = Vec::new();
     // Sized to the range: a fresh 1 MiB buffer per small file costs
     // more than hashing it.
-    let mut buf = vec![0u8; end.saturating_sub(start).clamp(4096, 1 << 20) as usize];
-    let mut at = start.min(end);
+    let mut buf = vec![0u8; end.saturating_sub(range.start).clamp(4096, 1 << 20) as usize];
+    let mut at = range.start.min(end);
     loop {
         let stop = at.saturating_add(block).min(end);
         let mut h = Hasher::new(algo);
@@ -1426,10 +1529,7 @@ pub(crate) fn check_file(
             let want = (stop - at).min(buf.len() as u64) as usize;
             let n = f.read_at(&mut buf[..want], at)?;
             if n == 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "the file shrank while it was hashed",
-                ));
+                return Err(shrank());
             }
             h.update(&buf[..n]);
             at += n as u64;
@@ -1439,6 +1539,55 @@ pub(crate) fn check_file(
             return Ok(out);
         }
     }
+}
+
+/// [`check_file`] without waiting for a disk, on the session's thread:
+/// `Ok(None)` unless `path` is a regular file whose range is at most
+/// [`HASH_NOW_MAX`] bytes and all in the page cache (the caller then
+/// hashes on the blocking pool). Opened non-blocking: a FIFO's open
+/// would wait for a writer. `buf` is kept between calls.
+fn hash_cached(
+    path: &std::path::Path,
+    algo: Algo,
+    range: HashRange,
+    buf: &mut Vec<u8>,
+) -> io::Result<Option<Vec<u8>>> {
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(path)?;
+    let m = f.metadata()?;
+    let end = range.end(m.len());
+    let start = range.start.min(end);
+    if !m.is_file() || end - start > HASH_NOW_MAX {
+        return Ok(None);
+    }
+    let len = (end - start) as usize;
+    buf.clear();
+    let mut how = Inline::for_file(&f);
+    if !readnow::append_now(&f, buf, 0, start, len, &mut how)? {
+        return Ok(None);
+    }
+    if buf.len() < len {
+        return Err(shrank());
+    }
+    Ok(Some(hash_blocks(buf, algo, range.block())))
+}
+
+/// One hash of `data` per `block` bytes (one at least).
+fn hash_blocks(data: &[u8], algo: Algo, block: u64) -> Vec<u8> {
+    let block = usize::try_from(block).unwrap_or(usize::MAX).max(1);
+    let mut out = Vec::new();
+    let mut blocks = data.chunks(block).peekable();
+    if blocks.peek().is_none() {
+        return Hasher::new(algo).finalize().to_vec();
+    }
+    for b in blocks {
+        let mut h = Hasher::new(algo);
+        h.update(b);
+        out.extend_from_slice(&h.finalize());
+    }
+    out
 }
 
 /// `copy-data@openssh.com`'s semantics: `len` bytes (0: to the end of the
@@ -1583,5 +1732,77 @@ mod tests {
         assert!(h.get(b"short").is_none());
         assert!(h.get(b"123456789").is_none());
         assert_eq!(h.open, 1);
+    }
+
+    /// `check-file-name` on the session's thread gives what the blocking
+    /// pool's hashing gives, for whole files, ranges and blocks, and
+    /// leaves to the pool what it should not do itself.
+    #[test]
+    fn cached_hashes_match_the_pools_and_leave_the_rest_to_it() {
+        fn must<T>(r: io::Result<T>) -> T {
+            r.unwrap_or_else(|e| panic!("{e}"))
+        }
+        let d = must(tempfile::tempdir());
+        let path = d.path().join("f");
+        let bytes: Vec<u8> = (0..100_000u32).map(|i| (i * 13 + i / 256) as u8).collect();
+        must(fs::write(&path, &bytes));
+        let empty = d.path().join("empty");
+        must(fs::write(&empty, b""));
+        let range = |start, length, block_size| HashRange {
+            start,
+            length,
+            block_size,
+        };
+        let mut buf = Vec::new();
+        for algo in [Algo::Blake3, Algo::Sha256] {
+            for r in [
+                HashRange::WHOLE,
+                range(1000, 0, 0),
+                range(5, 30_000, 0),
+                range(0, 0, 4096),
+                range(7, 50_000, 1000),
+                range(99_999, 0, 256),
+                range(100_000, 0, 0),
+                range(200_000, 10, 0),
+            ] {
+                let pool = must(check_file(&path, algo, r));
+                // Right after the write the page cache holds it all.
+                let here = must(hash_cached(&path, algo, r, &mut buf));
+                assert_eq!(here.as_ref(), Some(&pool), "{algo:?} {r:?}");
+            }
+            let pool = must(check_file(&empty, algo, HashRange::WHOLE));
+            let here = must(hash_cached(&empty, algo, HashRange::WHOLE, &mut buf));
+            assert_eq!(here, Some(pool));
+        }
+        let mut one = Hasher::new(Algo::Blake3);
+        one.update(&bytes[7..1007]);
+        let blocks = must(check_file(&path, Algo::Blake3, range(7, 50_000, 1000)));
+        assert_eq!(blocks.len(), 50 * 32);
+        assert_eq!(&blocks[..32], &one.finalize()[..]);
+
+        // Larger than HASH_NOW_MAX: the pool's.
+        let big = d.path().join("big");
+        must(fs::write(&big, vec![1u8; HASH_NOW_MAX as usize + 1]));
+        let r = must(hash_cached(&big, Algo::Blake3, HashRange::WHOLE, &mut buf));
+        assert_eq!(r, None);
+        let r = must(hash_cached(&big, Algo::Blake3, range(1, 0, 0), &mut buf));
+        assert!(r.is_some(), "a small enough range of it is hashed here");
+        // A FIFO is not opened to wait for a writer, and not hashed here.
+        let fifo = d.path().join("fifo");
+        rustix::fs::mkfifoat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let r = must(hash_cached(&fifo, Algo::Blake3, HashRange::WHOLE, &mut buf));
+        assert_eq!(r, None);
+        assert!(hash_cached(
+            &d.path().join("none"),
+            Algo::Blake3,
+            HashRange::WHOLE,
+            &mut buf
+        )
+        .is_err());
     }
 }

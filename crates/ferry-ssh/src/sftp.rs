@@ -689,7 +689,7 @@ impl SftpClient {
         let p = Bytes::copy_from_slice(path);
         let a = Bytes::copy_from_slice(algorithms.as_bytes());
         match self
-            .call(|id| Request::Extended {
+            .call_long(|id| Request::Extended {
                 id,
                 request: Extended::CheckFileName {
                     path: p,

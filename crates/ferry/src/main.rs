@@ -310,7 +310,7 @@ fn main() {
     if std::env::args_os()
         .skip(1)
         .find(|a| !a.as_encoded_bytes().starts_with(b"-"))
-        .is_some_and(|a| a == "cp")
+        .is_some_and(|a| ["cp", "sync", "check", "ls"].iter().any(|c| a == *c))
     {
         no_huge_pages();
     }
@@ -372,16 +372,19 @@ fn man_pages(dir: Option<PathBuf>) -> i32 {
     0
 }
 
-/// `ferry cp` runs without transparent huge pages. mimalloc advises its
-/// arena for them, so the first touch of each 2 MiB region faults in a
-/// huge page and the kernel zeroes all of it: for 1000 x 20 kB over HTTPS,
-/// a ~30 MB heap, `clear_page_erms` under `do_huge_pmd_anonymous_page` was
-/// 8% of ferry cp's samples, and the 1 GiB downloads measured the same
-/// without them (docs/internals/http.md, "Per-file costs"). Only `cp`: the
-/// setting is inherited across fork and exec, and `ferry bench` must start
-/// the peers as they would run anywhere; `ferry serve` lives long enough
-/// for its heap to be faulted in once. Before argument parsing, which
-/// already grows the heap with 1000 URLs.
+/// `ferry cp` (and `sync`, `check`, `ls`) run without transparent huge
+/// pages. mimalloc advises its arena for them, so the first touch of each
+/// 2 MiB region faults in a huge page and the kernel zeroes all of it: for
+/// 1000 x 20 kB over HTTPS, a ~30 MB heap, `clear_page_erms` under
+/// `do_huge_pmd_anonymous_page` was 8% of ferry cp's samples, and the 1 GiB
+/// downloads measured the same without them (docs/internals/http.md,
+/// "Per-file costs"); for `sync -c` of 10,000 small files to ferry serve,
+/// a third of the client's samples (every thread's first heap page, and
+/// growing buffers; BENCHMARKS.md run sync-3). Not `bench`: the setting
+/// is inherited across fork and exec, and `ferry bench` must start the
+/// peers as they would run anywhere; `ferry serve` lives long enough for
+/// its heap to be faulted in once. Before argument parsing, which already
+/// grows the heap with 1000 URLs.
 fn no_huge_pages() {
     let _ = rustix::thread::disable_transparent_huge_pages(true);
 }

@@ -146,6 +146,42 @@ fn sync_to_sshd_twice_then_checksum_finds_the_change() {
     );
 }
 
+/// A copy into a directory both sides have, and a deletion in one,
+/// change the destination directory's time (the rename, the unlink):
+/// the sync puts the source's back in the same run, not the next.
+#[test]
+fn copies_and_deletions_put_the_directory_time_back() {
+    let sshd = Sshd::start();
+    let work = tempdir();
+    let src = work.path().join("src");
+    fs::create_dir_all(src.join("d")).unwrap();
+    fs::write(src.join("d/a"), b"one").unwrap();
+    fs::write(src.join("d/b"), b"two").unwrap();
+    let old = SystemTime::UNIX_EPOCH + Duration::from_secs(1_500_000_000);
+    let set_time = |p: &Path| fs::File::open(p).unwrap().set_modified(old).unwrap();
+    let time = |p: &Path| fs::metadata(p).unwrap().modified().unwrap();
+    set_time(&src.join("d"));
+    let dst = sshd.mkdir("dir-times");
+    let out = sync_sshd(&sshd, &args![&src, sshd.url(&dst)]);
+    sshd.assert_ok(&out, "first sync");
+    assert_eq!(time(&dst.join("d")), old);
+
+    // A new size, written in place: src/d keeps its time.
+    fs::write(src.join("d/a"), b"one more").unwrap();
+    set_time(&src.join("d"));
+    let out = sync_sshd(&sshd, &args![&src, sshd.url(&dst)]);
+    sshd.assert_ok(&out, "a copy into d");
+    assert_eq!(field(&out, "copied"), 1, "{}", describe(&out));
+    assert_eq!(time(&dst.join("d")), old, "after a copy into it");
+
+    fs::write(dst.join("d/extra"), b"x").unwrap();
+    set_time(&dst.join("d"));
+    let out = sync_sshd(&sshd, &args!["--delete", &src, sshd.url(&dst)]);
+    sshd.assert_ok(&out, "a deletion in d");
+    assert_eq!(field(&out, "deleted"), 1, "{}", describe(&out));
+    assert_eq!(time(&dst.join("d")), old, "after a deletion in it");
+}
+
 /// Executable `name` in `dir` running the shell script `body`.
 fn fake_tool(dir: &Path, name: &str, body: &str) {
     use std::os::unix::fs::PermissionsExt;

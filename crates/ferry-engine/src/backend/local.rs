@@ -317,6 +317,11 @@ impl Backend for Local {
         algo: super::HashAlgo,
     ) -> Result<Option<Vec<u8>>, TransferError> {
         let p = os(path);
+        // A small file in the page cache is hashed right here; anything
+        // else (or any trouble, reported below) on a blocking thread.
+        if let Ok(Some(h)) = crate::hash::of_cached_file(&p, algo) {
+            return Ok(Some(h));
+        }
         blocking(move || {
             let f = std::fs::File::open(&p)
                 .map_err(|e| TransferError::local(&p, "cannot open to hash", e))?;

@@ -82,7 +82,7 @@ impl HashCommand {
             if m.is_dir() {
                 return Err(io::Error::other("a directory, not a file"));
             }
-            let h = crate::sftp::check_file(&r.real, algo, 0, 0, 0)?;
+            let h = crate::sftp::check_file(&r.real, algo, crate::sftp::HashRange::WHOLE)?;
             Ok((m.len(), h))
         });
         match task.await {
