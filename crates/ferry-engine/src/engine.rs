@@ -28,7 +28,7 @@ use tokio::sync::Semaphore;
 
 use crate::backend::{
     path, Backend, ByteStream, Entry, EntryKind, LocalRange, RangeProgress, RangeTask, ReadInfo,
-    Role, Sink, Unfinished, WriteMode,
+    Role, Sink, SourceCheck, Unfinished, WriteMode,
 };
 use crate::error::{ErrorKind, TransferError};
 use crate::journal;
@@ -800,6 +800,12 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
     if fresh && size <= WHOLE_FILE {
         return copy_whole(r, f, &target, size, first).await;
     }
+    // Where files appear whole (an HTTP PUT), the server puts the file
+    // under its final name as its last byte arrives: the source is asked
+    // again before that byte goes (a file of WHOLE_FILE or less is one
+    // read, and not asked). `checked`: it was, and had not changed.
+    let checked = std::sync::atomic::AtomicBool::new(false);
+    let end_check = (listed && !target.renamed && checkable(src.as_ref())).then_some(&checked);
     let todo = span(&missing);
     let asked = r.opts.streams.is_some() && todo >= 2 * MIN_RANGE;
     let widening = widening && info.ranges && todo >= widen::WIDEN_MIN;
@@ -832,7 +838,17 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
             if in_order_record {
                 rec.save(dst.as_ref()).await?;
             }
-            let pumped = pump_with_retry(r, f, &target, 0, size, (Some(sink), first), &mut 0).await;
+            let pumped = pump_with_retry(
+                r,
+                f,
+                &target,
+                0,
+                size,
+                (Some(sink), first),
+                end_check,
+                &mut 0,
+            )
+            .await;
             if let Err(e) = pumped {
                 // The server's own word against its bytes (a digest that
                 // does not match): what arrived is not worth keeping.
@@ -845,7 +861,8 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
                 let _ = dst.remove(&record).await;
             }
             if listed {
-                source_unchanged(r, f, &target, &record).await?;
+                let asked = checked.load(Ordering::Acquire);
+                source_unchanged(r, f, &target, &record, asked).await?;
             }
             // One stream into a truncated file, every byte counted and
             // acknowledged: its size needs no second look.
@@ -903,7 +920,9 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
                 let Some((at, len)) = queue.next() else { break };
                 running.push(async move {
                     let mut kept = 0;
-                    match pump_with_retry(r, f, target, at, len, (None, None), &mut kept).await {
+                    let pumped =
+                        pump_with_retry(r, f, target, at, len, (None, None), end_check, &mut kept);
+                    match pumped.await {
                         Ok(()) => (at, len, None),
                         Err(e) => (at, kept, Some(e)),
                     }
@@ -944,7 +963,8 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
         }
     }
     if listed {
-        source_unchanged(r, f, &target, &record).await?;
+        let asked = checked.load(Ordering::Acquire);
+        source_unchanged(r, f, &target, &record, asked).await?;
     }
     // Split or resumed: no one response carried the whole file, so the
     // part is checked where it lies.
@@ -1177,43 +1197,83 @@ async fn check_digest(
 /// under the final name, and its part is removed: it mixes two versions,
 /// which a `--resume` checking only its tail could not tell. A rewrite
 /// within the same second, keeping the size, is not seen.
+///
+/// Where files appear whole (an HTTP PUT, S3) the file is complete on
+/// the server already; `asked_before_the_end`: the source was asked, and
+/// unchanged, after its last bytes were read and before they went
+/// ([`pump`]'s `end_check`), so the server holds the version read. A
+/// change since is still the copy's failure, as before a rename (the
+/// destination is not the source as it is), said as what it is.
 async fn source_unchanged(
     r: &Run,
     f: &FilePlan,
     target: &Target,
     record: &[u8],
+    asked_before_the_end: bool,
 ) -> Result<(), TransferError> {
     let src = &r.sources[f.source].backend;
-    if !matches!(src.scheme(), "local" | "sftp" | "memory") {
+    if !checkable(src.as_ref()) || !source_changed(r, f).await? {
         return Ok(());
     }
+    let why = changed_why(r, f);
+    if !target.renamed {
+        // The server took it as complete already. Said, not removed.
+        let dst = r.dest.backend.display(&f.dst);
+        return Err(TransferError::Remote(if asked_before_the_end {
+            format!(
+                "{why}; it changed after it was read, so {dst} holds it as it was: copy it again"
+            )
+        } else {
+            format!("{why}; {dst} holds a copy that mixes both versions: copy it again")
+        }));
+    }
+    discard(r.dest.backend.as_ref(), &target.write, record).await;
+    Err(changed_error(r, f))
+}
+
+/// A source whose listing and stat say its time alike ([`source_unchanged`]).
+fn checkable(src: &dyn Backend) -> bool {
+    matches!(src.scheme(), "local" | "sftp" | "memory")
+}
+
+/// The source's size or time is not the plan's any more (or it is gone).
+async fn source_changed(r: &Run, f: &FilePlan) -> Result<bool, TransferError> {
+    let src = &r.sources[f.source].backend;
     let now = retried(r, |_| src.stat(&f.src)).await?;
-    let changed = match now {
+    Ok(match now {
         None => true,
         Some(e) => {
             (e.size.is_some() && e.size != f.size)
                 || (f.mtime.is_some() && e.mtime.is_some() && e.mtime != f.mtime)
         }
-    };
-    if !changed {
-        return Ok(());
-    }
-    let why = format!(
+    })
+}
+
+fn changed_why(r: &Run, f: &FilePlan) -> String {
+    format!(
         "{}: the file changed during the copy (its size or time is not what it was)",
-        src.display(&f.src)
-    );
-    if !target.renamed {
-        // Written where files appear whole (an HTTP PUT, S3): the server
-        // took it as complete already. Said, not removed.
-        return Err(TransferError::Remote(format!(
-            "{why}; {} holds a copy that mixes both versions: copy it again",
-            r.dest.backend.display(&f.dst)
-        )));
+        r.sources[f.source].backend.display(&f.src)
+    )
+}
+
+/// A file whose source changed during its copy, failed before anything
+/// went under its final name.
+fn changed_error(r: &Run, f: &FilePlan) -> TransferError {
+    TransferError::Remote(format!(
+        "{}; nothing was kept, copy it again",
+        changed_why(r, f)
+    ))
+}
+
+/// The source changed before the last piece of a file went to a
+/// destination that takes files whole: the write was cut, so the server
+/// never completed it; what a server keeps of a cut write (ferry serve's
+/// ranged PUT) mixes both versions and goes too.
+async fn changed_before_the_end(r: &Run, f: &FilePlan) -> TransferError {
+    if let Err(e) = r.dest.backend.discard_unfinished(&f.dst).await {
+        tracing::debug!("{}: {e}", r.dest.backend.display(&f.dst));
     }
-    discard(r.dest.backend.as_ref(), &target.write, record).await;
-    Err(TransferError::Remote(format!(
-        "{why}; nothing was kept, copy it again"
-    )))
+    changed_error(r, f)
 }
 
 /// Remove a part file and its resume record: their bytes are not the
@@ -1456,6 +1516,7 @@ type Opened = (Option<Box<dyn Sink>>, Option<Box<dyn ByteStream>>);
 /// `first`: a sink and a stream already open for the first attempt.
 /// `kept` is how much of the range, from `at`, is in the destination
 /// for sure when this returns an error (a resume record keeps it).
+#[allow(clippy::too_many_arguments)]
 async fn pump_with_retry(
     r: &Run,
     f: &FilePlan,
@@ -1463,6 +1524,7 @@ async fn pump_with_retry(
     at: u64,
     len: u64,
     first: Opened,
+    end_check: Option<&std::sync::atomic::AtomicBool>,
     kept: &mut u64,
 ) -> Result<(), TransferError> {
     let (mut first_sink, mut first_stream) = first;
@@ -1494,6 +1556,7 @@ async fn pump_with_retry(
             len - *kept,
             sink,
             first_stream.take(),
+            end_check,
             &mut moved,
         )
         .await;
@@ -1531,7 +1594,11 @@ type Pumped = Result<(), (TransferError, Option<Box<dyn Sink>>)>;
 
 /// Stream `len` bytes of the source at `at` into `sink` ([`TO_END`]:
 /// all there is, its bytes counted in `bytes_total` too as they come),
-/// from `first` when a read is already open there.
+/// from `first` when a read is already open there. `end_check`: the
+/// destination takes files whole, so when this range ends the file its
+/// last piece goes only once the source was asked again (and read before
+/// it was asked); set when that was done and the source unchanged.
+#[allow(clippy::too_many_arguments)]
 async fn pump(
     r: &Run,
     f: &FilePlan,
@@ -1539,10 +1606,12 @@ async fn pump(
     len: u64,
     mut sink: Box<dyn Sink>,
     first: Option<Box<dyn ByteStream>>,
+    end_check: Option<&std::sync::atomic::AtomicBool>,
     moved: &mut u64,
 ) -> Pumped {
     let src = &r.sources[f.source].backend;
     let to_end = len == TO_END;
+    let end_check = end_check.filter(|_| !to_end && f.size == Some(at + len));
     let mut stream = match first {
         Some(s) => s,
         None => match src.read(&f.src, at, (!to_end).then_some(len)).await {
@@ -1561,10 +1630,22 @@ async fn pump(
             }
         }
         if let Some(file) = stream.local_file() {
-            let from = LocalRange::new(file, len, r.dest.backend.display(&f.dst));
+            let check = end_check.map(|_| {
+                let size = f.size.unwrap_or(at + len);
+                Arc::new(SourceCheck::new(file.file.clone(), size, f.mtime))
+            });
+            let mut from = LocalRange::new(file, len, r.dest.backend.display(&f.dst));
+            from.check = check.clone();
             let (shown, progress) = (from.shown.clone(), from.progress.clone());
             if let Some(task) = sink.read_from(from) {
-                return pump_on_home(r, &shown, task, progress, sink, moved).await;
+                let res = pump_on_home(r, &shown, task, progress, sink, moved).await;
+                if let (Some(c), Some(done)) = (&check, end_check) {
+                    if c.changed() {
+                        return Err((changed_before_the_end(r, f).await, None));
+                    }
+                    done.store(res.is_ok() && c.asked(), Ordering::Release);
+                }
+                return res;
             }
         }
     }
@@ -1585,6 +1666,16 @@ async fn pump(
         let n = piece.len() as u64;
         if *moved + n > len {
             return Err((too_long(&src.display(&f.src)), None));
+        }
+        if let Some(done) = end_check.filter(|_| *moved + n == len) {
+            // The last piece is in hand, not sent: the source asked
+            // again now has no write before it that could have changed
+            // a byte already read.
+            match source_changed(r, f).await {
+                Ok(false) => done.store(true, Ordering::Release),
+                Ok(true) => return Err((changed_before_the_end(r, f).await, None)),
+                Err(e) => return Err((e, None)),
+            }
         }
         // A destination that stops taking bytes is a stall too.
         tokio::select! {
@@ -1631,7 +1722,7 @@ async fn copy_unsized(
             .write(&target.write, WriteMode::Create { perm: f.perm() }, None)
             .await?;
         let mut moved = 0u64;
-        match pump(r, f, 0, TO_END, sink, opened, &mut moved).await {
+        match pump(r, f, 0, TO_END, sink, opened, None, &mut moved).await {
             Ok(()) => {
                 finalize(r, f, target, moved, false).await?;
                 return Ok(moved);
@@ -1696,6 +1787,7 @@ pub(crate) async fn drain_into(
         len,
         shown,
         progress,
+        ..
     } = into;
     let mut write = |data: &[u8]| -> Result<(), (TransferError, bool)> {
         to.write(data).map_err(|e| (e, false))?;

@@ -923,6 +923,44 @@ fn source_rewritten_same_size() {
     });
 }
 
+/// The same into a server that takes files whole (as an HTTP PUT to
+/// nginx or ferry serve: no part file, no rename, a write appears under
+/// its name when it completes): the source is asked again before the last
+/// piece goes, so the write is abandoned and nothing of the mix appears.
+/// Up: the server's thread reads the local file (`Sink::read_from`);
+/// between: pieces through the engine.
+#[test]
+fn source_rewritten_whole_file_destination() {
+    row("source_rewritten_whole");
+    for dir in [Dir::Up, Dir::Between] {
+        for shape in [Shape::File, Shape::Tree] {
+            for existing in [false, true] {
+                let w = World::new("source_rewritten_whole", dir, shape, existing);
+                w.dst.mem().unwrap().set_whole_files(true);
+                change_source(&w, |b| b.iter().map(|x| x ^ 0x5a).collect());
+                let (r, ev) = block_on(run(w.transfer(opts())));
+                w.check_finals("source rewritten");
+                let failed = w.check_report(&r, &ev, &[ErrorKind::Remote]);
+                assert!(
+                    failed.iter().all(|f| f == w.big()),
+                    "{}: {failed:?}",
+                    w.label
+                );
+                if shape == Shape::File {
+                    assert_eq!(failed, [w.big()], "{}", w.label);
+                    let e = r.error.as_ref().unwrap().to_string();
+                    assert!(
+                        e.contains("changed during the copy") && e.contains("nothing was kept"),
+                        "{}: {e}",
+                        w.label
+                    );
+                }
+                w.resume();
+            }
+        }
+    }
+}
+
 /// Cancelled (Ctrl-C) once 40% of the bytes have gone (counted where the
 /// server is): it stops, nothing wrong under a final name, `--resume`
 /// ends identical.

@@ -948,6 +948,27 @@ pub fn file_body(
     len: u64,
     progress: Option<Arc<dyn Fn(u64) + Send + Sync>>,
 ) -> Body {
+    file_body_checked(file, offset, len, progress, None)
+}
+
+/// Asked once, after a body's last bytes were read from its file and
+/// before they are handed to the connection: an error ends the body with
+/// that error instead of them, so the request is cut short (HTTP/1.1:
+/// the connection is closed before `Content-Length` is reached; h2:
+/// `RST_STREAM`) and a server that takes files whole never completes it.
+/// ferry checks there that the file did not change while it was read
+/// (issue #24: a source rewritten in place during an upload).
+pub type EndCheck = Arc<dyn Fn() -> std::io::Result<()> + Send + Sync>;
+
+/// [`file_body`] whose last piece is handed out only if `check` (when
+/// given) says so ([`EndCheck`]).
+pub fn file_body_checked(
+    file: Arc<std::fs::File>,
+    offset: u64,
+    len: u64,
+    progress: Option<Arc<dyn Fn(u64) + Send + Sync>>,
+    check: Option<EndCheck>,
+) -> Body {
     FileBody {
         file,
         at: offset,
@@ -958,6 +979,7 @@ pub fn file_body(
         } else {
             UPLOAD_PIECE
         },
+        check,
     }
     .boxed_unsync()
 }
@@ -1017,6 +1039,8 @@ struct FileBody {
     progress: Option<Arc<dyn Fn(u64) + Send + Sync>>,
     /// Bytes read per body frame.
     piece: u64,
+    /// Asked before the last piece goes ([`EndCheck`]).
+    check: Option<EndCheck>,
 }
 
 /// Bytes read from the file per body frame.
@@ -1056,6 +1080,16 @@ impl http_body::Body for FileBody {
             )))),
             Ok(k) => {
                 buf.truncate(skew + k);
+                // The last bytes are read before the file is asked: a
+                // write that could have changed any byte read so far
+                // shows in its time by now.
+                if k as u64 == self.left {
+                    if let Some(check) = &self.check {
+                        if let Err(e) = check() {
+                            return Poll::Ready(Some(Err(e)));
+                        }
+                    }
+                }
                 self.at += k as u64;
                 self.left -= k as u64;
                 if let Some(p) = &self.progress {

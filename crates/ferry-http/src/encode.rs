@@ -464,6 +464,9 @@ struct Work {
     coding: Coding,
     auto: Arc<Mutex<Auto>>,
     zc: Option<zstd::bulk::Compressor<'static>>,
+    /// Asked after the last segment is read, before it is coded
+    /// ([`crate::EndCheck`]).
+    check: Option<crate::EndCheck>,
 }
 
 /// One segment made: its frame, how many file bytes it holds, and
@@ -482,16 +485,22 @@ fn lock(a: &Mutex<Auto>) -> std::sync::MutexGuard<'_, Auto> {
 /// Read and code the next segment. Blocking.
 fn make(mut w: Work) -> io::Result<Made> {
     let n = w.left.min(SEGMENT as u64) as usize;
+    let last = n as u64 == w.left;
     let choice = match w.coding {
         Coding::Level(l) => Choice::Compress(l),
         Coding::Auto => lock(&w.auto).choose(),
     };
     let (frame, stored) = match choice {
         // Read straight into the frame.
-        Choice::Store => (stored_frame(&w.file, w.at, n)?, true),
+        Choice::Store => {
+            let frame = stored_frame(&w.file, w.at, n)?;
+            end_check(&w, last)?;
+            (frame, true)
+        }
         Choice::Compress(_) => {
             let mut buf = vec![0u8; n];
             w.file.read_exact_at(&mut buf, w.at)?;
+            end_check(&w, last)?;
             let auto = (w.coding == Coding::Auto).then_some(&*w.auto);
             code(&buf, choice, &mut w.zc, auto)?
         }
@@ -506,6 +515,15 @@ fn make(mut w: Work) -> io::Result<Made> {
     })
 }
 
+/// The last segment was read: the file is asked ([`crate::EndCheck`])
+/// before its frame is made, so a failed check hands out none of it.
+fn end_check(w: &Work, last: bool) -> io::Result<()> {
+    match (&w.check, last) {
+        (Some(check), true) => check(),
+        _ => Ok(()),
+    }
+}
+
 /// A request body that sends `len` bytes of `file` from `offset` coded as
 /// zstd frames ([`Coding`]). `progress` is told of file bytes as their
 /// frame is handed to the connection. The length on the wire is not known
@@ -518,6 +536,20 @@ pub fn zstd_file_body(
     auto: Arc<Mutex<Auto>>,
     progress: Option<Arc<dyn Fn(u64) + Send + Sync>>,
 ) -> Body {
+    zstd_file_body_checked(file, offset, len, coding, auto, progress, None)
+}
+
+/// [`zstd_file_body`] whose last segment is coded and handed out only if
+/// `check` (when given) says so ([`crate::EndCheck`]).
+pub fn zstd_file_body_checked(
+    file: Arc<File>,
+    offset: u64,
+    len: u64,
+    coding: Coding,
+    auto: Arc<Mutex<Auto>>,
+    progress: Option<Arc<dyn Fn(u64) + Send + Sync>>,
+    check: Option<crate::EndCheck>,
+) -> Body {
     ZstdFileBody {
         work: Some(Work {
             file,
@@ -526,6 +558,7 @@ pub fn zstd_file_body(
             coding,
             auto,
             zc: None,
+            check,
         }),
         inflight: None,
         rest: Bytes::new(),
@@ -772,6 +805,71 @@ mod tests {
 
     async fn body_bytes(b: Body) -> Vec<u8> {
         b.collect().await.unwrap().to_bytes().to_vec()
+    }
+
+    /// A body to its end: the bytes handed out, and the error it ended
+    /// with, if it did.
+    async fn drain(mut b: Body) -> (Vec<u8>, Option<io::Error>) {
+        let mut out = Vec::new();
+        while let Some(frame) = b.frame().await {
+            match frame {
+                Ok(f) => out.extend_from_slice(&f.into_data().unwrap()),
+                Err(e) => return (out, Some(e)),
+            }
+        }
+        (out, None)
+    }
+
+    /// The end check (issue #24: a source rewritten during its upload)
+    /// is asked once, after the last bytes were read; when it fails the
+    /// body hands out everything before them and ends with its error, so
+    /// the request is cut short; when it passes the body is whole.
+    #[tokio::test]
+    async fn a_failed_end_check_withholds_the_last_piece() {
+        let data = random(3 * SEGMENT + 777);
+        let n = data.len() as u64;
+        let (_t, f) = file_with(&data);
+        for fails in [false, true] {
+            for zstd in [false, true] {
+                let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+                let a2 = asked.clone();
+                let check: crate::EndCheck = Arc::new(move || {
+                    a2.fetch_add(1, Ordering::Relaxed);
+                    if fails {
+                        Err(io::Error::other("the source changed"))
+                    } else {
+                        Ok(())
+                    }
+                });
+                let body = if zstd {
+                    let auto = Arc::new(Mutex::new(Auto::default()));
+                    let c = Coding::Level(1);
+                    zstd_file_body_checked(f.clone(), 0, n, c, auto, None, Some(check))
+                } else {
+                    crate::file_body_checked(f.clone(), 0, n, None, Some(check))
+                };
+                let (wire, err) = drain(body).await;
+                let got = if zstd {
+                    zstd::decode_all(&wire[..]).unwrap()
+                } else {
+                    wire
+                };
+                let what = format!("zstd {zstd}, check fails {fails}");
+                assert_eq!(asked.load(Ordering::Relaxed), 1, "{what}");
+                if fails {
+                    assert!(
+                        err.is_some_and(|e| e.to_string().contains("changed")),
+                        "{what}"
+                    );
+                    assert!(got.len() < data.len(), "{what}");
+                    assert!(got.len() >= data.len() - SEGMENT, "{what}: {}", got.len());
+                    assert_eq!(got, data[..got.len()], "{what}");
+                } else {
+                    assert!(err.is_none(), "{what}: {err:?}");
+                    assert_eq!(got, data, "{what}");
+                }
+            }
+        }
     }
 
     #[tokio::test]

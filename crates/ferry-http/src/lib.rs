@@ -37,7 +37,10 @@ pub mod range;
 pub mod tls;
 mod url;
 
-pub use client::{channel_body, empty, file_body, Body, Client, Options, Response, Version};
+pub use client::{
+    channel_body, empty, file_body, file_body_checked, Body, Client, EndCheck, Options, Response,
+    Version,
+};
 pub use error::HttpError;
 pub use http::{HeaderMap, HeaderValue, Method, StatusCode};
 pub use tls::TlsOptions;

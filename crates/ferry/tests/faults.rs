@@ -1017,7 +1017,11 @@ fn run_cell(peer: &mut Peer, dir: Dir, shape: Shape, fault: Fault, local: &Path)
             drop(f);
             let_go(peer, &held);
             let o = child.wait();
-            eprintln!("{ctx}: after rewriting the source: {}", o.status);
+            eprintln!(
+                "{ctx}: after rewriting the source: {}: {}",
+                o.status,
+                stderr_text(&o).trim()
+            );
             let bad = bad_finals_or(&cell.src, &cell.dst(), &before);
             assert!(
                 bad.is_empty(),
@@ -1515,6 +1519,7 @@ matrix! {
     https_nginx_up_denied: HttpsNginx, Up, Denied;
     https_nginx_up_existing: HttpsNginx, Up, Existing;
     https_nginx_up_source_truncated: HttpsNginx, Up, SourceTruncated;
+    https_nginx_up_source_rewritten: HttpsNginx, Up, SourceRewritten;
 
     https_serve_down_kill_client: HttpsServe, Down, KillClient;
     https_serve_down_kill_server: HttpsServe, Down, KillServer;
@@ -1532,7 +1537,6 @@ matrix! {
     https_serve_up_denied: HttpsServe, Up, Denied;
     https_serve_up_existing: HttpsServe, Up, Existing;
     https_serve_up_source_truncated: HttpsServe, Up, SourceTruncated;
-    #[ignore = "open: a PUT is complete on the server before ferry can ask the source again; the mix is reported (exit 4), not prevented"]
     https_serve_up_source_rewritten: HttpsServe, Up, SourceRewritten;
 
     ftp_vsftpd_down_kill_client: FtpVsftpd, Down, KillClient;

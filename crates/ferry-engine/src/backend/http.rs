@@ -51,6 +51,9 @@ const PUT_RANGES: &str = "ferry-put-ranges";
 /// Response header of ferry serve's upload state query: the SHA-256 of the
 /// last bytes it holds (ferry-server's `upload::PART_TAIL`).
 const PART_TAIL: &str = "ferry-part-tail";
+/// What ferry serve keeps of a cut ranged PUT, beside the final name as
+/// `.NAME` + this (ferry-server's `upload::Place::part`).
+const UPLOAD_PART: &[u8] = b".ferry-upload-part";
 /// Request header of a zstd-coded whole-file PUT to ferry serve: the
 /// file's size (ferry-server's `upload::DECODED_LENGTH`).
 const DECODED_LENGTH: &str = "ferry-decoded-length";
@@ -899,6 +902,25 @@ impl Backend for Http {
         }))
     }
 
+    /// ferry serve keeps a cut ranged PUT's bytes in
+    /// `.NAME.ferry-upload-part` (ferry-server's `upload::put_part`):
+    /// DELETE it. Servers that take no ranges keep nothing.
+    async fn discard_unfinished(&self, p: &[u8]) -> Result<(), TransferError> {
+        if !self.takes_ranges().await {
+            return Ok(());
+        }
+        let url = self.url(&path::side_name(p, UPLOAD_PART));
+        let resp = self.clients[0]
+            .send(Method::DELETE, &url, &HeaderMap::new(), None)
+            .await?;
+        let status = resp.status;
+        let _ = resp.bytes(64 * 1024).await;
+        if status.is_success() || status == StatusCode::NOT_FOUND {
+            return Ok(());
+        }
+        Err(ferry_http::HttpError::status(&url.to_string(), status).into())
+    }
+
     async fn mkdir_all(&self, dir: &[u8]) -> Result<(), TransferError> {
         let mkcol = Method::from_bytes(b"MKCOL")
             .map_err(|e| TransferError::Local(format!("internal: MKCOL: {e}")))?;
@@ -1329,11 +1351,15 @@ impl Sink for HttpPut {
         let progress = from.progress.clone();
         let progress: Option<Arc<dyn Fn(u64) + Send + Sync>> =
             Some(Arc::new(move |n| progress.add(n)));
+        // The request that completes the file sends its last piece only
+        // if the source did not change while it was read.
+        let check = from.end_check();
         let body = match start.coded.take() {
             Some((Coding::Auto, auto)) => {
                 let display = self.display.clone();
                 let file = from.file.file.clone();
-                let put = auto_put(start, display, file, from.file.at, from.len, progress, auto);
+                let (at, len) = (from.file.at, from.len);
+                let put = auto_put(start, display, file, (at, len), progress, check, auto);
                 let put = async move { put.await.map_err(|e| (e, false)) };
                 return Some(match driver {
                     Some(rt) => rt.spawn(put),
@@ -1350,16 +1376,23 @@ impl Sink for HttpPut {
                         .headers
                         .insert(DECODED_LENGTH, HeaderValue::from(from.len));
                 }
-                ferry_http::encode::zstd_file_body(
+                ferry_http::encode::zstd_file_body_checked(
                     from.file.file.clone(),
                     from.file.at,
                     from.len,
                     coding,
                     auto,
                     progress,
+                    check,
                 )
             }
-            None => ferry_http::file_body(from.file.file.clone(), from.file.at, from.len, progress),
+            None => ferry_http::file_body_checked(
+                from.file.file.clone(),
+                from.file.at,
+                from.len,
+                progress,
+                check,
+            ),
         };
         let put = start.send(&self.display, once_body(body));
         let put = async move { put.await.map_err(|e| (e, false)) };
@@ -1384,9 +1417,9 @@ async fn auto_put(
     mut start: PutStart,
     display: String,
     file: Arc<std::fs::File>,
-    at: u64,
-    len: u64,
+    (at, len): (u64, u64),
     progress: Option<Arc<dyn Fn(u64) + Send + Sync>>,
+    check: Option<ferry_http::EndCheck>,
     auto: Arc<std::sync::Mutex<Auto>>,
 ) -> Result<(), TransferError> {
     use ferry_http::encode::{self, FilePlan};
@@ -1478,17 +1511,18 @@ async fn auto_put(
         if !start.ranged {
             start.headers.insert(DECODED_LENGTH, HeaderValue::from(len));
         }
-        encode::zstd_file_body(
+        encode::zstd_file_body_checked(
             file,
             at,
             len,
             Coding::Level(encode::AUTO_LEVEL),
             auto,
             progress,
+            check,
         )
     } else {
         encode::count_uncoded(len);
-        ferry_http::file_body(file, at, len, progress)
+        ferry_http::file_body_checked(file, at, len, progress, check)
     };
     start.send(&display, once_body(body)).await
 }

@@ -17,7 +17,7 @@
 //! HTML index: listings without sizes or times, each file's size learned
 //! from its read (`Faults::listing_without_sizes`, `read_unsized`).
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -184,6 +184,8 @@ pub struct Inner {
     pub counters: Counters,
     /// Bytes served per read piece.
     piece: usize,
+    /// Takes files whole, as an HTTP PUT does ([`Memory::set_whole_files`]).
+    whole: AtomicBool,
 }
 
 impl std::ops::Deref for Memory {
@@ -208,9 +210,22 @@ impl Memory {
             since_faults: Mutex::new((0, 0, false)),
             counters: Counters::default(),
             piece: 64 * 1024,
+            whole: AtomicBool::new(false),
         };
         lock(&m.state).dirs.insert(b"/".to_vec());
         Memory(Arc::new(m))
+    }
+
+    /// From now on this store takes files whole, as a server of HTTP PUTs
+    /// does (nginx's dav module, ferry serve): no rename, no write at an
+    /// offset; a write appears under its name only when `finish`ed, and
+    /// an abandoned one leaves nothing (`atomic_write`).
+    pub fn set_whole_files(&self, on: bool) {
+        self.whole.store(on, Ordering::Relaxed);
+    }
+
+    fn whole_files(&self) -> bool {
+        self.whole.load(Ordering::Relaxed)
     }
 
     pub fn set_faults(&self, f: Faults) {
@@ -334,12 +349,13 @@ impl Backend for Memory {
     }
 
     fn capabilities(&self) -> Capabilities {
+        let whole = self.whole_files();
         Capabilities {
             ranged_read: true,
-            offset_write: true,
-            append: true,
-            rename_over: true,
-            atomic_write: false,
+            offset_write: !whole,
+            append: !whole,
+            rename_over: !whole,
+            atomic_write: whole,
             set_times: true,
             set_mode: true,
             list: true,
@@ -552,14 +568,28 @@ impl Backend for Memory {
                 self.display(p)
             )));
         }
+        let whole = self.whole_files();
+        if whole && !matches!(mode, WriteMode::Create { .. }) {
+            return Err(TransferError::Usage(format!(
+                "internal: {}: this store takes whole files only",
+                self.display(p)
+            )));
+        }
         {
-            let mut s = lock(&self.state);
+            let s = lock(&self.state);
             if !parent.is_empty() && !s.dirs.contains(parent) {
                 return Err(TransferError::Remote(format!(
                     "{}: no such directory",
                     self.display(parent)
                 )));
             }
+        }
+        let perm = match mode {
+            WriteMode::Create { perm } => perm,
+            WriteMode::At(_) => None,
+        };
+        if !whole {
+            let mut s = lock(&self.state);
             let f = s.files.entry(p.to_vec()).or_insert(MemFile {
                 data: Vec::new(),
                 mtime: 0,
@@ -583,6 +613,8 @@ impl Backend for Memory {
             stored: 0,
             store: self.clone(),
             own_thread,
+            staged: whole.then(Vec::new),
+            perm,
         }))
     }
 
@@ -814,6 +846,30 @@ struct MemWrite {
     stored: u64,
     store: Memory,
     own_thread: bool,
+    /// A store that takes files whole: the bytes so far, put under the
+    /// name by `finish` (dropped unfinished, nothing).
+    staged: Option<Vec<u8>>,
+    /// The new file's permission bits, for `staged`.
+    perm: Option<u32>,
+}
+
+impl MemWrite {
+    /// A staged write complete: the file appears whole under its name.
+    fn commit(&mut self) {
+        let Some(data) = self.staged.take() else {
+            return;
+        };
+        let mode = self.perm.map_or(0o644, |p| p & 0o777);
+        let mut s = lock(&self.store.state);
+        s.files.insert(
+            self.path.clone(),
+            MemFile {
+                data,
+                mtime: 0,
+                mode,
+            },
+        );
+    }
 }
 
 #[async_trait]
@@ -854,6 +910,11 @@ impl Sink for MemWrite {
             data.len().max(1)
         };
         for piece in data.chunks(step) {
+            if let Some(staged) = self.staged.as_mut() {
+                staged.extend_from_slice(piece);
+                self.at += piece.len() as u64;
+                continue;
+            }
             {
                 let mut s = lock(&m.state);
                 let f = s.files.get_mut(&self.path).ok_or_else(|| {
@@ -883,7 +944,8 @@ impl Sink for MemWrite {
         Ok(())
     }
 
-    async fn finish(self: Box<Self>) -> Result<(), TransferError> {
+    async fn finish(mut self: Box<Self>) -> Result<(), TransferError> {
+        self.commit();
         Ok(())
     }
 
@@ -891,15 +953,20 @@ impl Sink for MemWrite {
         if !self.own_thread {
             return None;
         }
+        // A staged write goes with the task, which completes it, as an
+        // HTTP PUT's request does: this sink has nothing left to finish.
         let mut to = MemWrite {
             path: self.path.clone(),
             at: self.at,
             stored: 0,
             store: self.store.clone(),
             own_thread: false,
+            staged: self.staged.take(),
+            perm: self.perm,
         };
         let piece = self.store.piece as u64;
         Some(own_thread().spawn(async move {
+            let check = from.check.clone();
             let LocalRange {
                 file,
                 len,
@@ -915,10 +982,23 @@ impl Sink for MemWrite {
                 let buf = file
                     .append(file.at + done, n, Vec::new())
                     .map_err(|e| (e, true))?;
+                if done + n == len {
+                    // Read, then asked: the last piece goes only if the
+                    // source is as it was.
+                    if let Some(c) = &check {
+                        c.check().map_err(|e| {
+                            (
+                                TransferError::Local(format!("{}: {e}", file.path.display())),
+                                true,
+                            )
+                        })?;
+                    }
+                }
                 to.write(Bytes::from(buf)).await.map_err(|e| (e, false))?;
                 done += n;
                 progress.add(n);
             }
+            to.commit();
             Ok(())
         }))
     }

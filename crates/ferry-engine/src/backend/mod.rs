@@ -216,6 +216,11 @@ pub struct LocalRange {
     pub(crate) len: u64,
     pub(crate) shown: String,
     pub(crate) progress: Arc<RangeProgress>,
+    /// For a sink that reads this range ([`Sink::read_from`]) into a
+    /// destination that takes files whole: the range ends the file, and
+    /// its last piece may go only if [`SourceCheck::check`] says so,
+    /// asked after that piece was read.
+    pub(crate) check: Option<Arc<SourceCheck>>,
 }
 
 impl LocalRange {
@@ -225,7 +230,82 @@ impl LocalRange {
             len,
             shown,
             progress: Arc::default(),
+            check: None,
         }
+    }
+
+    /// [`SourceCheck::check`] as an HTTP body asks it
+    /// ([`ferry_http::EndCheck`]).
+    pub(crate) fn end_check(&self) -> Option<ferry_http::EndCheck> {
+        let c = self.check.clone()?;
+        Some(Arc::new(move || c.check()))
+    }
+}
+
+/// A local source file asked once more after the last bytes of its copy
+/// were read and before they go, where the destination takes files
+/// whole (an HTTP PUT, issue #24): a file rewritten in place while it was
+/// read must not be completed there, since the server would put the mix
+/// under the final name at once. Its size and time must still be the
+/// plan's (whole seconds, as [`Backend::stat`] says), and its time to the
+/// nanosecond what it was when this range started. One `fstat` when the
+/// range starts and one at its end, on the file read (a file renamed over
+/// the source's name meanwhile does not change the bytes read).
+pub struct SourceCheck {
+    file: Arc<std::fs::File>,
+    size: u64,
+    mtime: Option<i64>,
+    /// The file's time (seconds, nanoseconds) when the range started.
+    start: Option<(i64, i64)>,
+    /// [`SourceCheck::ASKED`], [`SourceCheck::CHANGED`]: sticky once set.
+    state: std::sync::atomic::AtomicU8,
+}
+
+impl SourceCheck {
+    const ASKED: u8 = 1;
+    const CHANGED: u8 = 2;
+
+    /// `size` and `mtime`: the whole file's, as the plan saw them.
+    pub(crate) fn new(file: Arc<std::fs::File>, size: u64, mtime: Option<i64>) -> SourceCheck {
+        use std::os::unix::fs::MetadataExt;
+        let start = file.metadata().ok().map(|m| (m.mtime(), m.mtime_nsec()));
+        SourceCheck {
+            file,
+            size,
+            mtime,
+            start,
+            state: Default::default(),
+        }
+    }
+
+    /// Called by the reader after it read the last bytes and before it
+    /// hands them on: an error means they must not go.
+    pub fn check(&self) -> std::io::Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let same = self.state.load(Ordering::Acquire) != Self::CHANGED
+            && self.file.metadata().is_ok_and(|m| {
+                m.len() == self.size
+                    && self.mtime.is_none_or(|t| t == m.mtime())
+                    && self.start.is_none_or(|s| s == (m.mtime(), m.mtime_nsec()))
+            });
+        if same {
+            self.state.fetch_max(Self::ASKED, Ordering::AcqRel);
+            return Ok(());
+        }
+        self.state.store(Self::CHANGED, Ordering::Release);
+        Err(std::io::Error::other(
+            "the source file changed while it was read; its last bytes were not sent",
+        ))
+    }
+
+    /// The check ran (whatever it said).
+    pub(crate) fn asked(&self) -> bool {
+        self.state.load(Ordering::Acquire) != 0
+    }
+
+    /// The check found the file changed.
+    pub(crate) fn changed(&self) -> bool {
+        self.state.load(Ordering::Acquire) == Self::CHANGED
     }
 }
 
@@ -292,6 +372,10 @@ pub trait Sink: Send {
     /// else the task's end is the range's end (written and answered; its
     /// bytes are counted with `wrote`, then `finish` closes), and `Err`'s
     /// flag says the local file failed, so what was written is good.
+    /// With `from.check` (a destination that takes files whole): read the
+    /// last piece, then ask [`SourceCheck::check`], and send that piece
+    /// only if it says so; otherwise end the write without it, so the
+    /// destination never completes the file.
     fn read_from(&mut self, from: LocalRange) -> Option<RangeTask> {
         let _ = from;
         None
@@ -388,6 +472,14 @@ pub trait Backend: Send + Sync {
         _size: u64,
     ) -> Result<Option<Unfinished>, TransferError> {
         Ok(None)
+    }
+
+    /// Drop what an unfinished write of `path` left ([`Backend::unfinished`]):
+    /// the copy failed because its source changed, so those bytes mix two
+    /// versions and a `--resume` must not continue them. Best effort; the
+    /// final name is not touched.
+    async fn discard_unfinished(&self, _path: &[u8]) -> Result<(), TransferError> {
+        Ok(())
     }
 
     /// Why `--resume` cannot continue a file written here, said once per
