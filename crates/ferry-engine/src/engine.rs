@@ -906,7 +906,7 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
         if let Some(w) = &wider {
             n = w.ranges();
             if n > 1 {
-                n = widen_to(r, n).await.max(1);
+                n = widen_to(r, f, n).await.max(1);
             }
         }
         let mut queue = chunks(&missing, chunk).into_iter();
@@ -935,7 +935,7 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
                     if let Some(w) = wider.as_mut() {
                         let want = w.tick(Instant::now(), r.stats.bytes_done.load(Ordering::Relaxed));
                         if want > n {
-                            n = widen_to(r, want).await.max(n);
+                            n = widen_to(r, f, want).await.max(n);
                             tracing::debug!("{}: {n} ranges in flight", dst.display(&f.dst));
                         }
                     }
@@ -995,16 +995,13 @@ fn long_path(src: &dyn Backend, dst: &dyn Backend) -> Option<Duration> {
         .filter(|&d| d >= widen::LONG_PATH)
 }
 
-/// Ask both ends to let `want` ranges each have a connection: how many
-/// they can take now.
-async fn widen_to(r: &Run, want: usize) -> usize {
-    let src = r
-        .sources
-        .iter()
-        .map(|s| s.backend.widen(Role::Source, want));
+/// Ask both ends of file `f` to let `want` ranges each have a connection:
+/// how many they can take now.
+async fn widen_to(r: &Run, f: &FilePlan, want: usize) -> usize {
+    let src = r.sources[f.source].backend.widen(Role::Source, want);
     let dst = r.dest.backend.widen(Role::Destination, want);
-    let (srcs, d) = futures_util::future::join(futures_util::future::join_all(src), dst).await;
-    srcs.into_iter().fold(d.min(want), usize::min).max(1)
+    let (s, d) = futures_util::future::join(src, dst).await;
+    s.min(d).min(want).max(1)
 }
 
 /// Sleep until `at`; never wakes without one.
