@@ -56,6 +56,14 @@ fn streams(o: &Output) -> u64 {
     common::json_field(o, "streams").parse().unwrap_or(0)
 }
 
+/// A download that ended well, holds `body`, and went over more than one
+/// connection.
+fn assert_widened(o: &Output, got: &std::path::Path, body: &[u8], what: &str) {
+    common::assert_ok(o, what);
+    assert!(std::fs::read(got).unwrap() == body, "{what} differs");
+    assert!(streams(o) >= 2, "{what} used {} connection(s)", streams(o));
+}
+
 #[test]
 fn big_files_are_widened_over_more_connections_on_a_long_path() {
     let Some(link) = long_link("wd") else { return };
@@ -73,16 +81,7 @@ fn big_files_are_widened_over_more_connections_on_a_long_path() {
     a.extend(serve.ferry_opts_with(&serve.key()));
     a.extend(args![serve.url("big.bin"), &down]);
     let o = cp_in(&ns, &serve, &a);
-    common::assert_ok(&o, "sftp download");
-    assert!(
-        std::fs::read(&down).unwrap() == body,
-        "sftp download differs"
-    );
-    assert!(
-        streams(&o) >= 2,
-        "sftp download used {} connection(s)",
-        streams(&o)
-    );
+    assert_widened(&o, &down, &body, "sftp download");
 
     // SFTP up, from that file.
     let mut a = args!["--json"];
@@ -111,16 +110,7 @@ fn big_files_are_widened_over_more_connections_on_a_long_path() {
             &https
         ],
     );
-    common::assert_ok(&o, "https download");
-    assert!(
-        std::fs::read(&https).unwrap() == body,
-        "https download differs"
-    );
-    assert!(
-        streams(&o) >= 2,
-        "https download used {} connection(s)",
-        streams(&o)
-    );
+    assert_widened(&o, &https, &body, "https download");
     assert!(
         std::fs::read_dir(local.path()).unwrap().all(|e| !e
             .unwrap()
