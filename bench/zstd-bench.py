@@ -51,8 +51,10 @@ def cpu_of(pid):
 
 
 def make_text(path, size, seed):
-    """Text-like lines of words and numbers, about 3:1 with zstd -1 (the
-    same generator as the tests' make_text_file, in Python)."""
+    """Text-like lines of words and numbers (the same generator as the tests'
+    make_text_file, in Python): about 4.2:1 with zstd -1 and a 1 MiB window
+    (256 MiB to 60.5 MB), more than the scorecard's text (`ferry bench
+    --compressible`, about 2.9:1); BENCHMARKS.md, run zstd-cells-1."""
     words = ("the ferry copies files over sftp and http with zstd compression "
              "window packet server client bytes level stream").split()
     rnd = random.Random(seed)

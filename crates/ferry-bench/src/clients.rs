@@ -137,6 +137,19 @@ pub const CLIENTS: &[Client] = &[
             Fits::All,
         )
     },
+    // `-C=off`: what `auto` is measured against (issue 21's "`auto` at
+    // least 2x ferry without compression").
+    Client {
+        ferry: true,
+        ..c(
+            "ferry-off",
+            "ferry cp -C=off",
+            "ferry",
+            Proto::Sftp,
+            true,
+            Fits::All,
+        )
+    },
     Client {
         ferry: true,
         ..c(
@@ -365,12 +378,13 @@ pub struct Paths {
 }
 
 /// Clients that measure compression: `ferry-zstd` (SSH, `-C=auto`: zstd
-/// with ferry serve, off with sshd) and `ferry-https-zstd`
+/// with ferry serve, off with sshd), `ferry-off` (SSH, `-C=off`, the
+/// same without compression) and `ferry-https-zstd`
 /// (`--compressed`: zstd downloads, and uploads coded under `auto` where
 /// ferry serve takes them). Left out of runs that name no clients unless
 /// `--compressible` is given (random data only shows what `auto` costs).
 pub fn compression_cell(id: &str) -> bool {
-    matches!(id, "ferry-zstd" | "ferry-https-zstd")
+    matches!(id, "ferry-zstd" | "ferry-off" | "ferry-https-zstd")
 }
 
 /// The `ferry-base*` clients run the `--baseline` binary with the command
@@ -429,11 +443,17 @@ pub fn command(
         return command(tc, ep, ds, dir, variant_dir, &bp);
     }
     match client.id {
-        "ferry" | "ferry-zstd" => {
+        "ferry" | "ferry-zstd" | "ferry-off" => {
             let mut c = Command::new(&p.ferry);
             c.args(["cp", "-q", "-F"]).arg(&ep.ssh_config).arg("-r");
-            if client.id == "ferry-zstd" {
-                c.arg("--compress=auto");
+            match client.id {
+                "ferry-zstd" => {
+                    c.arg("--compress=auto");
+                }
+                "ferry-off" => {
+                    c.arg("--compress=off");
+                }
+                _ => {}
             }
             if down {
                 c.arg(format!("bench:{rsrc}")).arg(format!("{local}/"));

@@ -617,6 +617,50 @@ const GOALS: &[Goal] = &[
 
 const LOSS100: &[&str] = &["loss100"];
 
+/// Issue 21's compression goals, each for one kind of data (`true`:
+/// `--compressible` text, about 3:1 with zstd -1; `false`: random), SSH
+/// downloads from ferry serve: `auto` at least 2x `-C=off` on the 1 Gbit/s
+/// link (`wan`), at least 3x OpenSSH sftp from sshd on the 200 Mbit/s one
+/// (`slow200`), and on loopback with random data at least 0.95x `off`.
+const COMPRESSION_GOALS: &[(bool, Goal)] = &[
+    (
+        true,
+        Goal {
+            issue: 21,
+            num: ("ferry-zstd", ServerKind::FerryServe),
+            den: ("ferry-off", ServerKind::FerryServe),
+            want: 2.0,
+            sets: &["huge"],
+            directions: DOWN,
+            profiles: &["wan"],
+        },
+    ),
+    (
+        true,
+        Goal {
+            issue: 21,
+            num: ("ferry-zstd", ServerKind::FerryServe),
+            den: ("sftp", ServerKind::Sshd),
+            want: 3.0,
+            sets: &["huge"],
+            directions: DOWN,
+            profiles: &["slow200"],
+        },
+    ),
+    (
+        false,
+        Goal {
+            issue: 21,
+            num: ("ferry-zstd", ServerKind::FerryServe),
+            den: ("ferry-off", ServerKind::FerryServe),
+            want: 0.95,
+            sets: &["huge"],
+            directions: BOTH,
+            profiles: LOOP,
+        },
+    ),
+];
+
 /// One goal checked against one run.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct GoalResult {
@@ -651,8 +695,9 @@ fn fastest(c: &Cell) -> Option<f64> {
         .min_by(f64::total_cmp)
 }
 
-/// The issues' speed goals that this run's cells can answer.
-pub fn goals(cells: &[Cell]) -> Vec<GoalResult> {
+/// The issues' speed goals that this run's cells can answer;
+/// `compressible`: the run's data was `--compressible` text.
+pub fn goals(cells: &[Cell], compressible: bool) -> Vec<GoalResult> {
     let find = |p: &str, s: &str, d: Direction, (client, server): (&str, ServerKind)| {
         cells.iter().find(|c| {
             c.profile == p
@@ -671,7 +716,11 @@ pub fn goals(cells: &[Cell]) -> Vec<GoalResult> {
         }
     }
     for (p, s, d) in &keys {
-        for g in GOALS {
+        let for_data = COMPRESSION_GOALS
+            .iter()
+            .filter(|(text, _)| *text == compressible)
+            .map(|(_, g)| g);
+        for g in GOALS.iter().chain(for_data) {
             if !g.sets.contains(&s.as_str())
                 || !g.directions.contains(d)
                 || !g.profiles.contains(&p.as_str())
@@ -865,5 +914,28 @@ mod tests {
             2,
         );
         assert_eq!(c[0].ceiling.as_deref(), Some("cpu"));
+    }
+
+    #[test]
+    fn compression_goals_hold_for_their_data_only() {
+        let at = |client: &str, server: ServerKind, mbps: f64| Cell {
+            profile: "wan".into(),
+            set: "huge".into(),
+            server,
+            protocol: Proto::Sftp,
+            ..cell(client, true, mbps, 1.0, 1.0)
+        };
+        let cells = vec![
+            at("ferry-zstd", ServerKind::FerryServe, 250.0),
+            at("ferry-off", ServerKind::FerryServe, 100.0),
+        ];
+        let text = goals(&cells, true);
+        assert_eq!(text.len(), 1, "{text:?}");
+        assert_eq!(
+            (text[0].issue, text[0].ratio, text[0].met),
+            (21, Some(2.5), Some(true))
+        );
+        // Random data: `auto` is not asked to double anything.
+        assert!(goals(&cells, false).is_empty());
     }
 }

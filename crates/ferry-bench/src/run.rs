@@ -805,7 +805,7 @@ pub fn run_local(args: &BenchArgs) -> Result<Report> {
         parameters,
         sets: set_info,
         notes,
-        goals: crate::report::goals(&cells),
+        goals: crate::report::goals(&cells, args.compressible),
         cells,
     })
 }
