@@ -704,3 +704,67 @@ fn sigterm_closes_the_ftp_listener_and_idle_sessions_after_the_grace() {
     assert_eq!(r.read_line(&mut rest).unwrap_or(0), 0, "{rest}");
     assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
 }
+
+/// The congestion control algorithms `ss -tinp` shows for the established
+/// TCP connections of process `pid` (one entry per connection).
+fn congestion_of(pid: u32) -> Vec<String> {
+    let o = Command::new("ss")
+        .args(["-tinpH", "state", "established"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    let owner = format!("pid={pid},");
+    let known = [
+        "reno", "cubic", "bbr", "bbr2", "bbr3", "dctcp", "htcp", "vegas",
+    ];
+    lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.contains(&owner))
+        .map(|(i, _)| {
+            let info = lines.get(i + 1).copied().unwrap_or_default();
+            info.split_whitespace()
+                .find(|t| known.contains(t))
+                .unwrap_or("?")
+                .to_string()
+        })
+        .collect()
+}
+
+/// ferry serve's data connections get `--congestion` as its control
+/// connections do (libunftp opens them; vendor/libunftp/FERRY-PATCH.md,
+/// "A hook on data connections' sockets"). While curl downloads slowly,
+/// both of ferry serve's connections, control and data, use the chosen
+/// algorithm (reno, which every kernel has; not the system's default).
+#[test]
+fn data_connections_get_the_chosen_congestion_control() {
+    need!("curl");
+    need!("ss");
+    let s = FerryServe::start_ftp(&["--congestion", "reno"]);
+    let body = make_file(&s.root().join("slow.bin"), 2 * MIB, 3);
+    let out = tempdir();
+    let got = out.path().join("slow.bin");
+    let mut curl = Command::new("curl")
+        .args(["-sS", "--ssl-reqd", "--limit-rate", "400K", "--cacert"])
+        .arg(s.cert_pem())
+        .args(["-u", &login(&s), "-o"])
+        .arg(&got)
+        .arg(s.ftp_url("slow.bin"))
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut seen = Vec::new();
+    while Instant::now() < deadline && seen.len() < 2 {
+        seen = congestion_of(s.pid());
+        thread::sleep(Duration::from_millis(100));
+    }
+    assert!(curl.wait().unwrap().success(), "curl failed");
+    assert_eq!(hash_file(&got), body);
+    assert_eq!(
+        seen,
+        vec!["reno".to_string(); 2],
+        "ferry serve's control and data connections during the download"
+    );
+}

@@ -98,6 +98,12 @@ impl FtpService {
             key,
             opts,
         };
+        // Data connections get the congestion control control connections
+        // get (`--congestion`): libunftp opens them, and runs this on each
+        // (vendor/libunftp/FERRY-PATCH.md).
+        libunftp::options::set_data_socket_hook(|socket| {
+            ferry_tcp::apply(socket);
+        });
         svc.build(None)?;
         Ok(svc)
     }

@@ -622,6 +622,8 @@ where
     Storage::Metadata: Metadata,
     User: UserDetail + 'static,
 {
+    // ferry: the data connection's socket options (options::set_data_socket_hook).
+    crate::options::run_data_socket_hook(&socket);
     // We introduce a block scope here to keep the lock on the session minimal. We basically copy the needed info
     // out and then unlock.
 

@@ -25,6 +25,25 @@ pub(crate) const DEFAULT_PASSIVE_PORTS: RangeInclusive<u16> = 49152..=65535;
 pub(crate) const DEFAULT_FTPS_REQUIRE: FtpsRequired = FtpsRequired::None;
 pub(crate) const DEFAULT_FTPS_TRUST_STORE: &str = "./trusted.pem";
 
+// ferry: a function run on every data connection's socket as it is
+// accepted (passive) or connected (PORT), before any byte moves: ferry serve
+// sets its TCP congestion control there, as it does on control connections
+// (FERRY-PATCH.md).
+static DATA_SOCKET_HOOK: std::sync::OnceLock<fn(&tokio::net::TcpStream)> = std::sync::OnceLock::new();
+
+/// ferry: set the function run on every data connection's socket (once per
+/// process; `false` if one was set before, which then stays).
+pub fn set_data_socket_hook(hook: fn(&tokio::net::TcpStream)) -> bool {
+    DATA_SOCKET_HOOK.set(hook).is_ok()
+}
+
+// ferry: see DATA_SOCKET_HOOK.
+pub(crate) fn run_data_socket_hook(socket: &tokio::net::TcpStream) {
+    if let Some(hook) = DATA_SOCKET_HOOK.get() {
+        hook(socket);
+    }
+}
+
 /// A helper trait to customize how the server binds to ports
 #[async_trait]
 pub trait Binder: Debug + Send {
