@@ -321,7 +321,6 @@ impl Http {
         headers: &HeaderMap,
     ) -> Result<(ferry_http::Response, Option<tokio::runtime::Handle>), TransferError> {
         let url = self.url(p);
-        let stall = self.stall;
         let ranged = headers.contains_key("range");
         let widened = self.wide_n.load(Ordering::Relaxed);
         let mut i = match &self.spread {
@@ -340,11 +339,7 @@ impl Http {
                         let c = self.wide.read().unwrap_or_else(|e| e.into_inner())[x]
                             .0
                             .clone();
-                        let sent = tokio::time::timeout(stall, c.send(method, &url, headers, None))
-                            .await
-                            .map_err(|_| {
-                                TransferError::stalled(&self.display(p), "no answer", stall)
-                            })?;
+                        let sent = self.send_on(&c, method, &url, headers, p).await?;
                         return Ok((sent?, c.driver().cloned()));
                     }
                 }
@@ -352,12 +347,9 @@ impl Http {
             _ => self.here().unwrap_or_else(|| self.shard(p)),
         };
         loop {
-            let sent = tokio::time::timeout(
-                stall,
-                self.clients[i].send(method.clone(), &url, headers, None),
-            )
-            .await
-            .map_err(|_| TransferError::stalled(&self.display(p), "no answer", stall))?;
+            let sent = self
+                .send_on(&self.clients[i], method.clone(), &url, headers, p)
+                .await?;
             match sent {
                 Err(ferry_http::HttpError::Network(m)) => match self.instead_of(i) {
                     Some(j) => {
@@ -369,6 +361,21 @@ impl Http {
                 other => return Ok((other?, self.clients[i].driver().cloned())),
             }
         }
+    }
+
+    /// One request on client `c`, its answer's head awaited at most the
+    /// stall timeout.
+    async fn send_on(
+        &self,
+        c: &Client,
+        method: Method,
+        url: &ferry_http::Url,
+        headers: &HeaderMap,
+        p: &[u8],
+    ) -> Result<Result<ferry_http::Response, ferry_http::HttpError>, TransferError> {
+        tokio::time::timeout(self.stall, c.send(method, url, headers, None))
+            .await
+            .map_err(|_| TransferError::stalled(&self.display(p), "no answer", self.stall))
     }
 
     /// Does this server take ranged PUTs (and keep a cut one's bytes)?
