@@ -101,7 +101,7 @@ def main():
     ap.add_argument("--size-mib", type=int, default=128)
     ap.add_argument("--rate-mbps", type=int, default=None)
     ap.add_argument("--delay-ms", type=float, default=0)
-    ap.add_argument("--data", default="text")
+    ap.add_argument("--data", default="text", help="text, random, or a file's path")
     ap.add_argument("--cases", default="ferry-auto,ferry-off,ferry-on,sftp,sftp-C")
     ap.add_argument("--dir", default=None)
     ap.add_argument("--direction", default="down", choices=["down", "up"])
@@ -120,7 +120,15 @@ def main():
         shutil.copy(key + ".pub", os.path.join(d, "authorized_keys"))
         src = os.path.join(root, "data.bin")
         size = a.size_mib << 20
-        (make_text(src, size, 1) if a.data == "text" else make_random(src, size))
+        if a.data == "text":
+            make_text(src, size, 1)
+        elif a.data == "random":
+            make_random(src, size)
+        else:
+            # A file of one's own (e.g. `ferry bench --compressible --dir D`'s
+            # data set), its first --size-mib MiB.
+            with open(a.data, "rb") as f_in, open(src, "wb") as f_out:
+                f_out.write(f_in.read(size))
 
         # ferry serve
         serve = subprocess.Popen(
