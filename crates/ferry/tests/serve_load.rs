@@ -7,11 +7,13 @@
 //! every byte is checked by blake3, and the server's peak RSS (VmHWM),
 //! CPU seconds and the most connections seen open at once are printed.
 //!
-//! - CI: `load_short` (50 SFTP + 100 HTTPS).
+//! - CI: `load_short` (50 SFTP + 100 HTTPS) and `load_short_up` (the SFTP
+//!   clients upload instead).
 //! - Long: `FERRY_LOAD_SFTP=500 FERRY_LOAD_HTTPS=1000 FERRY_LOAD_RATE=64k
 //!   FERRY_LOAD_SFTP_MIB=64 nice -n 19 cargo test -p ferry --test
 //!   serve_load -- --ignored --nocapture load_long` (figures in
-//!   docs/internals/reliability.md).
+//!   docs/internals/reliability.md); `FERRY_LOAD_SFTP_UP=1` makes the SFTP
+//!   clients upload.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[macro_use]
@@ -105,10 +107,16 @@ fn raise_nofile() {
     );
 }
 
-fn run_load(sftp_clients: usize, https_clients: usize) {
+/// `up`: the SFTP clients upload (each process its own copy of the big
+/// file, in ranges over its connections) instead of downloading.
+fn run_load(sftp_clients: usize, https_clients: usize, up: bool) {
     raise_nofile();
     let cap = (sftp_clients + https_clients + 64).to_string();
-    let s = FerryServe::start(&["--max-connections", &cap, "--max-startups", &cap]);
+    let mut serve_args = vec!["--max-connections", &cap, "--max-startups", &cap];
+    if up {
+        serve_args.push("--writable");
+    }
+    let s = FerryServe::start(&serve_args);
     let dir = s.root().join("load");
     fs::create_dir_all(&dir).unwrap();
     let big_len = big_size();
@@ -117,6 +125,10 @@ fn run_load(sftp_clients: usize, https_clients: usize) {
         .map(|i| make_file(&dir.join(format!("f{i:02}.bin")), FILE_SIZE, 500 + i as u64))
         .collect();
     let out = tempdir();
+    let local_big = out.path().join("big.bin");
+    if up {
+        fs::copy(dir.join("big.bin"), &local_big).unwrap();
+    }
     let pid = s.pid();
     let cpu_before = cpu_secs(pid);
 
@@ -171,7 +183,7 @@ fn run_load(sftp_clients: usize, https_clients: usize) {
         })
         .collect();
     // SFTP: ferry cp processes with STREAMS SSH connections each, every
-    // one fetching a big file in ranges over all of them (500 processes
+    // one moving a big file in ranges over all of them (500 processes
     // would take more memory than the server under test).
     let procs = sftp_clients.div_ceil(STREAMS);
     let mut kids: Vec<FerryChild> = (0..procs)
@@ -179,8 +191,14 @@ fn run_load(sftp_clients: usize, https_clients: usize) {
             let streams = STREAMS.min(sftp_clients - i * STREAMS).to_string();
             let mut a = args!["cp", "--streams", streams];
             a.extend(s.ferry_opts_with(&s.key()));
-            let dst = out.path().join(format!("s{i}"));
-            a.extend(args![s.url("/load/big.bin"), &dst]);
+            if up {
+                a.extend(args![&local_big, s.url(&format!("/load/up{i}.bin"))]);
+            } else {
+                a.extend(args![
+                    s.url("/load/big.bin"),
+                    out.path().join(format!("s{i}"))
+                ]);
+            }
             FerryChild::spawn(&s.home(), &a, &[])
         })
         .collect();
@@ -220,7 +238,12 @@ fn run_load(sftp_clients: usize, https_clients: usize) {
         assert_file_hash(&p, &hashes[i % FILES], &name);
     };
     for i in 0..sftp_clients.div_ceil(STREAMS) {
-        assert_file_hash(&out.path().join(format!("s{i}")), &big, "sftp");
+        let got = if up {
+            dir.join(format!("up{i}.bin"))
+        } else {
+            out.path().join(format!("s{i}"))
+        };
+        assert_file_hash(&got, &big, "sftp");
     }
     for i in 0..https_clients {
         check(format!("h{i}"), i);
@@ -229,9 +252,10 @@ fn run_load(sftp_clients: usize, https_clients: usize) {
     let cpu = cpu_secs(pid) - cpu_before;
     let peak_total = (peak_sftp + peak_https).max(1);
     eprintln!(
-        "LOAD sftp={sftp_clients} https={https_clients} bytes_each={FILE_SIZE} all_verified=yes \
+        "LOAD sftp={sftp_clients} sftp_dir={} https={https_clients} bytes_each={FILE_SIZE} all_verified=yes \
          sftp_bytes_each_process={big_len} rate={} wall={:.1}s serve_cpu={cpu:.1}s serve_VmHWM={hwm}kB peak_open sftp={peak_sftp} https={peak_https} \
          hwm_per_open_conn={}kB",
+        if up { "upload" } else { "download" },
         rate(),
         took.as_secs_f64(),
         hwm / peak_total as u64
@@ -247,7 +271,18 @@ fn load_short() {
         eprintln!("SKIP: curl not installed");
         return;
     }
-    run_load(50, 100);
+    run_load(50, 100, false);
+}
+
+/// The same with the SFTP clients uploading: what they send waits in
+/// ferry serve's channel queues and write requests until it is on disk.
+#[test]
+fn load_short_up() {
+    if !have("curl") {
+        eprintln!("SKIP: curl not installed");
+        return;
+    }
+    run_load(50, 100, true);
 }
 
 /// The long case (see the file's doc): counts from FERRY_LOAD_SFTP and
@@ -258,5 +293,6 @@ fn load_long() {
     run_load(
         env_num("FERRY_LOAD_SFTP", 500),
         env_num("FERRY_LOAD_HTTPS", 1000),
+        env_num("FERRY_LOAD_SFTP_UP", 0) == 1,
     );
 }
