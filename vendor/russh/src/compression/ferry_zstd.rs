@@ -637,7 +637,8 @@ impl ZstdDecompressor {
 /// keep it if it moved `GAIN` times more plain bytes per second than the
 /// window before it. Storing moves to level 1 only if level 1 could beat the
 /// current rate at all: the compressor, one core per direction, must manage
-/// `HEADROOM` times the rate reached without it. So on loopback, where
+/// the rules' `headroom` (`HEADROOM` for zstd) times the rate reached
+/// without it. So on loopback, where
 /// storing runs faster than zstd compresses, it never tries; on a slow link
 /// with text it tries at once, wins, and stays.
 #[derive(Debug, Clone)]
@@ -678,12 +679,16 @@ pub struct AutoRules {
     pub ladder: &'static [Setting],
     /// Compressed/plain at or over which the data is stored.
     pub incompressible: f64,
+    /// How much faster than the stored rate the compressor's measured
+    /// speed must be for a try of level 1.
+    pub headroom: f64,
 }
 
 /// zstd's: stored, level 1, level 3.
 pub const ZSTD_RULES: AutoRules = AutoRules {
     ladder: &[Setting::Stored, Setting::Level(1), Setting::Level(3)],
     incompressible: INCOMPRESSIBLE,
+    headroom: HEADROOM,
 };
 
 /// The most rungs a ladder may have.
@@ -728,6 +733,12 @@ impl AutoLevel {
     #[cfg(test)]
     pub(crate) fn backoff(&self) -> Duration {
         self.backoff
+    }
+
+    /// The last rate measured at `rung`, if it was ever used (for tests).
+    #[cfg(test)]
+    pub(crate) fn rate_at(&self, rung: usize) -> Option<f64> {
+        self.rate.get(rung).copied().flatten()
     }
 
     pub fn setting(&self) -> Setting {
@@ -816,7 +827,9 @@ impl AutoLevel {
         let top = self.rules.ladder.len().min(MAX_RUNGS).saturating_sub(1);
         let candidate = match self.rung {
             0 => {
-                let can_win = self.level1_speed.is_some_and(|s| s > rate * HEADROOM);
+                let can_win = self
+                    .level1_speed
+                    .is_some_and(|s| s > rate * self.rules.headroom);
                 (compresses && can_win && top >= 1).then_some(1)
             }
             // From the middle, try up and down in turn.
