@@ -13,13 +13,16 @@ Usage: bench/zstd-bench.py FERRY_BIN LINKEM_BIN [--runs 5] [--size-mib 128]
 A ferry case may end in `@N` to run ferry cp with `--streams N` (e.g.
 `ferry-auto@2`): N SSH connections, each with its own compressor.
 
-`--direction up` uploads instead (ferry cases only, to ferry serve). The
+`--direction up` uploads instead (ferry cases only, to ferry serve, or to
+sshd for the cases ending in `-sshd`, each upload compared with the source
+after its timing). The
 cases `https-auto`, `https-on`, `https-off` and `https-default` upload
 over HTTPS to ferry serve with `-C=auto`, `-C=on`, `-C=off` and no flag
 (Content-Encoding: zstd PUTs; `--direction up` only). `ferry-default` and
 `ferry-default-sshd` run ferry cp with no `-C` flag (the default, `auto`).
 """
 import argparse
+import filecmp
 import json
 import os
 import random
@@ -189,11 +192,16 @@ def main():
                 dest = os.path.join(root, "up", os.path.basename(dest))
             elif case.startswith("ferry") and up:
                 flag = {"ferry-auto": "--compress=auto", "ferry-off": "--compress=off",
-                        "ferry-on": "-C", "ferry-default": None}[case]
-                port, server, link = serve_via, serve, lk1
+                        "ferry-on": "-C", "ferry-default": None, "ferry-zlib-sshd": "-C",
+                        "ferry-off-sshd": "--compress=off", "ferry-default-sshd": None}[case]
+                if case.endswith("sshd"):
+                    # sshd serves the file system: the upload's absolute path.
+                    port, server, link, base = sshd_via, sshd, lk2, os.path.join(root, "up")
+                else:
+                    port, server, link, base = serve_via, serve, lk1, "/up"
                 cmd = [a.ferry, "cp", "-q", "--json"] + ([flag] if flag else []) + (
                     ["--streams", streams] if streams else []) + ssh_opts + [
-                    src, f"sftp://{user}@127.0.0.1:{port}/up/{os.path.basename(dest)}"]
+                    src, f"sftp://{user}@127.0.0.1:{port}{base}/{os.path.basename(dest)}"]
                 dest = os.path.join(root, "up", os.path.basename(dest))
             elif case.startswith("ferry"):
                 flag = {"ferry-auto": "--compress=auto", "ferry-off": "--compress=off",
@@ -229,6 +237,8 @@ def main():
             got = os.path.getsize(dest)
             if got != size:
                 raise SystemExit(f"{case}: got {got} bytes")
+            if up and case.endswith("sshd") and not filecmp.cmp(src, dest, shallow=False):
+                raise SystemExit(f"{case}: the upload differs from the source")
             if up:
                 os.remove(dest)
             client_cpu = (r1.children_user - r0.children_user) + (r1.children_system - r0.children_system)

@@ -43,6 +43,7 @@ pub fn ssh_zstd(data: &[u8]) {
     let settings = ZstdSettings {
         level: ZstdLevel::Fixed(i32::from(mode >> 4) + 1),
         stats: None,
+        zlib_auto: false,
     };
     let mut c = ZstdCompressor::new(&settings).unwrap();
     // Every SSH payload has at least its message type byte; the receiver

@@ -4,10 +4,20 @@
 //!
 //! Between ferry peers the method is `zstd@ferry.invalid` (ferry's russh,
 //! vendor/russh/FERRY-PATCH.md); OpenSSH never lists it, so with sshd the
-//! offer falls through to `zlib@openssh.com` when compression is on, or to
-//! `none`. The zstd sender changes its level while the transfer runs; in
-//! `auto` it starts by storing packets and compresses only when it measures
-//! that compressing moves more data (russh's `compression::AutoLevel`).
+//! offer falls through to `zlib@openssh.com` or `none`. The zstd sender
+//! changes its level while the transfer runs; in `auto` it starts by
+//! storing packets and compresses only when it measures that compressing
+//! moves more data (russh's `compression::AutoLevel`).
+//!
+//! With OpenSSH, `auto` offers `zlib@openssh.com` for uploads (client to
+//! server) only: ferry's zlib sender then works the same way, storing
+//! (deflate stored blocks, which sshd copies out) until compressing at
+//! zlib's fastest level pays, with the zlib rules (`ZLIB_RULES`: the data
+//! must compress to under 0.8). Downloads stay `none` under `auto`: sshd
+//! compresses at zlib's level 6 whatever the client does, which pays only
+//! on slow links, and turning it on mid-connection needs a rekey ferry
+//! does not do. `-C` (`on`) gets zlib both ways at zlib's fastest level.
+//! zlib's byte counts are reported like zstd's.
 
 use std::str::FromStr;
 use std::sync::atomic::Ordering;
@@ -22,11 +32,11 @@ pub enum SshCompression {
     Off,
     /// The default. zstd between ferry peers, the level chosen while the
     /// transfer runs, starting by storing packets (on loopback it costs
-    /// nothing measurable: run zstd-5 in BENCHMARKS.md); `none` with
-    /// anyone else, since zlib costs more CPU than it saves on all but
-    /// slow links. HTTP uploads to ferry serve read it as their own
-    /// rule: plain unless a measured plain stretch says coding pays
-    /// (ferry_http::encode::Verdict).
+    /// nothing measurable: run zstd-5 in BENCHMARKS.md). With OpenSSH,
+    /// zlib for uploads, chosen the same way (stored until level 1 pays:
+    /// run zstd-6), and `none` for downloads. HTTP uploads to ferry serve
+    /// read it as their own rule: plain unless a measured plain stretch
+    /// says coding pays (ferry_http::encode::Verdict).
     #[default]
     Auto,
     /// Always compress: zstd level 1 between ferry peers, zlib (its fastest
@@ -53,15 +63,45 @@ impl FromStr for SshCompression {
     }
 }
 
+/// What ferry cp offers in its key exchange, per direction, and how its
+/// senders work.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Offer {
+    /// Most wanted first, for uploads.
+    pub client_to_server: Vec<compression::Name>,
+    /// For downloads.
+    pub server_to_client: Vec<compression::Name>,
+    pub zstd_level: ZstdLevel,
+    /// zlib (OpenSSH) stores until compressing pays (`AutoLevel` with
+    /// `ZLIB_RULES`), instead of compressing every packet.
+    pub zlib_auto: bool,
+}
+
 impl SshCompression {
-    /// The methods to offer, most wanted first, and the zstd settings.
-    pub fn offer(self) -> (Vec<compression::Name>, ZstdLevel) {
+    /// The methods to offer, most wanted first, and the senders' settings.
+    pub fn offer(self) -> Offer {
         use compression::{NONE, ZLIB, ZLIB_LEGACY, ZSTD};
-        match self {
-            Self::Off => (vec![NONE], ZstdLevel::Auto),
-            Self::Auto => (vec![ZSTD, NONE], ZstdLevel::Auto),
-            Self::On => (vec![ZSTD, ZLIB_LEGACY, ZLIB, NONE], ZstdLevel::Fixed(1)),
-            Self::Level(l) => (vec![ZSTD, ZLIB_LEGACY, ZLIB, NONE], ZstdLevel::Fixed(l)),
+        let (client_to_server, server_to_client, zstd_level) = match self {
+            Self::Off => (vec![NONE], vec![NONE], ZstdLevel::Auto),
+            Self::Auto => (
+                vec![ZSTD, ZLIB_LEGACY, NONE],
+                vec![ZSTD, NONE],
+                ZstdLevel::Auto,
+            ),
+            Self::On | Self::Level(_) => {
+                let all = vec![ZSTD, ZLIB_LEGACY, ZLIB, NONE];
+                let level = match self {
+                    Self::Level(l) => l,
+                    _ => 1,
+                };
+                (all.clone(), all, ZstdLevel::Fixed(level))
+            }
+        };
+        Offer {
+            client_to_server,
+            server_to_client,
+            zstd_level,
+            zlib_auto: self == Self::Auto,
         }
     }
 }
@@ -82,11 +122,14 @@ pub fn server_zstd_settings() -> ZstdSettings {
     ZstdSettings {
         level: ZstdLevel::Auto,
         stats: None,
+        // OpenSSH's `sftp -C` asked for compression: it gets zlib's
+        // fastest level, as from sshd.
+        zlib_auto: false,
     }
 }
 
 /// One connection's compression: the methods the key exchange chose and
-/// the counters zstd keeps.
+/// the counters zstd and zlib keep.
 #[derive(Debug)]
 pub(crate) struct ConnectionCompression {
     /// (client to server, server to client), set by `kex_done`.
@@ -125,6 +168,8 @@ pub(crate) fn method_name(c: &compression::Compression) -> &'static str {
         compression::Compression::Zlib => "zlib",
         compression::Compression::ZlibOpenSSH => "zlib@openssh.com",
         compression::Compression::Zstd(_) => "zstd@ferry.invalid",
+        compression::Compression::FerryZlib { openssh: true, .. } => "zlib@openssh.com",
+        compression::Compression::FerryZlib { openssh: false, .. } => "zlib",
     }
 }
 
@@ -135,14 +180,15 @@ pub struct CompressionReport {
     pub method_out: String,
     /// Server to client (downloads).
     pub method_in: String,
-    /// zstd levels our side sent packets at, 0 meaning stored. The
-    /// server's levels (downloads) are its own and not known here.
+    /// Levels our side sent packets at (zstd's, or zlib's: 1), 0 meaning
+    /// stored. The server's levels (downloads) are its own and not known
+    /// here (sshd's zlib: level 6).
     pub levels_sent: Vec<i32>,
     /// SSH payload bytes before and after compression, as sent by us...
     pub sent_plain: u64,
     pub sent_wire: u64,
-    /// ...and as received (after and before decompression). zstd only:
-    /// zlib keeps no counters, and all four are 0 with it.
+    /// ...and as received (after and before decompression), zstd and
+    /// zlib alike.
     pub received_plain: u64,
     pub received_wire: u64,
     /// Key exchanges over all connections (one each, plus rekeys).
@@ -202,12 +248,26 @@ mod tests {
     }
 
     #[test]
-    fn openssh_never_sees_zstd_picked_and_auto_offers_no_zlib() {
-        let (auto, _) = SshCompression::Auto.offer();
-        assert!(!auto.contains(&compression::ZLIB_LEGACY));
-        let (on, _) = SshCompression::On.offer();
-        assert_eq!(on.first(), Some(&compression::ZSTD));
-        assert!(on.contains(&compression::ZLIB_LEGACY));
-        assert_eq!(SshCompression::Off.offer().0, vec![compression::NONE]);
+    fn auto_offers_zstd_first_and_zlib_for_uploads_only() {
+        use compression::{NONE, ZLIB, ZLIB_LEGACY, ZSTD};
+        let auto = SshCompression::Auto.offer();
+        // ferry serve lists zstd: it wins both ways. sshd does not: uploads
+        // get zlib@openssh.com (stored until it pays), downloads none.
+        assert_eq!(auto.client_to_server, vec![ZSTD, ZLIB_LEGACY, NONE]);
+        assert_eq!(auto.server_to_client, vec![ZSTD, NONE]);
+        assert!(auto.zlib_auto);
+        assert_eq!(auto.zstd_level, ZstdLevel::Auto);
+        let on = SshCompression::On.offer();
+        assert_eq!(on.client_to_server, vec![ZSTD, ZLIB_LEGACY, ZLIB, NONE]);
+        assert_eq!(on.server_to_client, on.client_to_server);
+        assert!(!on.zlib_auto);
+        assert_eq!(on.zstd_level, ZstdLevel::Fixed(1));
+        assert_eq!(
+            SshCompression::Level(5).offer().zstd_level,
+            ZstdLevel::Fixed(5)
+        );
+        let off = SshCompression::Off.offer();
+        assert_eq!(off.client_to_server, vec![NONE]);
+        assert_eq!(off.server_to_client, vec![NONE]);
     }
 }

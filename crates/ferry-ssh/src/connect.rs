@@ -62,7 +62,8 @@ pub struct ConnectOptions {
     pub prompt: crate::PromptHandle,
     /// Compression (`-C`/`--compress`): zstd between ferry peers, zlib
     /// with OpenSSH when on (crate::compression). Default `auto`: zstd,
-    /// adaptive, with ferry serve; none with OpenSSH.
+    /// adaptive, with ferry serve; with OpenSSH, zlib for uploads, stored
+    /// until compressing pays, and none for downloads.
     pub compression: SshCompression,
     /// `-J`: jump hosts, `[user@]host[:port][,...]`; beats `ProxyJump` and
     /// `ProxyCommand` from the files, as with `ssh -J`.
@@ -461,13 +462,15 @@ impl Connector {
             SshCompression::Auto if self.host.compression => SshCompression::On,
             c => c,
         };
-        let (compression, level) = wanted.offer();
+        let offer = wanted.offer();
         let preferred = Preferred {
             cipher,
-            compression: compression.into(),
+            compression: offer.client_to_server.into(),
+            compression_server_to_client: Some(offer.server_to_client.into()),
             zstd: ZstdSettings {
-                level,
+                level: offer.zstd_level,
                 stats: Some(stats.clone()),
+                zlib_auto: offer.zlib_auto,
             },
             // Ask for host certificates first, as ssh does; a certificate
             // whose CA is not trusted falls back to a plain key check of the

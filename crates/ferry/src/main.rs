@@ -661,8 +661,9 @@ fn on_interrupt() -> Arc<AtomicBool> {
     flag
 }
 
-/// SSH compression for `--json`: methods, our zstd levels (0: stored),
-/// payload bytes before ("plain") and after ("wire") compression.
+/// SSH compression for `--json`: methods, the levels our side sent at
+/// (zstd's or zlib's; 0: stored), payload bytes before ("plain") and after
+/// ("wire") compression, zstd and zlib alike.
 fn compression_json(c: &ferry_ssh::CompressionReport) -> serde_json::Value {
     serde_json::json!({
         "method_out": c.method_out,

@@ -11,9 +11,15 @@ use crate::cipher::MAXIMUM_DECOMPRESSED_PACKET_LEN;
 mod ferry_zstd;
 #[cfg(feature = "zstd")]
 pub use ferry_zstd::{
-    AutoLevel, CompressionStats, MAX_DECOMPRESSED, Setting, StoredPacket, WINDOW_LOG,
-    ZstdCompressor, ZstdDecompressor, ZstdLevel, ZstdSettings,
+    AutoLevel, AutoRules, CompressionStats, MAX_DECOMPRESSED, Setting, StoredPacket, WINDOW_LOG,
+    ZSTD_RULES, ZstdCompressor, ZstdDecompressor, ZstdLevel, ZstdSettings,
 };
+// ferry: zlib as ferry sends it: counted, and stored or compressed as
+// `AutoLevel` decides (compression/ferry_zlib.rs).
+#[cfg(feature = "zstd")]
+mod ferry_zlib;
+#[cfg(feature = "zstd")]
+pub use ferry_zlib::{ZLIB_HEADER, ZLIB_RULES, ZlibCompressor, ZlibDecompressor};
 
 #[derive(Debug, Clone)]
 pub enum Compression {
@@ -25,6 +31,14 @@ pub enum Compression {
     /// ferry: `zstd@ferry.invalid`, with the level and counters ferry chose.
     #[cfg(feature = "zstd")]
     Zstd(ZstdSettings),
+    /// ferry: `zlib@openssh.com` (`openssh`) or `zlib`, sent and received by
+    /// ferry's zlib (compression/ferry_zlib.rs) with `settings`' counters
+    /// and `zlib_auto`.
+    #[cfg(feature = "zstd")]
+    FerryZlib {
+        openssh: bool,
+        settings: ZstdSettings,
+    },
 }
 
 #[derive(Debug)]
@@ -35,6 +49,8 @@ pub enum Compress {
     /// ferry: boxed, the zstd contexts being large.
     #[cfg(feature = "zstd")]
     Zstd(Box<ZstdCompressor>),
+    #[cfg(feature = "zstd")]
+    FerryZlib(Box<ZlibCompressor>),
 }
 
 #[derive(Debug)]
@@ -44,6 +60,8 @@ pub enum Decompress {
     Zlib(flate2::Decompress),
     #[cfg(feature = "zstd")]
     Zstd(Box<ZstdDecompressor>),
+    #[cfg(feature = "zstd")]
+    FerryZlib(Box<ZlibDecompressor>),
 }
 
 #[derive(Debug, PartialEq, Eq, Copy, Clone, Hash)]
@@ -107,11 +125,17 @@ impl Compression {
         }
     }
 
-    /// ferry: `new`, with the zstd settings of `Preferred::zstd`.
+    /// ferry: `new`, with the settings of `Preferred::zstd`; zlib is
+    /// ferry's (counted, and under `zlib_auto` stored when it does not pay).
     #[cfg(feature = "zstd")]
     pub fn new_with_zstd(name: &Name, zstd: &ZstdSettings) -> Self {
         if name == &ZSTD {
             Compression::Zstd(zstd.clone())
+        } else if name == &ZLIB || name == &ZLIB_LEGACY {
+            Compression::FerryZlib {
+                openssh: name == &ZLIB_LEGACY,
+                settings: zstd.clone(),
+            }
         } else {
             Self::new(name)
         }
@@ -137,6 +161,16 @@ impl Compression {
                             Compress::None
                         }
                     };
+                }
+            }
+            // ferry: a new zlib stream at each key exchange, the controller
+            // kept.
+            #[cfg(feature = "zstd")]
+            Compression::FerryZlib { ref settings, .. } => {
+                if let Compress::FerryZlib(ref mut c) = *comp {
+                    c.reset()
+                } else {
+                    *comp = Compress::FerryZlib(Box::new(ZlibCompressor::new(settings)))
                 }
             }
             Compression::Zlib | Compression::ZlibOpenSSH => {
@@ -170,6 +204,14 @@ impl Compression {
                     };
                 }
             }
+            #[cfg(feature = "zstd")]
+            Compression::FerryZlib { ref settings, .. } => {
+                if let Decompress::FerryZlib(ref mut d) = *comp {
+                    d.reset()
+                } else {
+                    *comp = Decompress::FerryZlib(Box::new(ZlibDecompressor::new(settings)))
+                }
+            }
             Compression::Zlib | Compression::ZlibOpenSSH => {
                 if let Decompress::Zlib(ref mut c) = *comp {
                     c.reset(true)
@@ -195,6 +237,8 @@ impl Compression {
             // cannot make us decompress anything.
             #[cfg(feature = "zstd")]
             Compression::Zstd(_) => true,
+            #[cfg(feature = "zstd")]
+            Compression::FerryZlib { openssh, .. } => *openssh,
             _ => false,
         }
     }
@@ -402,6 +446,8 @@ impl Compress {
             }
             #[cfg(feature = "zstd")]
             Compress::Zstd(ref mut z) => z.compress_into(input, output, start_len),
+            #[cfg(feature = "zstd")]
+            Compress::FerryZlib(ref mut z) => z.compress_into(input, output, start_len),
             Compress::Zlib(ref mut z) => {
                 output.truncate(start_len);
                 let n_in = z.total_in() as usize;
@@ -479,57 +525,78 @@ impl Decompress {
                 *output = z.decompress_to_vec(input)?;
                 Ok(output.as_slice())
             }
-            Decompress::Zlib(ref mut z) => {
-                output.clear();
-                let n_in = z.total_in() as usize;
-                let n_out = z.total_out() as usize;
-                let max_output_len = MAXIMUM_DECOMPRESSED_PACKET_LEN
-                    .checked_add(1)
-                    .ok_or(crate::Error::PacketSize(usize::MAX))?;
-                output.resize(input.len().clamp(1, max_output_len), 0);
-                let flush = flate2::FlushDecompress::None;
-                loop {
-                    let n_in_ = z.total_in() as usize - n_in;
-                    let n_out_ = z.total_out() as usize - n_out;
-                    #[allow(clippy::indexing_slicing)] // length checked
-                    let d = z.decompress(&input[n_in_..], &mut output[n_out_..], flush);
-                    match d? {
-                        flate2::Status::Ok | flate2::Status::BufError => {
-                            let made_progress = z.total_in() as usize - n_in != n_in_
-                                || z.total_out() as usize - n_out != n_out_;
-                            let output_full = z.total_out() as usize - n_out == output.len();
-
-                            // Keep going while calls still produce output: the
-                            // inflater can return `BufError` with all input
-                            // consumed and decoded bytes still buffered inside
-                            // it (miniz_oxide >= 0.9 does exactly that). Only
-                            // a call that moves nothing means we're done.
-                            if !output_full && !made_progress {
-                                break;
-                            }
-
-                            if output_full {
-                                if output.len() == max_output_len {
-                                    break;
-                                }
-                                let next_len = output
-                                    .len()
-                                    .checked_mul(2)
-                                    .map(|len| len.min(max_output_len))
-                                    .ok_or(crate::Error::PacketSize(usize::MAX))?;
-                                output.resize(next_len, 0);
-                            }
-                        }
-                        _ => break,
-                    }
-                }
-                let n_out_ = z.total_out() as usize - n_out;
-                if n_out_ > MAXIMUM_DECOMPRESSED_PACKET_LEN {
-                    return Err(crate::Error::PacketSize(n_out_));
-                }
+            #[cfg(feature = "zstd")]
+            Decompress::FerryZlib(ref mut z) => {
+                let n = z.decompress_into(input, output)?;
                 #[allow(clippy::indexing_slicing)] // length checked
-                Ok(&output[..n_out_])
+                Ok(&output[..n])
+            }
+            Decompress::Zlib(ref mut z) => {
+                // ferry: the loop is `zlib_decompress_into`, shared with
+                // ferry's counted zlib.
+                let n = zlib_decompress_into(z, input, output)?;
+                #[allow(clippy::indexing_slicing)] // length checked
+                Ok(&output[..n])
             }
         }
     }
+}
+
+/// ferry: inflates one packet's payload into `output` (its first bytes
+/// after the call), at most `MAXIMUM_DECOMPRESSED_PACKET_LEN`; returns the
+/// length. Was the body of `Decompress::decompress`'s zlib arm.
+#[cfg(feature = "flate2")]
+pub(crate) fn zlib_decompress_into(
+    z: &mut flate2::Decompress,
+    input: &[u8],
+    output: &mut Vec<u8>,
+) -> Result<usize, crate::Error> {
+    output.clear();
+    let n_in = z.total_in() as usize;
+    let n_out = z.total_out() as usize;
+    let max_output_len = MAXIMUM_DECOMPRESSED_PACKET_LEN
+        .checked_add(1)
+        .ok_or(crate::Error::PacketSize(usize::MAX))?;
+    output.resize(input.len().clamp(1, max_output_len), 0);
+    let flush = flate2::FlushDecompress::None;
+    loop {
+        let n_in_ = z.total_in() as usize - n_in;
+        let n_out_ = z.total_out() as usize - n_out;
+        #[allow(clippy::indexing_slicing)] // length checked
+        let d = z.decompress(&input[n_in_..], &mut output[n_out_..], flush);
+        match d? {
+            flate2::Status::Ok | flate2::Status::BufError => {
+                let made_progress = z.total_in() as usize - n_in != n_in_
+                    || z.total_out() as usize - n_out != n_out_;
+                let output_full = z.total_out() as usize - n_out == output.len();
+
+                // Keep going while calls still produce output: the
+                // inflater can return `BufError` with all input
+                // consumed and decoded bytes still buffered inside
+                // it (miniz_oxide >= 0.9 does exactly that). Only
+                // a call that moves nothing means we're done.
+                if !output_full && !made_progress {
+                    break;
+                }
+
+                if output_full {
+                    if output.len() == max_output_len {
+                        break;
+                    }
+                    let next_len = output
+                        .len()
+                        .checked_mul(2)
+                        .map(|len| len.min(max_output_len))
+                        .ok_or(crate::Error::PacketSize(usize::MAX))?;
+                    output.resize(next_len, 0);
+                }
+            }
+            _ => break,
+        }
+    }
+    let n_out_ = z.total_out() as usize - n_out;
+    if n_out_ > MAXIMUM_DECOMPRESSED_PACKET_LEN {
+        return Err(crate::Error::PacketSize(n_out_));
+    }
+    Ok(n_out_)
 }

@@ -101,6 +101,23 @@ pub struct Preferred {
     /// `compression` lists it and the peer picks it.
     #[cfg(feature = "zstd")]
     pub zstd: compression::ZstdSettings,
+    /// ferry: the server-to-client compression list, when it differs from
+    /// `compression` (which is then client-to-server only). SSH negotiates
+    /// each direction on its own (RFC 4253 section 7.1): ferry cp's `auto`
+    /// offers zlib to OpenSSH for uploads only.
+    #[cfg(feature = "zstd")]
+    pub compression_server_to_client: Option<Cow<'static, [compression::Name]>>,
+}
+
+impl Preferred {
+    /// ferry: the server-to-client compression list.
+    fn server_to_client_compression(&self) -> &[compression::Name] {
+        #[cfg(feature = "zstd")]
+        if let Some(list) = &self.compression_server_to_client {
+            return list;
+        }
+        &self.compression
+    }
 }
 
 /// ferry: the negotiated method, with `pref.zstd` when it is zstd.
@@ -252,6 +269,8 @@ impl Preferred {
         compression: Cow::Borrowed(COMPRESSION_ORDER),
         #[cfg(feature = "zstd")]
         zstd: compression::ZstdSettings::DEFAULT,
+        #[cfg(feature = "zstd")]
+        compression_server_to_client: None,
     };
 
     pub const COMPRESSED: Preferred = Preferred {
@@ -263,6 +282,8 @@ impl Preferred {
         compression: Cow::Borrowed(COMPRESSION_ORDER),
         #[cfg(feature = "zstd")]
         zstd: compression::ZstdSettings::DEFAULT,
+        #[cfg(feature = "zstd")]
+        compression_server_to_client: None,
     };
 }
 
@@ -447,7 +468,8 @@ pub(crate) trait Select {
         let server_compression = negotiated_compression(
             pref,
             &Self::select(
-                &pref.compression,
+                // ferry: its own list, if any.
+                pref.server_to_client_compression(),
                 &NameList::decode(&mut r)?,
                 AlgorithmKind::Compression,
             )?
@@ -643,7 +665,8 @@ pub(crate) fn write_kex(
         // compress server to client
         NameList(
             prefs
-                .compression
+                // ferry: its own list, if any.
+                .server_to_client_compression()
                 .iter()
                 .map(|x| x.as_ref().to_string())
                 .collect(),

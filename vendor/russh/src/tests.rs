@@ -1180,6 +1180,8 @@ pub(crate) mod raw_no_crypto {
             // ferry
             #[cfg(feature = "zstd")]
             zstd: compression::ZstdSettings::DEFAULT,
+            #[cfg(feature = "zstd")]
+            compression_server_to_client: None,
         }
     }
 

@@ -74,18 +74,25 @@ pub enum ZstdLevel {
     Fixed(i32),
 }
 
-/// How a ferry peer configures `zstd@ferry.invalid` (`Preferred::zstd`).
+/// How a ferry peer configures `zstd@ferry.invalid` (`Preferred::zstd`),
+/// and its zlib sender (compression/ferry_zlib.rs).
 #[derive(Debug, Clone)]
 pub struct ZstdSettings {
     pub level: ZstdLevel,
-    /// Counters the application reads, e.g. for `--json`.
+    /// Counters the application reads, e.g. for `--json`; zlib counts
+    /// into them too.
     pub stats: Option<Arc<CompressionStats>>,
+    /// zlib (`zlib@openssh.com`, `zlib`) stores or compresses as
+    /// `AutoLevel` decides (`ZLIB_RULES`), instead of compressing every
+    /// packet at zlib's fastest level.
+    pub zlib_auto: bool,
 }
 
 impl ZstdSettings {
     pub const DEFAULT: ZstdSettings = ZstdSettings {
         level: ZstdLevel::Auto,
         stats: None,
+        zlib_auto: false,
     };
 }
 
@@ -131,7 +138,7 @@ impl CompressionStats {
         (level >= 0).then_some(level)
     }
 
-    fn sent(&self, setting: Setting, plain: usize, wire: usize) {
+    pub(crate) fn sent(&self, setting: Setting, plain: usize, wire: usize) {
         self.sent_plain.fetch_add(plain as u64, Ordering::Relaxed);
         self.sent_wire.fetch_add(wire as u64, Ordering::Relaxed);
         let level = setting.level();
@@ -143,7 +150,7 @@ impl CompressionStats {
     }
 }
 
-/// One packet's treatment.
+/// One packet's treatment (zstd's or zlib's level; 0 is not a level).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Setting {
     Stored,
@@ -610,8 +617,10 @@ impl ZstdDecompressor {
 }
 
 /// Chooses, from measurements alone, how the sender treats its packets:
-/// stored, zstd level 1 or level 3. No clock of its own (`now` comes in),
-/// no I/O: a pure function of the packets it has seen.
+/// stored, zstd level 1 or level 3 (`ZSTD_RULES`), or for zlib stored or
+/// zlib's level 1 (`ZLIB_RULES`, compression/ferry_zlib.rs). No clock of
+/// its own (`now` comes in), no I/O: a pure function of the packets it has
+/// seen.
 ///
 /// It measures in windows of at least `WINDOW_TIME` and `WINDOW_BYTES`:
 /// the rate at which the application hands over plain bytes (what the
@@ -621,21 +630,24 @@ impl ZstdDecompressor {
 /// packet is compressed aside every `SAMPLE_EVERY` bytes for the same two
 /// figures.
 ///
-/// Then: if the data does not compress (ratio over `INCOMPRESSIBLE`), store.
+/// Then: if the data does not compress (ratio at or over the rules'
+/// `incompressible`: `INCOMPRESSIBLE` for zstd), store.
 /// Otherwise try a neighbouring setting for one window, now and then (after
 /// `MIN_BACKOFF`, doubling up to `MAX_BACKOFF` each time the try loses), and
 /// keep it if it moved `GAIN` times more plain bytes per second than the
 /// window before it. Storing moves to level 1 only if level 1 could beat the
 /// current rate at all: the compressor, one core per direction, must manage
-/// `HEADROOM` times the rate reached without it. So on loopback, where
+/// the rules' `headroom` (`HEADROOM` for zstd) times the rate reached
+/// without it. So on loopback, where
 /// storing runs faster than zstd compresses, it never tries; on a slow link
 /// with text it tries at once, wins, and stays.
 #[derive(Debug, Clone)]
 pub struct AutoLevel {
+    rules: AutoRules,
     rung: usize,
     window: Window,
     /// Plain bytes per second of the last window at each rung.
-    rate: [Option<f64>; LADDER.len()],
+    rate: [Option<f64>; MAX_RUNGS],
     /// Set while trying a rung: the one to return to.
     trying_from: Option<usize>,
     next_try: Instant,
@@ -658,7 +670,29 @@ struct Window {
     busy: Duration,
 }
 
-const LADDER: [Setting; 3] = [Setting::Stored, Setting::Level(1), Setting::Level(3)];
+/// ferry: what `AutoLevel` may choose from, and when data counts as not
+/// compressing.
+#[derive(Debug, Clone, Copy)]
+pub struct AutoRules {
+    /// The settings, cheapest first; the first is `Setting::Stored`. At
+    /// most `MAX_RUNGS`.
+    pub ladder: &'static [Setting],
+    /// Compressed/plain at or over which the data is stored.
+    pub incompressible: f64,
+    /// How much faster than the stored rate the compressor's measured
+    /// speed must be for a try of level 1.
+    pub headroom: f64,
+}
+
+/// zstd's: stored, level 1, level 3.
+pub const ZSTD_RULES: AutoRules = AutoRules {
+    ladder: &[Setting::Stored, Setting::Level(1), Setting::Level(3)],
+    incompressible: INCOMPRESSIBLE,
+    headroom: HEADROOM,
+};
+
+/// The most rungs a ladder may have.
+const MAX_RUNGS: usize = 3;
 pub const WINDOW_TIME: Duration = Duration::from_millis(50);
 pub const WINDOW_BYTES: u64 = 2 << 20;
 pub const MIN_BACKOFF: Duration = Duration::from_secs(1);
@@ -673,11 +707,17 @@ const SAMPLE_MIN: usize = 16 * 1024;
 pub const SAMPLE_MAX: usize = 32 * 1024;
 
 impl AutoLevel {
+    /// zstd's controller (`ZSTD_RULES`).
     pub fn new(now: Instant) -> Self {
+        Self::with_rules(now, ZSTD_RULES)
+    }
+
+    pub fn with_rules(now: Instant, rules: AutoRules) -> Self {
         Self {
+            rules,
             rung: 0,
             window: Window::default(),
-            rate: [None; LADDER.len()],
+            rate: [None; MAX_RUNGS],
             trying_from: None,
             next_try: now,
             backoff: MIN_BACKOFF,
@@ -689,8 +729,24 @@ impl AutoLevel {
         }
     }
 
+    /// How long a lost try waits before the next one (for tests).
+    #[cfg(test)]
+    pub(crate) fn backoff(&self) -> Duration {
+        self.backoff
+    }
+
+    /// The last rate measured at `rung`, if it was ever used (for tests).
+    #[cfg(test)]
+    pub(crate) fn rate_at(&self, rung: usize) -> Option<f64> {
+        self.rate.get(rung).copied().flatten()
+    }
+
     pub fn setting(&self) -> Setting {
-        LADDER.get(self.rung).copied().unwrap_or(Setting::Stored)
+        self.rules
+            .ladder
+            .get(self.rung)
+            .copied()
+            .unwrap_or(Setting::Stored)
     }
 
     /// Should this packet (of `len` bytes, just stored) be compressed
@@ -759,7 +815,7 @@ impl AutoLevel {
             return;
         }
 
-        let compresses = self.ratio.is_some_and(|r| r < INCOMPRESSIBLE);
+        let compresses = self.ratio.is_some_and(|r| r < self.rules.incompressible);
         if setting != Setting::Stored && !compresses {
             self.rung = 0;
             self.next_try = now + self.backoff;
@@ -768,15 +824,18 @@ impl AutoLevel {
         if now < self.next_try {
             return;
         }
+        let top = self.rules.ladder.len().min(MAX_RUNGS).saturating_sub(1);
         let candidate = match self.rung {
             0 => {
-                let can_win = self.level1_speed.is_some_and(|s| s > rate * HEADROOM);
-                (compresses && can_win).then_some(1)
+                let can_win = self
+                    .level1_speed
+                    .is_some_and(|s| s > rate * self.rules.headroom);
+                (compresses && can_win && top >= 1).then_some(1)
             }
             // From the middle, try up and down in turn.
-            1 => {
+            r if r < top => {
                 self.try_up = !self.try_up;
-                Some(if self.try_up { 2 } else { 0 })
+                Some(if self.try_up { r + 1 } else { r - 1 })
             }
             r => r.checked_sub(1),
         };
@@ -799,6 +858,7 @@ mod tests {
         ZstdSettings {
             level,
             stats: Some(Arc::new(CompressionStats::new())),
+            zlib_auto: false,
         }
     }
 

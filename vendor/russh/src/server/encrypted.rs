@@ -839,6 +839,8 @@ mod tests {
             // ferry
             #[cfg(feature = "zstd")]
             zstd: compression::ZstdSettings::DEFAULT,
+            #[cfg(feature = "zstd")]
+            compression_server_to_client: None,
         };
         let config = Arc::new(config);
         let (priority_sender, priority_receiver) = tokio::sync::mpsc::unbounded_channel();
