@@ -1869,8 +1869,7 @@ fn usage_errors_exit_2() {
 }
 
 /// Issue 21: `-C` against sshd negotiates `zlib@openssh.com` both ways
-/// (OpenSSH does not list zstd), `auto` (the default) zlib for uploads only,
-/// and with sshd rekeying every MiB (`RekeyLimit 1M`) in the middle of the
+/// (OpenSSH does not list zstd), and with sshd rekeying every MiB (`RekeyLimit 1M`) in the middle of the
 /// compressed transfer every byte still comes through, both ways. `--json`
 /// counts zlib's bytes before and after, both ways.
 #[test]
@@ -1908,30 +1907,6 @@ fn dash_c_gets_zlib_from_sshd_and_survives_its_rekeying() {
     assert!(plain >= len as f64, "{}", stdout_text(&o));
     assert!(wire > 0.0 && wire * 2.0 < plain, "{}", stdout_text(&o));
 
-    // `auto`: zlib for the upload, stored until compressing pays (on
-    // loopback it does not, in a release build; a debug build may find
-    // its own plain path slower than zlib and compress), none back.
-    let o = sshd.cp(&args!["--json", &src, sshd.url(rem.join("auto.txt"))]);
-    sshd.assert_ok(&o, "put auto");
-    assert_eq!(compression_field(&o, "method_out"), "zlib@openssh.com");
-    assert_eq!(compression_field(&o, "method_in"), "none");
-    assert!(
-        compression_num(&o, "sent_plain") >= len as f64,
-        "{}",
-        stdout_text(&o)
-    );
-    assert!(
-        compression_field(&o, "levels_sent").starts_with("[0"),
-        "auto starts stored: {}",
-        stdout_text(&o)
-    );
-    assert!(
-        compression_num(&o, "key_exchanges") >= 3.0,
-        "{}",
-        stdout_text(&o)
-    );
-    assert_file_hash(&rem.join("auto.txt"), &want, "put auto");
-
     let o = sshd.cp(&args![
         "--json",
         "-C=off",
@@ -1950,12 +1925,15 @@ fn dash_c_gets_zlib_from_sshd_and_survives_its_rekeying() {
     assert_file_hash(&rem.join("off.txt"), &want, "put -C=off");
 }
 
-/// Issue 21: `auto` (no flag) uploads to sshd with zlib@openssh.com, stored
-/// packets and compressed ones as it measures: a tree of text files and a
-/// file of random bytes arrive intact, stored bytes costing 5 bytes in
-/// 64 KiB; `-v` prints what was sent.
+/// Issue 21: `auto` (no flag) offers zlib to sshd for uploads only on a
+/// long path (`ferry_ssh::compression::ZLIB_MIN_ROUND_TRIP`): on loopback
+/// sshd's inflating of every packet, stored ones too, is what limits an
+/// upload (0.79x `-C=off`, BENCHMARKS.md run zstd-6), so a tree of text
+/// files and a file of random bytes go with `none` both ways and arrive
+/// intact. (The zlib sender's stored and compressed packets against sshd:
+/// `dash_c_gets_zlib`, russh's `compression::` tests.)
 #[test]
-fn auto_uploads_to_sshd_with_zlib_intact() {
+fn auto_uploads_to_sshd_on_loopback_offer_none() {
     let sshd = Sshd::start();
     let local = sshd.mkdir("local");
     let rem = sshd.mkdir("remote");
@@ -1964,36 +1942,14 @@ fn auto_uploads_to_sshd_with_zlib_intact() {
     let o = sshd.cp(&args!["-r", "--json", &tree, sshd.url(&rem)]);
     sshd.assert_ok(&o, "put -r auto");
     assert_same_tree(&tree, &rem.join("tree"), Cmp::default(), "put -r auto");
-    assert_eq!(compression_field(&o, "method_out"), "zlib@openssh.com");
+    assert_eq!(compression_field(&o, "method_out"), "none");
     assert_eq!(compression_field(&o, "method_in"), "none");
 
     let random = local.join("random.bin");
     let len = 12 * 1024 * 1024 + 5;
     let want = make_file(&random, len, 19);
-    let o = sshd.cp(&args!["-v", &random, sshd.url(rem.join("random.bin"))]);
+    let o = sshd.cp(&args!["--json", &random, sshd.url(rem.join("random.bin"))]);
     sshd.assert_ok(&o, "put random auto");
     assert_file_hash(&rem.join("random.bin"), &want, "put random auto");
-    let err = stderr_text(&o);
-    let line = err
-        .lines()
-        .find(|l| l.contains("compression: out zlib@openssh.com"))
-        .unwrap_or_else(|| panic!("no compression line: {}", describe(&o)));
-    // Random data never compresses to 0.8: stored throughout.
-    assert!(line.contains("levels [0]"), "{line}");
-    let mut words = line.split(' ');
-    let plain: u64 = words
-        .by_ref()
-        .skip_while(|w| *w != "stored),")
-        .nth(1)
-        .and_then(|w| w.parse().ok())
-        .unwrap_or_else(|| panic!("no byte counts: {line}"));
-    let wire: u64 = words
-        .nth(1)
-        .and_then(|w| w.parse().ok())
-        .unwrap_or_else(|| panic!("no byte counts: {line}"));
-    assert!(plain >= len, "{line}");
-    assert!(
-        wire > plain && wire - plain < plain / 10_000 + 4096,
-        "{line}"
-    );
+    assert_eq!(compression_field(&o, "method_out"), "none");
 }
