@@ -267,10 +267,7 @@ fn run_load(sftp_clients: usize, https_clients: usize, up: bool) {
 /// The CI case: 50 SFTP + 100 HTTPS clients at once.
 #[test]
 fn load_short() {
-    if !have("curl") {
-        eprintln!("SKIP: curl not installed");
-        return;
-    }
+    need!("curl");
     run_load(50, 100, false);
 }
 
@@ -278,10 +275,7 @@ fn load_short() {
 /// ferry serve's channel queues and write requests until it is on disk.
 #[test]
 fn load_short_up() {
-    if !have("curl") {
-        eprintln!("SKIP: curl not installed");
-        return;
-    }
+    need!("curl");
     run_load(50, 100, true);
 }
 
