@@ -9,18 +9,17 @@
 //! storing packets and compresses only when it measures that compressing
 //! moves more data (russh's `compression::AutoLevel`).
 //!
-//! With OpenSSH, `auto` offers `zlib@openssh.com` for uploads (client to
-//! server) only, and only on a long path (the TCP handshake took
-//! [`ZLIB_MIN_ROUND_TRIP`] or more): ferry's zlib sender then works the same
-//! way, storing (deflate stored blocks, which sshd copies out) until
-//! compressing at zlib's fastest level pays, with the zlib rules
-//! (`ZLIB_RULES`: the data must compress to under 0.8). On loopback or a
-//! LAN sshd's copying out of stored blocks is what limits an upload (0.79x
-//! `-C=off` on loopback, run zstd-6), so there `auto` offers `none` to
-//! OpenSSH as before. Downloads stay `none` under `auto`: sshd
-//! compresses at zlib's level 6 whatever the client does, which pays only
-//! on slow links, and turning it on mid-connection needs a rekey ferry
-//! does not do. `-C` (`on`) gets zlib both ways at zlib's fastest level.
+//! With OpenSSH, `auto` offers `none`. ferry's zlib sender can work the
+//! same way (storing deflate stored blocks until compressing at zlib's
+//! fastest level pays: `Offer::zlib_auto`, `ZLIB_RULES`), and issue 21
+//! allows it where the data compresses and the link is slow, but offered
+//! under `auto` it cost more than it gave (BENCHMARKS.md, run zstd-6 and
+//! its follow-up): once zlib is agreed sshd inflates every packet, stored
+//! ones too, so uploads on loopback ran 0.79-0.85x `-C=off`; on the
+//! packet-level `wan50` link 0.87x and on `lossy200` 1.04x. It waits for
+//! the rekey that would agree zlib only once it pays
+//! (docs/internals/compression.md, "Not done yet"). `-C` (`on`) gets zlib
+//! both ways at zlib's fastest level.
 //! zlib's byte counts are reported like zstd's.
 
 use std::str::FromStr;
@@ -37,9 +36,7 @@ pub enum SshCompression {
     /// The default. zstd between ferry peers, the level chosen while the
     /// transfer runs, starting by storing packets (on loopback it costs
     /// nothing measurable: run zstd-5 in BENCHMARKS.md). With OpenSSH,
-    /// zlib for uploads on a long path ([`ZLIB_MIN_ROUND_TRIP`]), chosen
-    /// the same way (stored until level 1 pays: run zstd-6), else `none`,
-    /// and `none` for downloads. HTTP uploads to ferry serve
+    /// `none` (the module's doc says why). HTTP uploads to ferry serve
     /// read it as their own rule: plain unless a measured plain stretch
     /// says coding pays (ferry_http::encode::Verdict).
     #[default]
@@ -82,32 +79,8 @@ pub struct Offer {
     pub zlib_auto: bool,
 }
 
-/// `auto` offers zlib to OpenSSH for uploads only on a path whose TCP
-/// handshake took at least this long (the engine's "long path" too). On a
-/// shorter one (loopback, a LAN) the link is fast, so compression would
-/// not pay, and sshd, which inflates every packet once zlib is agreed,
-/// stored ones included (about 0.9 CPU-s per GiB), is what limits an
-/// upload: 0.79-0.85x `-C=off` on loopback (BENCHMARKS.md, run zstd-6).
-pub const ZLIB_MIN_ROUND_TRIP: std::time::Duration = std::time::Duration::from_millis(10);
-
 impl SshCompression {
-    /// [`SshCompression::offer`] on a path whose TCP handshake took
-    /// `round_trip` (unknown through a ProxyCommand): under `auto`, a long
-    /// path adds `zlib@openssh.com` for uploads after zstd.
-    pub fn offer_on(self, round_trip: Option<std::time::Duration>) -> Offer {
-        let mut offer = self.offer();
-        if self == Self::Auto && round_trip.is_some_and(|t| t >= ZLIB_MIN_ROUND_TRIP) {
-            offer.client_to_server = vec![
-                compression::ZSTD,
-                compression::ZLIB_LEGACY,
-                compression::NONE,
-            ];
-        }
-        offer
-    }
-
-    /// The methods to offer, most wanted first, and the senders' settings
-    /// (under `auto`, as on a short path: [`SshCompression::offer_on`]).
+    /// The methods to offer, most wanted first, and the senders' settings.
     pub fn offer(self) -> Offer {
         use compression::{NONE, ZLIB, ZLIB_LEGACY, ZSTD};
         let (client_to_server, server_to_client, zstd_level) = match self {
@@ -273,24 +246,12 @@ mod tests {
     }
 
     #[test]
-    fn auto_offers_zstd_first_and_zlib_for_uploads_on_a_long_path_only() {
+    fn auto_offers_zstd_then_none_and_on_adds_zlib() {
         use compression::{NONE, ZLIB, ZLIB_LEGACY, ZSTD};
-        use std::time::Duration;
-        // ferry serve lists zstd: it wins both ways. sshd does not: on a
-        // long path uploads get zlib@openssh.com (stored until it pays),
-        // downloads none; on a short or unknown one, none both ways.
-        let auto = SshCompression::Auto.offer_on(Some(Duration::from_millis(20)));
-        assert_eq!(auto.client_to_server, vec![ZSTD, ZLIB_LEGACY, NONE]);
+        // ferry serve lists zstd: it wins both ways. sshd does not: none.
+        let auto = SshCompression::Auto.offer();
+        assert_eq!(auto.client_to_server, vec![ZSTD, NONE]);
         assert_eq!(auto.server_to_client, vec![ZSTD, NONE]);
-        for short in [None, Some(Duration::from_micros(50))] {
-            let o = SshCompression::Auto.offer_on(short);
-            assert_eq!(o.client_to_server, vec![ZSTD, NONE], "{short:?}");
-            assert_eq!(o, SshCompression::Auto.offer());
-        }
-        assert_eq!(
-            SshCompression::On.offer_on(Some(Duration::from_secs(1))),
-            SshCompression::On.offer()
-        );
         assert!(auto.zlib_auto);
         assert_eq!(auto.zstd_level, ZstdLevel::Auto);
         let on = SshCompression::On.offer();

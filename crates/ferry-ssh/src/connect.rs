@@ -62,9 +62,8 @@ pub struct ConnectOptions {
     pub prompt: crate::PromptHandle,
     /// Compression (`-C`/`--compress`): zstd between ferry peers, zlib
     /// with OpenSSH when on (crate::compression). Default `auto`: zstd,
-    /// adaptive, with ferry serve; with OpenSSH, zlib for uploads on a
-    /// long path (`compression::ZLIB_MIN_ROUND_TRIP`), stored until
-    /// compressing pays, else none, and none for downloads.
+    /// adaptive, with ferry serve; none with OpenSSH (its zlib under
+    /// `auto` was measured to cost more than it gave: crate::compression).
     pub compression: SshCompression,
     /// `-J`: jump hosts, `[user@]host[:port][,...]`; beats `ProxyJump` and
     /// `ProxyCommand` from the files, as with `ssh -J`.
@@ -432,13 +431,7 @@ impl Connector {
         )
     }
 
-    /// `round_trip`: the TCP handshake's, where known before the SSH one
-    /// (it decides whether `auto` offers zlib to OpenSSH for uploads).
-    fn client_config(
-        &self,
-        stats: &Arc<CompressionStats>,
-        round_trip: Option<std::time::Duration>,
-    ) -> Result<client::Config, SshError> {
+    fn client_config(&self, stats: &Arc<CompressionStats>) -> Result<client::Config, SshError> {
         let cipher: std::borrow::Cow<'static, [cipher::Name]> = match &self.host.ciphers {
             Some(list) => {
                 let mut v = Vec::new();
@@ -469,7 +462,7 @@ impl Connector {
             SshCompression::Auto if self.host.compression => SshCompression::On,
             c => c,
         };
-        let offer = wanted.offer_on(round_trip);
+        let offer = wanted.offer();
         let preferred = Preferred {
             cipher,
             compression: offer.client_to_server.into(),
@@ -502,15 +495,10 @@ impl Connector {
     pub async fn connect(&self) -> Result<SshConnection, SshError> {
         // A jump host's connection is not the transfer's: not reported.
         let compress = crate::compression::register(self.hop.is_none());
-        // Checked before connecting (its one error, a cipher name, does
-        // not depend on the path); made again once the round trip is known.
-        self.client_config(&compress.stats, None)
-            .map_err(|e| self.at_hop(e))?;
-        let config_on = |round_trip| {
-            self.client_config(&compress.stats, round_trip)
-                .map(Arc::new)
-                .map_err(|e| self.at_hop(e))
-        };
+        let config = Arc::new(
+            self.client_config(&compress.stats)
+                .map_err(|e| self.at_hop(e))?,
+        );
         let host = self.host.hostname.clone();
         let port = self.host.port;
         let cipher = Arc::default();
@@ -525,8 +513,7 @@ impl Connector {
                 let (stream, took) = self.tcp(&host, port).await.map_err(|e| self.at_hop(e))?;
                 round_trip = Some(took);
                 (
-                    self.handshake(config_on(round_trip)?, stream, &cipher, &compress)
-                        .await,
+                    self.handshake(config, stream, &cipher, &compress).await,
                     None,
                     None,
                 )
@@ -575,8 +562,7 @@ impl Connector {
                     })?;
                 let stream = channel.into_stream();
                 (
-                    self.handshake(config_on(round_trip)?, stream, &cipher, &compress)
-                        .await,
+                    self.handshake(config, stream, &cipher, &compress).await,
                     Some(Box::new(via)),
                     None,
                 )
@@ -589,8 +575,7 @@ impl Connector {
                     })
                 })?;
                 (
-                    self.handshake(config_on(None)?, stream, &cipher, &compress)
-                        .await,
+                    self.handshake(config, stream, &cipher, &compress).await,
                     None,
                     Some(proc),
                 )

@@ -197,9 +197,8 @@ struct ConnArgs {
     /// Compression of what ferry sends to ferry serve: SSH, and HTTP(S)
     /// uploads (Content-Encoding: zstd, only where the server says it
     /// takes it). auto (the default: SSH with ferry serve is zstd at the
-    /// level the transfer measures best, down to storing packets; with
-    /// OpenSSH zlib for uploads on a long path (TCP handshake 10 ms or
-    /// more), stored until it pays, else none; HTTP uploads go plain unless a measured plain first
+    /// level the transfer measures best, down to storing packets; none
+    /// with OpenSSH; HTTP uploads go plain unless a measured plain first
     /// stretch of a file says coding pays; see
     /// docs/internals/compression.md), on (-C alone: zstd level 1 with
     /// ferry serve, zlib with OpenSSH), off, or a zstd level 1-19. The
