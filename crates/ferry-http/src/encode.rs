@@ -528,20 +528,10 @@ fn end_check(w: &Work, last: bool) -> io::Result<()> {
 /// zstd frames ([`Coding`]). `progress` is told of file bytes as their
 /// frame is handed to the connection. The length on the wire is not known
 /// in advance (HTTP/1.1 sends it chunked).
+///
+/// With `check` (a [`crate::EndCheck`]), the last segment is coded and
+/// handed out only if it says so.
 pub fn zstd_file_body(
-    file: Arc<File>,
-    offset: u64,
-    len: u64,
-    coding: Coding,
-    auto: Arc<Mutex<Auto>>,
-    progress: Option<Arc<dyn Fn(u64) + Send + Sync>>,
-) -> Body {
-    zstd_file_body_checked(file, offset, len, coding, auto, progress, None)
-}
-
-/// [`zstd_file_body`] whose last segment is coded and handed out only if
-/// `check` (when given) says so ([`crate::EndCheck`]).
-pub fn zstd_file_body_checked(
     file: Arc<File>,
     offset: u64,
     len: u64,
@@ -844,7 +834,7 @@ mod tests {
                 let body = if zstd {
                     let auto = Arc::new(Mutex::new(Auto::default()));
                     let c = Coding::Level(1);
-                    zstd_file_body_checked(f.clone(), 0, n, c, auto, None, Some(check))
+                    zstd_file_body(f.clone(), 0, n, c, auto, None, Some(check))
                 } else {
                     crate::file_body_checked(f.clone(), 0, n, None, Some(check))
                 };
@@ -884,7 +874,8 @@ mod tests {
             let (_t, f) = file_with(&data);
             for coding in [Coding::Auto, Coding::Level(3)] {
                 let auto = Arc::new(Mutex::new(Auto::default()));
-                let body = zstd_file_body(f.clone(), 0, data.len() as u64, coding, auto, None);
+                let body =
+                    zstd_file_body(f.clone(), 0, data.len() as u64, coding, auto, None, None);
                 let wire = body_bytes(body).await;
                 assert_eq!(zstd::decode_all(&wire[..]).unwrap(), data);
                 // Through ferry's own bounded decoder too.
@@ -921,6 +912,7 @@ mod tests {
             SEGMENT as u64,
             Coding::Auto,
             auto,
+            None,
             None,
         ))
         .await;

@@ -1383,7 +1383,7 @@ impl Sink for HttpPut {
                         .headers
                         .insert(DECODED_LENGTH, HeaderValue::from(from.len));
                 }
-                ferry_http::encode::zstd_file_body_checked(
+                ferry_http::encode::zstd_file_body(
                     from.file.file.clone(),
                     from.file.at,
                     from.len,
@@ -1518,7 +1518,7 @@ async fn auto_put(
         if !start.ranged {
             start.headers.insert(DECODED_LENGTH, HeaderValue::from(len));
         }
-        encode::zstd_file_body_checked(
+        encode::zstd_file_body(
             file,
             at,
             len,
