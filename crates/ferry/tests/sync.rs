@@ -381,7 +381,7 @@ fn sync_and_check_with_ferry_serve_hash_on_the_server() {
         describe(&out)
     );
     assert!(
-        stderr_text(&out).contains("compared by blake3"),
+        stderr_text(&out).contains("compared by xxh128"),
         "{}",
         describe(&out)
     );

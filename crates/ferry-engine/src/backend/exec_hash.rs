@@ -19,7 +19,7 @@ pub fn tool(algo: HashAlgo) -> Option<&'static str> {
     match algo {
         HashAlgo::Blake3 => Some("b3sum"),
         HashAlgo::Sha256 => Some("sha256sum"),
-        HashAlgo::Crc32 => None,
+        HashAlgo::Xxh128 | HashAlgo::Crc32 => None,
     }
 }
 

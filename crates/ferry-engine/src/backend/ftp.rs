@@ -628,7 +628,7 @@ fn known_hashes(names: &[String]) -> Vec<(HashAlgo, String)> {
             _ => None,
         })
         .collect();
-    v.sort_by_key(|(a, _)| *a != HashAlgo::Blake3);
+    v.sort_by_key(|(a, _)| a.preference());
     v.dedup_by_key(|(a, _)| *a);
     v
 }

@@ -742,8 +742,11 @@ impl Backend for Http {
         p: &[u8],
         algo: super::HashAlgo,
     ) -> Result<Option<Vec<u8>>, TransferError> {
-        let Ok(want) = ferry_http::digest::Algo::try_from(algo) else {
-            return Ok(None);
+        let want = match algo {
+            super::HashAlgo::Blake3 => ferry_http::digest::Algo::Blake3,
+            super::HashAlgo::Sha256 => ferry_http::digest::Algo::Sha256,
+            // `Repr-Digest` carries neither.
+            super::HashAlgo::Xxh128 | super::HashAlgo::Crc32 => return Ok(None),
         };
         let resp = self.head(p).await?.error_for_status()?;
         Ok(ferry_http::digest::expected(&resp.headers)

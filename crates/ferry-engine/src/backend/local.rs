@@ -308,7 +308,11 @@ impl Backend for Local {
     }
 
     fn hashes(&self) -> Vec<super::HashAlgo> {
-        vec![super::HashAlgo::Blake3, super::HashAlgo::Sha256]
+        vec![
+            super::HashAlgo::Xxh128,
+            super::HashAlgo::Blake3,
+            super::HashAlgo::Sha256,
+        ]
     }
 
     async fn hash(

@@ -747,48 +747,8 @@ pub enum Role {
 }
 
 /// A content hash that `ferry sync --checksum` and `ferry check`
-/// compare. BLAKE3 is ferry's own (fast, on every core); SHA-256 is what
-/// other servers offer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum HashAlgo {
-    Blake3,
-    Sha256,
-    /// CRC32 (IEEE), as S3 keeps it (`x-amz-checksum-crc32`): not a
-    /// cryptographic hash, but what the store has without reading the
-    /// object back; cheap to compute for a local file.
-    Crc32,
-}
-
-impl HashAlgo {
-    /// The name used on the wire (`check-file-name`) and in output.
-    pub fn name(self) -> &'static str {
-        match self {
-            HashAlgo::Blake3 => "blake3",
-            HashAlgo::Sha256 => "sha256",
-            HashAlgo::Crc32 => "crc32",
-        }
-    }
-    pub fn from_name(n: &str) -> Option<HashAlgo> {
-        match n.trim() {
-            "blake3" => Some(HashAlgo::Blake3),
-            "sha256" | "sha-256" => Some(HashAlgo::Sha256),
-            "crc32" => Some(HashAlgo::Crc32),
-            _ => None,
-        }
-    }
-}
-
-/// The algorithms `Repr-Digest` carries; CRC32 is not one of them.
-impl TryFrom<HashAlgo> for ferry_http::digest::Algo {
-    type Error = HashAlgo;
-    fn try_from(a: HashAlgo) -> Result<Self, HashAlgo> {
-        match a {
-            HashAlgo::Blake3 => Ok(ferry_http::digest::Algo::Blake3),
-            HashAlgo::Sha256 => Ok(ferry_http::digest::Algo::Sha256),
-            HashAlgo::Crc32 => Err(a),
-        }
-    }
-}
+/// compare (ferry-hash has the list and the order of preference).
+pub use ferry_hash::Algo as HashAlgo;
 
 /// What a backend tells the report.
 #[derive(Debug, Clone, Default)]

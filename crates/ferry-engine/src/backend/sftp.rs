@@ -759,8 +759,8 @@ const EXEC_SLOTS: usize = 8;
 const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// The hashes a server offers through `check-file-name`: its extension
-/// data lists them (ferry serve: "blake3,sha256"); a server that names
-/// none is asked for sha256 only.
+/// data lists them (ferry serve: "xxh128,blake3,sha256"); a server that
+/// names none is asked for sha256 only. Best first.
 fn check_file_algos(info: &ferry_ssh::SftpInfo) -> Vec<HashAlgo> {
     let Some((_, v)) = info
         .extensions
@@ -773,7 +773,7 @@ fn check_file_algos(info: &ferry_ssh::SftpInfo) -> Vec<HashAlgo> {
     if out.is_empty() {
         out.push(HashAlgo::Sha256);
     }
-    out.sort_by_key(|a| *a != HashAlgo::Blake3);
+    out.sort_by_key(|a| a.preference());
     out
 }
 
@@ -1639,5 +1639,38 @@ mod fit_tests {
         assert_eq!(fit_packet(261_120, 32 * 1024, WRITE_HEADER), 261_120);
         // Smaller requests are never made larger.
         assert_eq!(fit_packet(4096, p, DATA_REPLY_HEADER), 4096);
+    }
+
+    /// The hashes a server lists are taken best first whatever its order
+    /// (XXH3-128, BLAKE3, SHA-256); an older ferry serve without xxh128
+    /// is asked for BLAKE3; a server that names none, for SHA-256.
+    #[test]
+    fn check_file_hashes_best_first() {
+        let info = |v: Option<&str>| ferry_ssh::SftpInfo {
+            version: 3,
+            extensions: v
+                .map(|v| {
+                    (
+                        ferry_sftp::consts::EXT_CHECK_FILE_NAME.to_string(),
+                        v.into(),
+                    )
+                })
+                .into_iter()
+                .collect(),
+            limits: None,
+            packet_in: 0,
+            packet_out: 0,
+            window_out: 0,
+            cipher: None,
+        };
+        use HashAlgo::*;
+        let algos = |v| check_file_algos(&info(v));
+        assert_eq!(
+            algos(Some("sha256,blake3,xxh128")),
+            [Xxh128, Blake3, Sha256]
+        );
+        assert_eq!(algos(Some("blake3,sha256")), [Blake3, Sha256]);
+        assert_eq!(algos(Some("md5,sha1")), [Sha256]);
+        assert_eq!(algos(None), []);
     }
 }

@@ -19,7 +19,7 @@ use std::io;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
-use ferry_http::digest::Algo;
+use ferry_hash::Algo;
 use libunftp::options::{Reply, ReplyCode, SiteCommandContext, SiteCommandHandler};
 
 use super::auth::FtpUser;
