@@ -14,15 +14,20 @@ times, interleaved, N runs of each tool on each set:
 
 Tools: ferry, rclone (Debian's 1.60 here: run without AWS_CA_BUNDLE,
 which it refuses), s5cmd and the AWS CLI where installed (r2r: ferry and
-rclone only). Each run's output is removed before the next (uploads by
-deleting the files under the bucket's directory); one warm-up run of each
-is not counted. Wall seconds, CPU seconds of the client and of the server
+rclone only); with --ferry-base OLD, that build too as the tool
+ferry-base (old against new in one run). Each run's output is removed
+before the next (uploads by deleting the files under the bucket's
+directory); one warm-up run of each is not counted. The tools' order is
+shuffled each round: on ext4 a run right after another's output was
+deleted pays for the deleted inodes (the allocator's `recently_deleted`),
+so in a fixed order each tool paid for the one before it. Wall seconds, CPU seconds of the client and of the server
 (versitygw; for r2r also sshd with its reaped children).
 
 Usage: bench/s3-bench.py --ferry target/release/ferry [--dir /var/tmp]
                          [--runs 5] [--only big-up,small-up] [--json out.json]
+                         [--ferry-base OLD] [--tools ferry,ferry-base,rclone]
 """
-import argparse, json, os, shutil, socket, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, random, shutil, socket, statistics, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from r2r import free_port, wait_port, cpu_of  # noqa: E402
@@ -45,6 +50,7 @@ def which(p):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ferry", required=True)
+    ap.add_argument("--ferry-base", help="an older ferry, run as the tool ferry-base")
     ap.add_argument("--dir", default="/var/tmp")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--big-mib", type=int, default=1024)
@@ -114,8 +120,14 @@ def main():
                   "RCLONE_CONFIG_BSFTP_DISABLE_HASHCHECK": "true"}
         rc_s3, rc_sftp = "bs3:", "bsftp:"
         tools = a.tools.split(",")
-        have = {"ferry": True, "rclone": bool(which("rclone")), "s5cmd": bool(which("s5cmd")), "aws": bool(which("aws"))}
+        if a.ferry_base and "ferry-base" not in tools:
+            tools.insert(1, "ferry-base")
+        base_bin = os.path.abspath(a.ferry_base) if a.ferry_base else None
+        have = {"ferry": True, "ferry-base": bool(base_bin), "rclone": bool(which("rclone")), "s5cmd": bool(which("s5cmd")), "aws": bool(which("aws"))}
         def cmds(case, tool):
+            if tool == "ferry-base":
+                c = cmds(case, "ferry")
+                return c and [base_bin, *c[1:]]
             up, dn = "s3://bench/up", d("down")
             if case == "big-up":
                 return {"ferry": [ferry, "cp", "-q", *fa, big, f"{up}/big.bin"],
@@ -149,8 +161,11 @@ def main():
         variants = [(c, t) for c in cases for t in tools if have.get(t) and cmds(c, t)]
         print(f"# {len(variants)} variants, {a.runs} runs each (+1 warm-up); load: {os.getloadavg()}", flush=True)
         res = {}
+        shuffle = random.Random(7)
         for run in range(a.runs + 1):
-            for case, tool in variants:
+            order = list(variants)
+            shuffle.shuffle(order)
+            for case, tool in order:
                 clean()
                 e = env if tool != "rclone" else dict({k: v for k, v in env.items() if not k.startswith("AWS_")}, **rc_env)
                 srv0 = cpu_of(gw_pid) + (cpu_of(sshd_pid, True) if case == "r2r" else 0)

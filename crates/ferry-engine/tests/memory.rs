@@ -172,6 +172,55 @@ async fn a_big_file_in_ranges_finishing_out_of_order() {
     );
 }
 
+/// A store that keeps each file's CRC32 (S3), split into reordered
+/// ranges: the file's CRC32 is combined from its ranges' as they pass, so
+/// the part is not read again; a wrong one keeps nothing; after a retried
+/// range the part is hashed where it lies instead.
+#[tokio::test]
+async fn a_split_file_is_checked_against_the_stores_crc32() {
+    use ferry_engine::backend::memory::Crc32Digest;
+    use std::sync::atomic::Ordering::Relaxed;
+    let body = data(5_000_000, 21);
+    let o = || CopyOptions {
+        split_min: 1_000_000,
+        streams: Some(4),
+        ..opts()
+    };
+    let copy = |digest, fail_read_after| {
+        let (a, b) = (Memory::new("a"), Memory::new("b"));
+        a.put("/big", &body, 0);
+        a.set_faults(Faults {
+            reorder: true,
+            crc32_digest: Some(digest),
+            fail_read_after,
+            transient_reads: 1,
+            ..Faults::default()
+        });
+        let t = Transfer::between(vec![at(&a, "/big")], at(&b, "/big.copy"), o());
+        async move { (run(t).await.0, b) }
+    };
+
+    let (r, b) = copy(Crc32Digest::Right, None).await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(b.get("/big.copy").as_deref(), Some(&body[..]));
+    assert_eq!(
+        b.counters.hashed.load(Relaxed),
+        0,
+        "combined, not read again"
+    );
+
+    let (r, b) = copy(Crc32Digest::Wrong, None).await;
+    let e = r.error.expect("a wrong CRC32 fails the copy");
+    assert!(e.to_string().contains("does not match"), "{e}");
+    assert_eq!(b.get("/big.copy"), None);
+    assert!(parts(&b).is_empty(), "{:?}", parts(&b));
+
+    let (r, b) = copy(Crc32Digest::Right, Some(300_000)).await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(b.get("/big.copy").as_deref(), Some(&body[..]));
+    assert_eq!(b.counters.hashed.load(Relaxed), 1, "a retried range: read");
+}
+
 #[tokio::test]
 async fn short_writes_keep_every_byte_in_place() {
     let (a, b) = (Memory::new("a"), Memory::new("b"));

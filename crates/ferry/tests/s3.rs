@@ -627,7 +627,8 @@ fn download_checked_against_the_stored_crc32() {
         );
         assert_code(&o, 4, name);
         // One stream: the backend's check; ranges: the engine's, of the
-        // assembled part file against the same stored value.
+        // CRC32 combined from the ranges' (taken as their bytes passed)
+        // against the same stored value.
         assert_refused_as_corrupt(&o, t.path(), &dst, name);
     }
 }

@@ -25,8 +25,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::{
-    path, Backend, ByteStream, Capabilities, Entry, EntryKind, LocalRange, RangeTask, ReadInfo,
-    Role, Sink, UnsizedRead, WriteMode,
+    path, Backend, ByteStream, Capabilities, Entry, EntryKind, HashAlgo, LocalRange, RangeTask,
+    ReadInfo, Role, Sink, UnsizedRead, WriteMode,
 };
 use crate::error::TransferError;
 
@@ -103,6 +103,17 @@ pub struct Faults {
     /// Each read delivers at most this many bytes a second: a connection
     /// held by its window or its losses on a long path.
     pub read_rate: Option<u64>,
+    /// `read_info` announces a CRC32 as the file's digest, as S3 does.
+    pub crc32_digest: Option<Crc32Digest>,
+}
+
+/// The CRC32 a store announces ([`Faults::crc32_digest`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Crc32Digest {
+    /// The file's own.
+    Right,
+    /// Another one: the stored bytes changed behind the store's back.
+    Wrong,
 }
 
 /// Something a test does to the world at a given point of a copy (change
@@ -167,6 +178,8 @@ pub struct Counters {
     /// The most ranges the engine asked to widen a file over
     /// ([`Backend::widen`]); 0: never asked.
     pub widened: AtomicUsize,
+    /// Files hashed where they lie ([`Backend::hash`]).
+    pub hashed: AtomicUsize,
 }
 
 /// A tree of files in memory; clones share it (a test keeps one, the
@@ -516,13 +529,22 @@ impl Backend for Memory {
     /// With `listing_without_sizes`, a version as an HTTP server's
     /// validator (size and time), the same `read_unsized` says.
     async fn read_info(&self, p: &[u8]) -> Result<ReadInfo, TransferError> {
-        let version = lock(&self.faults)
+        let faults = lock(&self.faults).clone();
+        let version = faults
             .listing_without_sizes
             .then(|| lock(&self.state).files.get(p).map(version_of))
             .flatten();
+        let digest = faults.crc32_digest.and_then(|d| {
+            let mut crc = ferry_hash::of(HashAlgo::Crc32, &lock(&self.state).files.get(p)?.data);
+            if d == Crc32Digest::Wrong {
+                crc[0] ^= 1;
+            }
+            Some((HashAlgo::Crc32, crc))
+        });
         Ok(ReadInfo {
             ranges: true,
             version,
+            digest,
             ..ReadInfo::default()
         })
     }
@@ -702,6 +724,7 @@ impl Backend for Memory {
         p: &[u8],
         algo: super::HashAlgo,
     ) -> Result<Option<Vec<u8>>, TransferError> {
+        self.counters.hashed.fetch_add(1, Ordering::Relaxed);
         let data = match lock(&self.state).files.get(p) {
             Some(f) => f.data.clone(),
             None => {
