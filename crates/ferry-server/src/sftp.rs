@@ -832,9 +832,9 @@ impl Session {
             })
             .and_then(|algo| {
                 range.check()?;
-                Ok((algo, self.resolve(path, false)?))
+                Ok(algo)
             });
-        let (algo, r) = match asked {
+        let algo = match asked {
             Ok(a) => a,
             Err(e) => return self.reply(id, Err(e)).await,
         };
@@ -845,6 +845,21 @@ impl Session {
                 hash: hash.into(),
             }
             .encode(),
+        };
+        if self.cfg.inline_metadata {
+            // The common case in one confined path walk; anything else
+            // (a file not cached, a symlink out, a missing file) takes
+            // the way below, which says why.
+            let flags = rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::NONBLOCK;
+            if let Some(f) = self.cfg.root.open_beneath(path, flags) {
+                if let Ok(Some(h)) = hash_cached_file(&f, algo, range, &mut self.hash_buf) {
+                    return self.send(reply(h)).await;
+                }
+            }
+        }
+        let r = match self.resolve(path, false) {
+            Ok(r) => r,
+            Err(e) => return self.reply(id, Err(e)).await,
         };
         if self.cfg.inline_metadata {
             match hash_cached(&r.real, algo, range, &mut self.hash_buf) {
@@ -1558,6 +1573,16 @@ fn hash_cached(
         .read(true)
         .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
         .open(path)?;
+    hash_cached_file(&f, algo, range, buf)
+}
+
+/// [`hash_cached`] of a file already open.
+fn hash_cached_file(
+    f: &File,
+    algo: Algo,
+    range: HashRange,
+    buf: &mut Vec<u8>,
+) -> io::Result<Option<Vec<u8>>> {
     let m = f.metadata()?;
     let end = range.end(m.len());
     let start = range.start.min(end);
@@ -1566,8 +1591,8 @@ fn hash_cached(
     }
     let len = (end - start) as usize;
     buf.clear();
-    let mut how = Inline::for_file(&f);
-    if !readnow::append_now(&f, buf, 0, start, len, &mut how)? {
+    let mut how = Inline::for_file(f);
+    if !readnow::append_now(f, buf, 0, start, len, &mut how)? {
         return Ok(None);
     }
     if buf.len() < len {
