@@ -65,6 +65,17 @@ def run_timed(cmd, env=None):
         print(f"  stderr of {os.path.basename(cmd[0])}: {err.strip()[:600]}", flush=True)
     return wall, ru.ru_utime + ru.ru_stime
 
+def stop_all(procs, wait=10):
+    """Stop the servers a bench started: SIGTERM to each, then SIGKILL to
+    any still running after `wait` seconds."""
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(wait)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
 def start_sshd(d, sftp_server, extra=""):
     """Keys in d("keys"), an sshd as the current user on a free port with
     its config, pid and log in d("sshd"): (port, process)."""

@@ -30,7 +30,7 @@ Usage: bench/s3-bench.py --ferry target/release/ferry [--dir /var/tmp]
 import argparse, json, os, random, shutil, socket, statistics, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from r2r import free_port, wait_port, cpu_of  # noqa: E402
+from r2r import free_port, wait_port, cpu_of, stop_all  # noqa: E402
 
 ACCESS, SECRET = "benchaccess", "benchsecret0123456789"
 
@@ -194,13 +194,7 @@ def main():
         if a.json:
             json.dump(out, open(a.json, "w"), indent=1)
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all(procs)
         shutil.rmtree(base, ignore_errors=True)
 
 if __name__ == "__main__":

@@ -18,11 +18,8 @@ Usage: bench/serve-ab.py --client NEW/ferry --serve-a OLD/ferry --serve-b NEW/fe
 """
 import argparse, os, shutil, statistics, subprocess, sys, tempfile, time
 
-
-def cpu_ticks(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from r2r import cpu_of, stop_all  # noqa: E402
 
 
 def start(serve, root, state, keys):
@@ -100,7 +97,7 @@ def main():
             for name in (["A", "B"] if run % 2 == 0 else ["B", "A"]):
                 clean(name)
                 pid = servers[name][0].pid
-                s0 = cpu_ticks(pid)
+                s0 = cpu_of(pid)
                 t0 = time.time()
                 p = subprocess.Popen(cmd(name), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
                 _, status, ru = os.wait4(p.pid, 0)
@@ -108,7 +105,7 @@ def main():
                 if os.waitstatus_to_exitcode(status) != 0:
                     sys.exit(f"failed: {' '.join(cmd(name))}\n{p.stderr.read().decode()}")
                 time.sleep(0.05)
-                srv = cpu_ticks(pid) - s0
+                srv = cpu_of(pid) - s0
                 got = d("out", "set") if a.direction == "download" else d(name, "up", "set")
                 n = len(os.listdir(got))
                 if n != a.files:
@@ -122,13 +119,7 @@ def main():
             print(f"{name}: wall {statistics.median(x[0] for x in r):.3f} s  client {statistics.median(x[1] for x in r):.2f} CPU-s"
                   f"  server {statistics.median(x[2] for x in r):.2f} CPU-s  runs {[round(x[0], 3) for x in r]}")
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all(procs)
         shutil.rmtree(base, ignore_errors=True)
 
 

@@ -39,7 +39,7 @@ Usage: bench/sync-bench.py --ferry target/release/ferry --tree small|big
 import argparse, json, os, random, shutil, statistics, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from r2r import free_port, wait_port, cpu_of, run_timed, start_sshd, tree_pids  # noqa: E402
+from r2r import free_port, wait_port, cpu_of, run_timed, start_sshd, stop_all, tree_pids  # noqa: E402
 
 TREES = {
     # files, directories, smallest and largest file
@@ -257,13 +257,7 @@ def main():
         if a.json:
             json.dump(out, open(a.json, "w"), indent=1)
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(5)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all(procs, 5)
         shutil.rmtree(base, ignore_errors=True)
 
 
