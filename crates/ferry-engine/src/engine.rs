@@ -916,8 +916,8 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
         // A fresh split download checked against the CRC32 the store keeps
         // (S3): each range's CRC32 is taken as its bytes pass, and the
         // whole file's is combined from them, so the part file is not read
-        // a second time after its last byte (13% of a 1 GiB download's
-        // client samples in perf).
+        // a second time after its last byte (run s3-3: 1 GiB 0.90 -> 0.76
+        // s, client 0.94 -> 0.81 CPU-s).
         let crc_as_they_pass = fresh
             && info.digest_parts.is_empty()
             && matches!(info.digest, Some((HashAlgo::Crc32, _)));
