@@ -49,10 +49,13 @@ impl Algo {
         }
     }
 
-    /// The first name in a comma-separated list that is known here.
-    pub fn first_known(list: &[u8]) -> Option<Algo> {
+    /// The first name in a comma-separated list (a peer's) that names one
+    /// of `among`: names not known here, or known but not among them, are
+    /// passed over.
+    pub fn first_in(list: &[u8], among: &[Algo]) -> Option<Algo> {
         list.split(|&c| c == b',')
-            .find_map(|n| std::str::from_utf8(n).ok().and_then(Algo::from_name))
+            .filter_map(|n| std::str::from_utf8(n).ok().and_then(Algo::from_name))
+            .find(|a| among.contains(a))
     }
 
     /// Where this algorithm stands in ferry's order of preference, when
@@ -175,12 +178,23 @@ mod tests {
     }
 
     #[test]
-    fn names_round_trip_and_lists_pick_the_first_known() {
+    fn names_round_trip_and_lists_pick_the_first_offered() {
         for algo in [Algo::Blake3, Algo::Sha256, Algo::Xxh128, Algo::Crc32] {
             assert_eq!(Algo::from_name(algo.name()), Some(algo));
         }
-        assert_eq!(Algo::first_known(b"md5, xxh128,blake3"), Some(Algo::Xxh128));
-        assert_eq!(Algo::first_known(b"sha1,md5"), None);
-        assert_eq!(Algo::first_known(b"\xff,sha256"), Some(Algo::Sha256));
+        let all = [Algo::Xxh128, Algo::Blake3, Algo::Sha256, Algo::Crc32];
+        assert_eq!(
+            Algo::first_in(b"md5, xxh128,blake3", &all),
+            Some(Algo::Xxh128)
+        );
+        assert_eq!(Algo::first_in(b"sha1,md5", &all), None);
+        assert_eq!(Algo::first_in(b"\xff,sha256", &all), Some(Algo::Sha256));
+        // Known but not offered: passed over, not the end of the search.
+        let some = [Algo::Blake3, Algo::Sha256];
+        assert_eq!(
+            Algo::first_in(b"crc32,xxh128,sha256", &some),
+            Some(Algo::Sha256)
+        );
+        assert_eq!(Algo::first_in(b"crc32", &some), None);
     }
 }

@@ -1461,12 +1461,14 @@ fn data_reply(
 /// The hashes `check-file-name` answers with, best first: XXH3-128
 /// (a fifth of BLAKE3's CPU per byte; what rsync's `--checksum` compares
 /// with), BLAKE3, SHA-256 for interoperability.
+const CHECK_FILE_OFFERED: [Algo; 3] = [Algo::Xxh128, Algo::Blake3, Algo::Sha256];
+/// [`CHECK_FILE_OFFERED`] as VERSION lists it.
 const CHECK_FILE_ALGOS: &str = "xxh128,blake3,sha256";
 
 /// The hash `check-file-name` answers with: the first of the client's
 /// comma-separated list that this server offers.
 fn choose_hash(list: &[u8]) -> Option<Algo> {
-    Algo::first_known(list).filter(|a| CHECK_FILE_ALGOS.split(',').any(|n| n == a.name()))
+    Algo::first_in(list, &CHECK_FILE_OFFERED)
 }
 
 /// What `check-file-name` hashes: `length` bytes (0: to the end) from
@@ -1759,6 +1761,20 @@ mod tests {
         assert!(h.get(b"short").is_none());
         assert!(h.get(b"123456789").is_none());
         assert_eq!(h.open, 1);
+    }
+
+    /// VERSION lists what `check-file-name` answers; a client's list is
+    /// read for the first name offered, whatever comes before it.
+    #[test]
+    fn check_file_name_offers_what_it_lists() {
+        let listed: Vec<Algo> = CHECK_FILE_ALGOS
+            .split(',')
+            .filter_map(Algo::from_name)
+            .collect();
+        assert_eq!(listed, CHECK_FILE_OFFERED);
+        assert_eq!(choose_hash(b"crc32,md5,sha256"), Some(Algo::Sha256));
+        assert_eq!(choose_hash(b"blake3,xxh128"), Some(Algo::Blake3));
+        assert_eq!(choose_hash(b"crc32"), None);
     }
 
     /// `check-file-name` on the session's thread gives what the blocking
