@@ -142,23 +142,24 @@ mod tests {
     /// and CRC32's check value.
     #[test]
     fn known_answers() {
-        assert_eq!(
-            hex(&of(Algo::Xxh128, b"")),
-            "99aa06d3014798d86001c324468d497f"
-        );
-        assert_eq!(
-            hex(&of(Algo::Xxh128, b"abc")),
-            "06b05ab6733a618578af5f94892f3950"
-        );
-        assert_eq!(
-            hex(&of(Algo::Sha256, b"abc")),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
-        assert_eq!(
-            hex(&of(Algo::Blake3, b"abc")),
-            "6437b3ac38465133ffb63b75273a8db548c558465d79db03fd359c6cd5bd9d85"
-        );
-        assert_eq!(hex(&of(Algo::Crc32, b"123456789")), "cbf43926");
+        let cases: [(Algo, &[u8], &str); 5] = [
+            (Algo::Xxh128, b"", "99aa06d3014798d86001c324468d497f"),
+            (Algo::Xxh128, b"abc", "06b05ab6733a618578af5f94892f3950"),
+            (
+                Algo::Sha256,
+                b"abc",
+                "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+            ),
+            (
+                Algo::Blake3,
+                b"abc",
+                "6437b3ac38465133ffb63b75273a8db548c558465d79db03fd359c6cd5bd9d85",
+            ),
+            (Algo::Crc32, b"123456789", "cbf43926"),
+        ];
+        for (algo, input, want) in cases {
+            assert_eq!(hex(&of(algo, input)), want, "{algo:?} of {input:?}");
+        }
     }
 
     /// Fed in pieces, every hasher gives the one-call hash, whose length

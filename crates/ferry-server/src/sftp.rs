@@ -618,7 +618,7 @@ impl Session {
                             ext(EXT_FSTATVFS, "2"),
                             ext(EXT_HARDLINK, "1"),
                             ext(EXT_COPY_DATA, "1"),
-                            ext(EXT_CHECK_FILE_NAME, CHECK_FILE_ALGOS),
+                            ext(EXT_CHECK_FILE_NAME, &check_file_algos()),
                             ext(EXT_FSYNC, "1"),
                             ext(EXT_LIMITS, "1"),
                             ext(EXT_EXPAND_PATH, "1"),
@@ -825,8 +825,9 @@ impl Session {
                 (
                     StatusCode::OP_UNSUPPORTED,
                     format!(
-                        "check-file-name: none of {:?} is known here ({CHECK_FILE_ALGOS} are)",
-                        String::from_utf8_lossy(algorithms)
+                        "check-file-name: none of {:?} is known here ({} are)",
+                        String::from_utf8_lossy(algorithms),
+                        check_file_algos()
                     ),
                 )
             })
@@ -1462,8 +1463,11 @@ fn data_reply(
 /// (a fifth of BLAKE3's CPU per byte; what rsync's `--checksum` compares
 /// with), BLAKE3, SHA-256 for interoperability.
 const CHECK_FILE_OFFERED: [Algo; 3] = [Algo::Xxh128, Algo::Blake3, Algo::Sha256];
-/// [`CHECK_FILE_OFFERED`] as VERSION lists it.
-const CHECK_FILE_ALGOS: &str = "xxh128,blake3,sha256";
+
+/// [`CHECK_FILE_OFFERED`] as VERSION lists it: names, comma-separated.
+fn check_file_algos() -> String {
+    CHECK_FILE_OFFERED.map(Algo::name).join(",")
+}
 
 /// The hash `check-file-name` answers with: the first of the client's
 /// comma-separated list that this server offers.
@@ -1767,11 +1771,7 @@ mod tests {
     /// read for the first name offered, whatever comes before it.
     #[test]
     fn check_file_name_offers_what_it_lists() {
-        let listed: Vec<Algo> = CHECK_FILE_ALGOS
-            .split(',')
-            .filter_map(Algo::from_name)
-            .collect();
-        assert_eq!(listed, CHECK_FILE_OFFERED);
+        assert_eq!(check_file_algos(), "xxh128,blake3,sha256");
         assert_eq!(choose_hash(b"crc32,md5,sha256"), Some(Algo::Sha256));
         assert_eq!(choose_hash(b"blake3,xxh128"), Some(Algo::Blake3));
         assert_eq!(choose_hash(b"crc32"), None);

@@ -734,9 +734,7 @@ impl Backend for Memory {
                 )))
             }
         };
-        let mut h = crate::hash::Hasher::new(algo);
-        h.update(&data);
-        Ok(Some(h.finish()))
+        Ok(Some(ferry_hash::of(algo, &data)))
     }
 
     async fn set_attrs(
