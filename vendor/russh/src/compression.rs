@@ -11,9 +11,14 @@ use crate::cipher::MAXIMUM_DECOMPRESSED_PACKET_LEN;
 mod ferry_zstd;
 #[cfg(feature = "zstd")]
 pub use ferry_zstd::{
-    AutoLevel, AutoRules, CompressionStats, MAX_DECOMPRESSED, Setting, StoredPacket, WINDOW_LOG,
-    ZSTD_RULES, ZstdCompressor, ZstdDecompressor, ZstdLevel, ZstdSettings,
+    CompressionStats, MAX_DECOMPRESSED, Setting, StoredPacket, WINDOW_LOG, ZstdCompressor,
+    ZstdDecompressor, ZstdLevel, ZstdSettings,
 };
+// ferry: what `auto` sends each packet as (compression/ferry_auto.rs).
+#[cfg(feature = "zstd")]
+mod ferry_auto;
+#[cfg(feature = "zstd")]
+pub use ferry_auto::{AutoLevel, AutoRules, ZSTD_RULES};
 // ferry: zlib as ferry sends it: counted, and stored or compressed as
 // `AutoLevel` decides (compression/ferry_zlib.rs).
 #[cfg(feature = "zstd")]

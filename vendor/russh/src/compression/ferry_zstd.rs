@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use ::zstd::stream::raw::{Decoder, Encoder, InBuffer, Operation, OutBuffer};
 use ::zstd::zstd_safe::{CParameter, DParameter};
 
+use super::ferry_auto::{AutoLevel, SAMPLE_MAX};
 use crate::cipher::MAXIMUM_DECOMPRESSED_PACKET_LEN;
 
 /// log2 of the zstd window both ends use: 1 MiB. The sender sets it for
@@ -158,7 +159,7 @@ pub enum Setting {
 }
 
 impl Setting {
-    fn level(self) -> i32 {
+    pub(crate) fn level(self) -> i32 {
         match self {
             Setting::Stored => 0,
             Setting::Level(l) => l,
@@ -179,7 +180,7 @@ pub struct ZstdCompressor {
     encoder_level: i32,
     setting: Setting,
     auto: Option<AutoLevel>,
-    /// Compresses sample packets while `auto` stores (`AutoLevel::wants_sample`).
+    /// Compresses sample packets aside for `auto` (`AutoLevel::samples_due`).
     sampler: Option<::zstd::bulk::Compressor<'static>>,
     stats: Option<Arc<CompressionStats>>,
 }
@@ -347,7 +348,7 @@ impl ZstdCompressor {
     }
 
     /// Counts one packet sent and lets `AutoLevel` see it (and sample it
-    /// while storing).
+    /// when a sample is due).
     fn after_packet(
         &mut self,
         setting: Setting,
@@ -360,22 +361,29 @@ impl ZstdCompressor {
         }
         if let Some(auto) = &mut self.auto {
             let busy = started.elapsed();
-            if auto.wants_sample(input.len()) {
+            // The first SAMPLE_MAX bytes only: the whole packet (up to
+            // 256 KiB every 32 MiB) cost the storing sender ~0.03 CPU s
+            // per GiB, 4-5% of a loopback copy (zstd5).
+            let part = input.get(..SAMPLE_MAX).unwrap_or(input);
+            for setting in auto.samples_due(input.len()) {
+                let Setting::Level(level) = *setting else {
+                    continue;
+                };
                 let sampler = match &mut self.sampler {
                     Some(s) => s,
                     None => self.sampler.insert(
-                        ::zstd::bulk::Compressor::new(1).map_err(|e| zstd_error("sampler", e))?,
+                        ::zstd::bulk::Compressor::new(level)
+                            .map_err(|e| zstd_error("sampler", e))?,
                     ),
                 };
-                // The first SAMPLE_MAX bytes only: the whole packet (up to
-                // 256 KiB every 32 MiB) cost the storing sender ~0.03 CPU s
-                // per GiB, 4-5% of a loopback copy (zstd5).
-                let part = input.get(..SAMPLE_MAX).unwrap_or(input);
+                sampler
+                    .set_compression_level(level)
+                    .map_err(|e| zstd_error("sampler level", e))?;
                 let t = Instant::now();
                 let sample = sampler
                     .compress(part)
                     .map_err(|e| zstd_error("sample", e))?;
-                auto.record_sample(part.len(), sample.len(), t.elapsed());
+                auto.record_sample(*setting, part.len(), sample.len(), t.elapsed());
             }
             auto.observe(Instant::now(), input.len(), wire, busy);
         }
@@ -613,239 +621,6 @@ impl ZstdDecompressor {
                 .fetch_add(output.len() as u64, Ordering::Relaxed);
         }
         Ok(output)
-    }
-}
-
-/// Chooses, from measurements alone, how the sender treats its packets:
-/// stored, zstd level 1 or level 3 (`ZSTD_RULES`), or for zlib stored or
-/// zlib's level 1 (`ZLIB_RULES`, compression/ferry_zlib.rs). No clock of
-/// its own (`now` comes in), no I/O: a pure function of the packets it has
-/// seen.
-///
-/// It measures in windows of at least `WINDOW_TIME` and `WINDOW_BYTES`:
-/// the rate at which the application hands over plain bytes (what the
-/// transfer achieves: the link, the peer and this CPU all slow it), the
-/// compressed/plain ratio, and while compressing, the compressor's speed
-/// (plain bytes per second of its own CPU time). While storing, a sample
-/// packet is compressed aside every `SAMPLE_EVERY` bytes for the same two
-/// figures.
-///
-/// Then: if the data does not compress (ratio at or over the rules'
-/// `incompressible`: `INCOMPRESSIBLE` for zstd), store.
-/// Otherwise try a neighbouring setting for one window, now and then (after
-/// `MIN_BACKOFF`, doubling up to `MAX_BACKOFF` each time the try loses), and
-/// keep it if it moved `GAIN` times more plain bytes per second than the
-/// window before it. Storing moves to level 1 only if level 1 could beat the
-/// current rate at all: the compressor, one core per direction, must manage
-/// the rules' `headroom` (`HEADROOM` for zstd) times the rate reached
-/// without it. So on loopback, where
-/// storing runs faster than zstd compresses, it never tries; on a slow link
-/// with text it tries at once, wins, and stays.
-#[derive(Debug, Clone)]
-pub struct AutoLevel {
-    rules: AutoRules,
-    rung: usize,
-    window: Window,
-    /// Plain bytes per second of the last window at each rung.
-    rate: [Option<f64>; MAX_RUNGS],
-    /// Set while trying a rung: the one to return to.
-    trying_from: Option<usize>,
-    next_try: Instant,
-    backoff: Duration,
-    /// Wire/plain of the latest compressed window or sample.
-    ratio: Option<f64>,
-    /// Plain bytes per CPU second at level 1, the best seen.
-    level1_speed: Option<f64>,
-    plain_total: u64,
-    next_sample_at: u64,
-    /// Which way the last try from level 1 went.
-    try_up: bool,
-}
-
-#[derive(Debug, Clone, Default)]
-struct Window {
-    start: Option<Instant>,
-    plain: u64,
-    wire: u64,
-    busy: Duration,
-}
-
-/// ferry: what `AutoLevel` may choose from, and when data counts as not
-/// compressing.
-#[derive(Debug, Clone, Copy)]
-pub struct AutoRules {
-    /// The settings, cheapest first; the first is `Setting::Stored`. At
-    /// most `MAX_RUNGS`.
-    pub ladder: &'static [Setting],
-    /// Compressed/plain at or over which the data is stored.
-    pub incompressible: f64,
-    /// How much faster than the stored rate the compressor's measured
-    /// speed must be for a try of level 1.
-    pub headroom: f64,
-}
-
-/// zstd's: stored, level 1, level 3.
-pub const ZSTD_RULES: AutoRules = AutoRules {
-    ladder: &[Setting::Stored, Setting::Level(1), Setting::Level(3)],
-    incompressible: INCOMPRESSIBLE,
-    headroom: HEADROOM,
-};
-
-/// The most rungs a ladder may have.
-const MAX_RUNGS: usize = 3;
-pub const WINDOW_TIME: Duration = Duration::from_millis(50);
-pub const WINDOW_BYTES: u64 = 2 << 20;
-pub const MIN_BACKOFF: Duration = Duration::from_secs(1);
-pub const MAX_BACKOFF: Duration = Duration::from_secs(16);
-pub const GAIN: f64 = 1.10;
-pub const HEADROOM: f64 = 1.25;
-pub const INCOMPRESSIBLE: f64 = 0.95;
-pub const SAMPLE_EVERY: u64 = 32 << 20;
-/// Smaller packets are not sampled: they say little about file data.
-const SAMPLE_MIN: usize = 16 * 1024;
-/// Bytes of a sample packet compressed aside (its first ones).
-pub const SAMPLE_MAX: usize = 32 * 1024;
-
-impl AutoLevel {
-    /// zstd's controller (`ZSTD_RULES`).
-    pub fn new(now: Instant) -> Self {
-        Self::with_rules(now, ZSTD_RULES)
-    }
-
-    pub fn with_rules(now: Instant, rules: AutoRules) -> Self {
-        Self {
-            rules,
-            rung: 0,
-            window: Window::default(),
-            rate: [None; MAX_RUNGS],
-            trying_from: None,
-            next_try: now,
-            backoff: MIN_BACKOFF,
-            ratio: None,
-            level1_speed: None,
-            plain_total: 0,
-            next_sample_at: 0,
-            try_up: false,
-        }
-    }
-
-    /// How long a lost try waits before the next one (for tests).
-    #[cfg(test)]
-    pub(crate) fn backoff(&self) -> Duration {
-        self.backoff
-    }
-
-    /// The last rate measured at `rung`, if it was ever used (for tests).
-    #[cfg(test)]
-    pub(crate) fn rate_at(&self, rung: usize) -> Option<f64> {
-        self.rate.get(rung).copied().flatten()
-    }
-
-    pub fn setting(&self) -> Setting {
-        self.rules
-            .ladder
-            .get(self.rung)
-            .copied()
-            .unwrap_or(Setting::Stored)
-    }
-
-    /// Should this packet (of `len` bytes, just stored) be compressed
-    /// aside as a sample?
-    pub fn wants_sample(&self, len: usize) -> bool {
-        self.setting() == Setting::Stored
-            && len >= SAMPLE_MIN
-            && self.plain_total >= self.next_sample_at
-    }
-
-    pub fn record_sample(&mut self, plain: usize, compressed: usize, cpu: Duration) {
-        self.next_sample_at = self.plain_total + SAMPLE_EVERY;
-        if plain == 0 {
-            return;
-        }
-        self.ratio = Some(compressed as f64 / plain as f64);
-        self.note_speed(plain as u64, cpu);
-    }
-
-    fn note_speed(&mut self, plain: u64, cpu: Duration) {
-        let secs = cpu.as_secs_f64();
-        if secs > 0.0 {
-            let speed = plain as f64 / secs;
-            self.level1_speed = Some(self.level1_speed.map_or(speed, |s| s.max(speed)));
-        }
-    }
-
-    /// One packet went out: `plain` bytes in, `wire` bytes out, `busy`
-    /// spent in the compressor, at `now`.
-    pub fn observe(&mut self, now: Instant, plain: usize, wire: usize, busy: Duration) {
-        self.plain_total += plain as u64;
-        let start = *self.window.start.get_or_insert(now);
-        self.window.plain += plain as u64;
-        self.window.wire += wire as u64;
-        self.window.busy += busy;
-        let elapsed = now.saturating_duration_since(start);
-        if elapsed < WINDOW_TIME || self.window.plain < WINDOW_BYTES {
-            return;
-        }
-        let w = std::mem::take(&mut self.window);
-        self.decide(now, &w, elapsed);
-    }
-
-    fn decide(&mut self, now: Instant, w: &Window, elapsed: Duration) {
-        let rate = w.plain as f64 / elapsed.as_secs_f64();
-        if let Some(r) = self.rate.get_mut(self.rung) {
-            *r = Some(rate);
-        }
-        let setting = self.setting();
-        if setting != Setting::Stored && w.plain > 0 {
-            self.ratio = Some(w.wire as f64 / w.plain as f64);
-            if setting == Setting::Level(1) {
-                self.note_speed(w.plain, w.busy);
-            }
-        }
-
-        if let Some(from) = self.trying_from.take() {
-            let before = self.rate.get(from).copied().flatten().unwrap_or(0.0);
-            if rate > before * GAIN {
-                self.backoff = MIN_BACKOFF;
-            } else {
-                self.rung = from;
-                self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
-            }
-            self.next_try = now + self.backoff;
-            return;
-        }
-
-        let compresses = self.ratio.is_some_and(|r| r < self.rules.incompressible);
-        if setting != Setting::Stored && !compresses {
-            self.rung = 0;
-            self.next_try = now + self.backoff;
-            return;
-        }
-        if now < self.next_try {
-            return;
-        }
-        let top = self.rules.ladder.len().min(MAX_RUNGS).saturating_sub(1);
-        let candidate = match self.rung {
-            0 => {
-                let can_win = self
-                    .level1_speed
-                    .is_some_and(|s| s > rate * self.rules.headroom);
-                (compresses && can_win && top >= 1).then_some(1)
-            }
-            // From the middle, try up and down in turn.
-            r if r < top => {
-                self.try_up = !self.try_up;
-                Some(if self.try_up { r + 1 } else { r - 1 })
-            }
-            r => r.checked_sub(1),
-        };
-        match candidate {
-            Some(c) => {
-                self.trying_from = Some(self.rung);
-                self.rung = c;
-            }
-            None => self.next_try = now + self.backoff,
-        }
     }
 }
 
@@ -1242,79 +1017,5 @@ mod tests {
         );
         c2.reset().unwrap();
         assert!(d2.decompress_to_vec(&pack(&mut c2, &payload)).is_err());
-    }
-
-    fn feed(a: &mut AutoLevel, t: &mut Instant, secs: f64, rate: f64, ratio: f64, speed: f64) {
-        // 256 KiB packets at `rate` plain bytes/s.
-        let packet = 256 * 1024usize;
-        let n = (secs * rate / packet as f64) as usize;
-        for _ in 0..n {
-            let s = a.setting();
-            if a.wants_sample(packet) {
-                a.record_sample(
-                    packet,
-                    (packet as f64 * ratio) as usize,
-                    Duration::from_secs_f64(packet as f64 / speed),
-                );
-            }
-            let (wire, busy) = match s {
-                Setting::Stored => (packet, Duration::ZERO),
-                Setting::Level(_) => (
-                    (packet as f64 * ratio) as usize,
-                    Duration::from_secs_f64(packet as f64 / speed),
-                ),
-            };
-            *t += Duration::from_secs_f64(packet as f64 / rate);
-            a.observe(*t, packet, wire, busy);
-        }
-    }
-
-    #[test]
-    fn auto_stays_stored_when_storing_outruns_the_compressor() {
-        // Loopback: 1 GB/s stored, zstd -1 at 450 MB/s: never worth a try.
-        let mut t = Instant::now();
-        let mut a = AutoLevel::new(t);
-        feed(&mut a, &mut t, 3.0, 1e9, 0.3, 450e6);
-        assert_eq!(a.setting(), Setting::Stored);
-        assert_eq!(a.rate[1], None, "level 1 was tried");
-    }
-
-    #[test]
-    fn auto_stays_stored_on_incompressible_data() {
-        let mut t = Instant::now();
-        let mut a = AutoLevel::new(t);
-        feed(&mut a, &mut t, 3.0, 25e6, 1.0, 450e6);
-        assert_eq!(a.setting(), Setting::Stored);
-        assert_eq!(a.rate[1], None);
-    }
-
-    #[test]
-    fn auto_compresses_on_a_slow_link_with_text() {
-        // 25 MB/s link: stored moves 25 MB/s; at 3:1, level 1 moves 75.
-        let mut t = Instant::now();
-        let mut a = AutoLevel::new(t);
-        let link = 25e6;
-        for _ in 0..40 {
-            let rate = match a.setting() {
-                Setting::Stored => link,
-                Setting::Level(1) => link / 0.3,
-                Setting::Level(_) => link / 0.28,
-            };
-            feed(&mut a, &mut t, 0.1, rate, 0.3, 450e6);
-        }
-        assert_ne!(a.setting(), Setting::Stored);
-    }
-
-    #[test]
-    fn auto_returns_to_stored_when_a_try_loses() {
-        let mut t = Instant::now();
-        let mut a = AutoLevel::new(t);
-        // A first try at level 1 when the link looked slow...
-        feed(&mut a, &mut t, 0.1, 25e6, 0.3, 450e6);
-        assert_eq!(a.setting(), Setting::Level(1));
-        // ...moves no more than storing did: back to stored.
-        feed(&mut a, &mut t, 0.2, 25e6, 0.3, 450e6);
-        assert_eq!(a.setting(), Setting::Stored);
-        assert_eq!(a.backoff, MIN_BACKOFF * 2);
     }
 }
