@@ -92,6 +92,9 @@ pub struct ServeOptions {
     /// Pause before answering a refused SSH key or FTP password; `None`:
     /// 300 ms for SSH, 1 s for FTP.
     pub auth_fail_delay: Option<Duration>,
+    /// SSH compression: what is offered, and how this server sends
+    /// (`auto` by default; `off` offers `none` alone).
+    pub ssh_compression: ferry_ssh::SshCompression,
 }
 
 impl ServeOptions {
@@ -119,6 +122,7 @@ impl ServeOptions {
             login_grace: Duration::from_secs(60),
             header_timeout: http::HEADER_READ_TIMEOUT,
             auth_fail_delay: None,
+            ssh_compression: ferry_ssh::SshCompression::Auto,
         }
     }
 }
@@ -284,6 +288,7 @@ impl Server {
         let ssh_cfg = Arc::new(ssh::config(
             identity.host_key.clone(),
             opts.auth_fail_delay.unwrap_or(ssh::AUTH_FAIL_DELAY),
+            opts.ssh_compression,
         ));
         let startups = login::Startups::new(opts.max_startups);
         let login_grace = opts.login_grace;

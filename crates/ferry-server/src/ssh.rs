@@ -32,18 +32,21 @@ pub struct AuthPolicy {
 /// The pause before a refused key is answered, by default.
 pub const AUTH_FAIL_DELAY: Duration = Duration::from_millis(300);
 
-/// `auth_fail_delay`: the pause before a refused key is answered.
+/// `auth_fail_delay`: the pause before a refused key is answered;
+/// `compress`: what is offered and how the server sends
+/// (`ferry_ssh::compression::server_offer`, `server_zstd_settings`).
 pub fn config(
     host_key: russh::keys::PrivateKey,
     auth_fail_delay: Duration,
+    compress: ferry_ssh::SshCompression,
 ) -> russh::server::Config {
     let preferred = Preferred {
         // The client's order decides; ferry cp puts AEGIS-128L first.
         cipher: std::borrow::Cow::Borrowed(ferry_ssh::CIPHERS),
         // zstd for ferry cp, zlib for OpenSSH's `-C`, none; again the
         // client's order decides (docs/internals/compression.md).
-        compression: std::borrow::Cow::Borrowed(ferry_ssh::compression::SERVER_OFFER),
-        zstd: ferry_ssh::compression::server_zstd_settings(),
+        compression: std::borrow::Cow::Borrowed(ferry_ssh::compression::server_offer(compress)),
+        zstd: ferry_ssh::compression::server_zstd_settings(compress),
         ..Preferred::default()
     };
     russh::server::Config {

@@ -105,9 +105,9 @@ impl SshCompression {
 }
 
 /// What ferry serve offers: zstd for ferry cp (which adapts the level on
-/// its side; the server's sender runs `auto`), zlib for OpenSSH's `-C`,
-/// and `none`. A client's order decides, so nobody gets compression it did
-/// not ask for.
+/// its side; the server's sender runs `auto` unless `ferry serve
+/// --compress` fixes it), zlib for OpenSSH's `-C`, and `none`. A client's
+/// order decides, so nobody gets compression it did not ask for.
 pub const SERVER_OFFER: &[compression::Name] = &[
     compression::ZSTD,
     compression::ZLIB_LEGACY,
@@ -115,10 +115,26 @@ pub const SERVER_OFFER: &[compression::Name] = &[
     compression::NONE,
 ];
 
-/// The zstd settings ferry serve uses for every connection.
-pub fn server_zstd_settings() -> ZstdSettings {
+/// What ferry serve offers under `ferry serve --compress`: `off` offers
+/// `none` alone (sshd's `Compression no`); anything else, `SERVER_OFFER`.
+pub fn server_offer(c: SshCompression) -> &'static [compression::Name] {
+    match c {
+        SshCompression::Off => &[compression::NONE],
+        _ => SERVER_OFFER,
+    }
+}
+
+/// The zstd settings ferry serve uses for every connection: how it sends
+/// (its download direction) under `ferry serve --compress`: `auto` as
+/// ferry cp's, `on` zstd level 1, a level that level. The client still
+/// chooses whether zstd is used at all.
+pub fn server_zstd_settings(c: SshCompression) -> ZstdSettings {
     ZstdSettings {
-        level: ZstdLevel::Auto,
+        level: match c {
+            SshCompression::Off | SshCompression::Auto => ZstdLevel::Auto,
+            SshCompression::On => ZstdLevel::Fixed(1),
+            SshCompression::Level(l) => ZstdLevel::Fixed(l),
+        },
         stats: None,
         // OpenSSH's `sftp -C` asked for compression: it gets zlib's
         // fastest level, as from sshd.

@@ -120,6 +120,14 @@ pub struct ServeArgs {
     /// [default: 300 for SSH, 1000 for FTP].
     #[arg(long, value_name = "MS")]
     auth_fail_delay: Option<u64>,
+    /// SSH compression this server sends with when the client asks for
+    /// zstd: auto (the default: the level follows what the transfer
+    /// measures), on (zstd level 1), a zstd level 1-19, or off (offer no
+    /// compression at all, like sshd's `Compression no`). OpenSSH clients
+    /// asking for zlib get zlib's fastest level unless off. A value needs
+    /// `=`: --compress=3.
+    #[arg(long, value_name = "auto|on|off|LEVEL", default_value = "auto")]
+    compress: ferry_ssh::SshCompression,
     /// Seconds running transfers get to finish after Ctrl-C or SIGTERM.
     #[arg(long, value_name = "SECONDS", default_value_t = 10)]
     grace: u64,
@@ -145,7 +153,9 @@ pub fn run(args: ServeArgs) -> i32 {
     }
     opts.user = args.user;
     if args.token.as_deref().is_some_and(|t| t.trim().is_empty()) {
-        eprintln!("ferry serve: --token is empty; give a real token or leave it out to use the generated one");
+        eprintln!(
+            "ferry serve: --token is empty; give a real token or leave it out to use the generated one"
+        );
         return 2;
     }
     opts.token = args.token;
@@ -158,6 +168,7 @@ pub fn run(args: ServeArgs) -> i32 {
     opts.login_grace = Duration::from_secs(args.login_grace_time.max(1));
     opts.header_timeout = Duration::from_secs(args.header_timeout.max(1));
     opts.auth_fail_delay = args.auth_fail_delay.map(Duration::from_millis);
+    opts.ssh_compression = args.compress;
     if opts.sftp.is_none() && opts.https.is_none() && opts.http.is_none() && opts.ftp.is_none() {
         eprintln!(
             "ferry serve: nothing to serve (--no-sftp and --no-https without --http or --ftp)"

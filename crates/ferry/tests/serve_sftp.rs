@@ -800,6 +800,61 @@ fn ferry_peers_compress_with_zstd_both_ways_file_and_tree() {
     );
 }
 
+/// Issue 21: `ferry serve --compress` sets how the server sends (a
+/// download's direction, which ferry cp's `-C` does not reach): a fixed
+/// level compresses from the first packet on loopback, where `auto`
+/// stores; `off` offers no compression at all.
+#[test]
+fn serve_compress_sets_the_download_level() {
+    let local = tempdir();
+    let text = local.path().join("text.txt");
+    let want = make_text_file(&text, 8 * 1024 * 1024 + 3, 17);
+    let back = local.path().join("back.txt");
+
+    let s = FerryServe::start(&["--writable", "--compress=3"]);
+    fs::copy(&text, s.root().join("text.txt")).unwrap();
+    let o = s.cp(&args!["--json", s.url("/text.txt"), &back]);
+    assert!(
+        o.status.success(),
+        "get from --compress=3: {}",
+        describe(&o)
+    );
+    assert_file_hash(&back, &want, "download from --compress=3");
+    assert_eq!(compression_field(&o, "method_in"), "zstd@ferry.invalid");
+    let (plain, wire) = (
+        compression_num(&o, "received_plain"),
+        compression_num(&o, "received_wire"),
+    );
+    assert!(plain >= 8.0 * 1024.0 * 1024.0, "{}", stdout_text(&o));
+    assert!(
+        wire < plain / 2.0,
+        "server did not compress: {}",
+        stdout_text(&o)
+    );
+    fs::remove_file(&back).unwrap();
+    drop(s);
+
+    let s = FerryServe::start(&["--writable", "--compress=off"]);
+    fs::copy(&text, s.root().join("text.txt")).unwrap();
+    let o = s.cp(&args!["-C", "--json", s.url("/text.txt"), &back]);
+    assert!(
+        o.status.success(),
+        "get -C from --compress=off: {}",
+        describe(&o)
+    );
+    assert_file_hash(&back, &want, "download from --compress=off");
+    assert_eq!(compression_field(&o, "method_in"), "none");
+    assert_eq!(compression_field(&o, "method_out"), "none");
+
+    let o = ferry(&args!["serve", "--compress=fast", "--no-https", "."]);
+    assert!(!o.status.success(), "{}", describe(&o));
+    assert!(
+        stderr_text(&o).contains("expected auto, on, off or a zstd level"),
+        "{}",
+        describe(&o)
+    );
+}
+
 /// Issue 21: `-v` prints the compression line: the method each way, the
 /// zstd levels this side sent at, and the bytes before and after.
 #[test]
