@@ -9,6 +9,12 @@ included, read from /proc before and after), plus a JSON line per run.
 
 Usage: bench/zstd-bench.py FERRY_BIN LINKEM_BIN [--runs 5] [--size-mib 128]
        [--rate-mbps 200] [--delay-ms 10] [--cases a,b,...] [--data text|random]
+       [--ferry-base OLD_FERRY_BIN]
+
+`--ferry-base` starts a second ferry serve from another build, behind its
+own emulated link; a case named `base:CASE` (a ferry case to ferry serve)
+runs that build's ferry cp against it, interleaved with the others: old and
+new builds side by side in one run.
 
 A ferry case may end in `@N` to run ferry cp with `--streams N` (e.g.
 `ferry-auto@2`): N SSH connections, each with its own compressor.
@@ -108,6 +114,9 @@ def main():
     ap.add_argument("--cases", default="ferry-auto,ferry-off,ferry-on,sftp,sftp-C")
     ap.add_argument("--dir", default=None)
     ap.add_argument("--direction", default="down", choices=["down", "up"])
+    ap.add_argument("--ferry-base", default=None,
+                    help="a second build: cases named base:CASE run its ferry cp against its "
+                         "ferry serve (ferry cases to ferry serve only)")
     a = ap.parse_args()
     cases = a.cases.split(",")
 
@@ -133,26 +142,30 @@ def main():
             with open(a.data, "rb") as f_in, open(src, "wb") as f_out:
                 f_out.write(f_in.read(size))
 
+        def start_serve(binary, extra=()):
+            """ferry serve from `binary`: (process, sftp port, https port, cert, token)."""
+            serve = subprocess.Popen(
+                [binary, "serve", root, "--writable", "--sftp", "127.0.0.1:0", "--https",
+                 "127.0.0.1:0", "--state-dir", os.path.join(d, "state"), "--authorized-keys",
+                 os.path.join(d, "authorized_keys"), *extra],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                text=True, env=dict(os.environ, HOME=os.path.join(d, "home")))
+            procs.append(serve)
+            got = {}
+            for line in serve.stdout:
+                word, _, rest = line.strip().partition(" ")
+                got[word] = rest.strip()
+                if word == "ready":
+                    break
+            port = lambda w: int(got[w].split()[0].rsplit(":", 1)[1]) if w in got else None
+            return serve, port("sftp"), port("https"), got.get("cert", "").split(" ")[0], \
+                got.get("token", "").split(" ")[0]
+
         # ferry serve
-        serve = subprocess.Popen(
-            [a.ferry, "serve", root, "--writable", "--sftp", "127.0.0.1:0", "--https", "127.0.0.1:0",
-             "--state-dir", os.path.join(d, "state"), "--authorized-keys",
-             os.path.join(d, "authorized_keys")],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-            text=True, env=dict(os.environ, HOME=os.path.join(d, "home")))
-        procs.append(serve)
-        serve_port = https_port = cert = token = None
-        for line in serve.stdout:
-            if line.startswith("sftp "):
-                serve_port = int(line.split()[1].rsplit(":", 1)[1])
-            if line.startswith("https "):
-                https_port = int(line.split()[1].rsplit(":", 1)[1])
-            if line.startswith("cert "):
-                cert = line.split()[1]
-            if line.startswith("token "):
-                token = line.split()[1]
-            if line.startswith("ready"):
-                break
+        serve, serve_port, https_port, cert, token = start_serve(a.ferry)
+        # The base build's ferry serve, for `base:` cases.
+        if a.ferry_base:
+            serve_b, serve_b_port, _, _, _ = start_serve(a.ferry_base)
 
         # sshd
         sshd_port = free_port()
@@ -174,6 +187,9 @@ def main():
         procs += [lk3] if lk3 else []
         lk2, sshd_via = start_linkem(a.linkem, sshd_port, a.rate_mbps, a.delay_ms)
         procs += [p for p in (lk1, lk2) if p]
+        if a.ferry_base:
+            lk4, serve_b_via = start_linkem(a.linkem, serve_b_port, a.rate_mbps, a.delay_ms)
+            procs += [lk4] if lk4 else []
 
         ssh_opts = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
                     "-o", "IdentitiesOnly=yes", "-i", key]
@@ -182,7 +198,13 @@ def main():
         up = a.direction == "up"
 
         def run_case(case, dest):
+            name = case
+            use_base = case.startswith("base:")
+            case = case.removeprefix("base:")
             case, _, streams = case.partition("@")
+            ferry = a.ferry_base if use_base else a.ferry
+            if use_base and (not case.startswith("ferry") or case.endswith("sshd")):
+                raise SystemExit(f"{name}: base: takes ferry cases to ferry serve only")
             if case.startswith("https"):
                 flag = {"https-auto": ["-C=auto"], "https-on": ["-C=on"], "https-off": ["-C=off"],
                         "https-default": []}[case]
@@ -197,9 +219,11 @@ def main():
                 if case.endswith("sshd"):
                     # sshd serves the file system: the upload's absolute path.
                     port, server, link, base = sshd_via, sshd, lk2, os.path.join(root, "up")
+                elif use_base:
+                    port, server, link, base = serve_b_via, serve_b, lk4, "/up"
                 else:
                     port, server, link, base = serve_via, serve, lk1, "/up"
-                cmd = [a.ferry, "cp", "-q", "--json"] + ([flag] if flag else []) + (
+                cmd = [ferry, "cp", "-q", "--json"] + ([flag] if flag else []) + (
                     ["--streams", streams] if streams else []) + ssh_opts + [
                     src, f"sftp://{user}@127.0.0.1:{port}{base}/{os.path.basename(dest)}"]
                 dest = os.path.join(root, "up", os.path.basename(dest))
@@ -210,9 +234,11 @@ def main():
                         "ferry-default-sshd": None}[case]
                 if case.endswith("sshd"):
                     port, server, path, link = sshd_via, sshd, src, lk2
+                elif use_base:
+                    port, server, path, link = serve_b_via, serve_b, "/data.bin", lk4
                 else:
                     port, server, path, link = serve_via, serve, "/data.bin", lk1
-                cmd = [a.ferry, "cp", "-q", "--json"] + ([flag] if flag else []) + (
+                cmd = [ferry, "cp", "-q", "--json"] + ([flag] if flag else []) + (
                     ["--streams", streams] if streams else []) + ssh_opts + [
                     f"sftp://{user}@127.0.0.1:{port}{path}", dest]
             else:
@@ -233,10 +259,10 @@ def main():
             s1 = cpu_of(server.pid)
             l1 = cpu_of(link.pid) if link else 0.0
             if p.returncode != 0:
-                raise SystemExit(f"{case} failed: {p.stderr}")
+                raise SystemExit(f"{name} failed: {p.stderr}")
             got = os.path.getsize(dest)
             if got != size:
-                raise SystemExit(f"{case}: got {got} bytes")
+                raise SystemExit(f"{name}: got {got} bytes")
             if up and case.endswith("sshd") and not filecmp.cmp(src, dest, shallow=False):
                 raise SystemExit(f"{case}: the upload differs from the source")
             if up:
