@@ -381,7 +381,15 @@ impl AutoLevel {
                 return;
             }
         }
-        let best = (self.rung + 1..=self.top())
+        // From stored, at most the middle of the ladder: samples rank the
+        // levels poorly (the costliest often wins a near tie), and the top
+        // is reached later from a measured stream if it predicts more.
+        let highest = if self.rung == 0 {
+            self.top().div_ceil(2).max(1)
+        } else {
+            self.top()
+        };
+        let best = (self.rung + 1..=highest)
             .filter_map(|j| Some((j, self.predict(j, wire_rate)?)))
             .max_by(|a, b| a.1.total_cmp(&b.1));
         if let Some((j, predicted)) = best {
@@ -723,18 +731,19 @@ mod tests {
 
     #[test]
     fn level_3_held_by_both_the_link_and_its_compressor_stays() {
-        // Run zstd-8's case: level 3 compresses 104 MB/s, busy all the
-        // time, and the link carries 100; levels 1 and 2 would move 71
-        // and 76.
+        // Level 3 compresses 104 MB/s, busy all the time, and the link
+        // carries 100; levels 1 and 2 would move 62 and 66. Stored goes
+        // to level 2 (the middle), then up to 3, and stays.
         let data = Data {
-            ratio2: 0.33,
+            ratio1: 0.40,
+            ratio2: 0.38,
             ratio3: 0.25,
             speed3: 110e6,
             ..TEXT
         };
         let (rate, a) = rate_over(25e6, 0.02, 16 << 20, data, 3.0);
         assert_eq!(a.setting(), Setting::Level(3));
-        assert_eq!(a.moves(), 1, "{:.1} MB/s", rate / 1e6);
+        assert_eq!(a.moves(), 2, "{:.1} MB/s", rate / 1e6);
     }
 
     #[test]
