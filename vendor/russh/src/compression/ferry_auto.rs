@@ -8,11 +8,13 @@
 //! each rung's ratio and speed. If the link is the limit, it carries the
 //! same wire bytes a second at any rung, so rung j would reach
 //! `min(wire rate / ratio_j, speed_j / headroom)`: the move that predicts
-//! the most (by `GAIN`) is made, and then checked over a long stretch,
-//! after the bytes already queued at the old rung have drained
-//! (`SETTLE`), because a sender behind a queue sees the old rung's rate for
-//! as long as the queue takes to drain. A move that clearly loses is undone
-//! and the next one waits (`MIN_BACKOFF`, doubling to `MAX_BACKOFF`).
+//! the most (by `GAIN`) is made (from stored, at most to the middle of the
+//! ladder, since samples rank the levels poorly), and then checked over a
+//! long stretch, after the bytes already queued at the old rung have
+//! drained (`SETTLE`), because a sender behind a queue sees the old rung's
+//! rate for as long as the queue takes to drain. A move that clearly loses
+//! is undone and the next one waits (`MIN_BACKOFF`, doubling to
+//! `MAX_BACKOFF`).
 //! A rung whose compressor is busy nearly all the time (`BUSY_HIGH`) is the
 //! serial stage: the controller steps down.
 //!
@@ -33,8 +35,8 @@ pub struct AutoRules {
     /// The settings, cheapest first; the first is `Setting::Stored`. At
     /// most `MAX_RUNGS`.
     pub ladder: &'static [Setting],
-    /// Compressed/plain (of the cheapest level) at or over which the data
-    /// is stored.
+    /// Compressed/plain (of the current level, or of the cheapest while
+    /// storing) at or over which the data is stored.
     pub incompressible: f64,
     /// How much faster than the rate it is to reach a compressor must be:
     /// a rung's predicted rate is at most its speed / `headroom`.
@@ -247,16 +249,22 @@ impl AutoLevel {
         let Some(rung) = self.rules.ladder.iter().position(|s| *s == setting) else {
             return;
         };
-        if plain == 0 || rung == 0 || rung >= MAX_RUNGS {
+        let (Some(ratio), Some(best)) = (
+            self.sample_ratio.get_mut(rung),
+            self.sample_speed.get_mut(rung),
+        ) else {
+            return;
+        };
+        if plain == 0 || rung == 0 {
             return;
         }
-        self.sample_ratio[rung] = Some(compressed as f64 / plain as f64);
+        *ratio = Some(compressed as f64 / plain as f64);
         let secs = cpu.as_secs_f64();
         if secs > 0.0 {
             let speed = plain as f64 / secs;
             // The best seen, easing down: a sample the scheduler cut into
             // reads slow once, a busier machine reads slow every time.
-            self.sample_speed[rung] = Some(match self.sample_speed[rung] {
+            *best = Some(match *best {
                 Some(s) if s > speed => s * 0.75 + speed * 0.25,
                 _ => speed,
             });
@@ -302,16 +310,11 @@ impl AutoLevel {
         (ratio > 0.0).then(|| (wire_rate / ratio).min(speed / self.rules.headroom))
     }
 
-    /// Does the data compress enough to be worth it (the cheapest level's
-    /// ratio)?
+    /// Does the data compress enough to be worth it? The current level's
+    /// ratio while compressing, the cheapest level's while storing.
     fn compresses(&self) -> bool {
-        let cheapest = if self.rung > 0 { self.rung } else { 1 };
-        let ratio = if self.rung > 0 {
-            self.stream_ratio.or(self.ratio_of(cheapest))
-        } else {
-            self.ratio_of(1)
-        };
-        ratio.is_some_and(|r| r < self.rules.incompressible)
+        self.ratio_of(self.rung.max(1))
+            .is_some_and(|r| r < self.rules.incompressible)
     }
 
     /// One packet went out: `plain` bytes in, `wire` bytes out, `busy`
@@ -392,17 +395,17 @@ impl AutoLevel {
         let best = (self.rung + 1..=highest)
             .filter_map(|j| Some((j, self.predict(j, wire_rate)?)))
             .max_by(|a, b| a.1.total_cmp(&b.1));
-        if let Some((j, predicted)) = best {
-            if predicted > rate * GAIN {
-                log::debug!(
-                    "compression auto: rung {} -> {j}: predicts {:.1} MB/s, moved {:.1} (wire {:.1})",
-                    self.rung,
-                    predicted / 1e6,
-                    rate / 1e6,
-                    wire_rate / 1e6
-                );
-                self.try_rung(now, j);
-            }
+        if let Some((j, predicted)) = best
+            && predicted > rate * GAIN
+        {
+            log::debug!(
+                "compression auto: rung {} -> {j}: predicts {:.1} MB/s, moved {:.1} (wire {:.1})",
+                self.rung,
+                predicted / 1e6,
+                rate / 1e6,
+                wire_rate / 1e6
+            );
+            self.try_rung(now, j);
         }
     }
 
@@ -548,6 +551,20 @@ mod tests {
         }
     }
 
+    /// Hands `a` the samples it wants of one packet of `data`.
+    fn sample(a: &mut AutoLevel, data: Data) {
+        for s in a.samples_due(PACKET as usize) {
+            let (r, sp) = data.at(*s);
+            let n = SAMPLE_MAX as f64;
+            a.record_sample(
+                *s,
+                SAMPLE_MAX,
+                (n * r) as usize,
+                Duration::from_secs_f64(n / sp),
+            );
+        }
+    }
+
     /// A sender behind a link: at most `window` plain bytes unacknowledged,
     /// the link carrying `link` wire bytes a second after a queue, acks
     /// coming back `rtt` after a packet has left the queue. The sender's
@@ -598,16 +615,7 @@ mod tests {
                 let busy = PACKET as f64 / speed;
                 let busy = if busy.is_finite() { busy } else { 0.0 };
                 self.t += busy + PACKET as f64 / self.seal;
-                for s in a.samples_due(PACKET as usize) {
-                    let (r, sp) = data.at(*s);
-                    let n = SAMPLE_MAX as f64;
-                    a.record_sample(
-                        *s,
-                        SAMPLE_MAX,
-                        (n * r) as usize,
-                        Duration::from_secs_f64(n / sp),
-                    );
-                }
+                sample(a, data);
                 let wire = (PACKET as f64 * ratio) as u64;
                 let leaves = self.t.max(self.link_free) + wire as f64 / self.link;
                 self.link_free = leaves;
@@ -764,16 +772,7 @@ mod tests {
         for _ in 0..400 {
             let s = a.setting();
             let (ratio, speed) = data.at(s);
-            for x in a.samples_due(PACKET as usize) {
-                let (r, sp) = data.at(*x);
-                let n = SAMPLE_MAX as f64;
-                a.record_sample(
-                    *x,
-                    SAMPLE_MAX,
-                    (n * r) as usize,
-                    Duration::from_secs_f64(n / sp),
-                );
-            }
+            sample(&mut a, data);
             let busy = if s == Setting::Stored {
                 0.0
             } else {

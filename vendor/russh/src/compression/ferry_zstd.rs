@@ -23,7 +23,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use ::zstd::stream::raw::{Decoder, Encoder, InBuffer, Operation, OutBuffer};
 use ::zstd::zstd_safe::{CParameter, DParameter};
