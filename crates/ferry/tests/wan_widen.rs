@@ -45,11 +45,26 @@ fn cp_in(ns: &str, serve: &FerryServe, args: &[OsString]) -> Output {
         .args(["netns", "exec", ns, common::ferry_bin(), "cp"])
         .args(args)
         .env("HOME", serve.home())
+        .env("FERRY_LOG", "ferry_tcp=debug")
         .stdin(Stdio::null())
         .output()
         .expect("ip netns exec ferry cp");
     println!("{}", common::describe(&out));
     out
+}
+
+/// `net.core.wmem_max` and `net.ipv4.tcp_wmem`'s maximum (a new network
+/// namespace copies the root's `tcp_wmem`).
+fn ferry_tcp_limits() -> (u64, u64) {
+    let read = |p| std::fs::read_to_string(p).unwrap();
+    let fixed = read("/proc/sys/net/core/wmem_max").trim().parse().unwrap();
+    let auto = read("/proc/sys/net/ipv4/tcp_wmem")
+        .split_whitespace()
+        .nth(2)
+        .unwrap()
+        .parse()
+        .unwrap();
+    (fixed, auto)
 }
 
 fn streams(o: &Output) -> u64 {
@@ -89,6 +104,15 @@ fn big_files_are_widened_over_more_connections_on_a_long_path() {
     a.extend(args![&down, serve.url("up.bin")]);
     let o = cp_in(&ns, &serve, &a);
     common::assert_ok(&o, "sftp upload");
+    // The upload's sender is this client: on a 20 ms path its send buffer
+    // is fixed where the system lets that be larger than autotuning.
+    let limits = ferry_tcp_limits();
+    let fixed = String::from_utf8_lossy(&o.stderr).contains("send buffer fixed");
+    assert_eq!(
+        fixed,
+        limits.0 * 2 > limits.1,
+        "send buffer fixed: {fixed}, with wmem_max and tcp_wmem's max {limits:?}"
+    );
     assert!(
         std::fs::read(serve.root().join("up.bin")).unwrap() == body,
         "sftp upload differs"
