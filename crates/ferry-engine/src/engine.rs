@@ -898,7 +898,7 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
         };
         let mut wider = match long_path {
             Some(rtt) if widening => Some(widen::Widening::new(
-                n.max(widen::START),
+                n.max(widen_start(r, f)),
                 r.opts.max_streams,
                 rtt,
                 Instant::now(),
@@ -1016,6 +1016,12 @@ fn long_path(src: &dyn Backend, dst: &dyn Backend) -> Option<Duration> {
         .flatten()
         .max()
         .filter(|&d| d >= widen::LONG_PATH)
+}
+
+/// Ranges a widened file starts on: the larger of its two ends' wish.
+fn widen_start(r: &Run, f: &FilePlan) -> usize {
+    let src = r.sources[f.source].backend.widen_start();
+    src.max(r.dest.backend.widen_start())
 }
 
 /// Ask both ends of file `f` to let `want` ranges each have a connection:

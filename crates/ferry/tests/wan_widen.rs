@@ -135,6 +135,13 @@ fn big_files_are_widened_over_more_connections_on_a_long_path() {
         ],
     );
     assert_widened(&o, &https, &body, "https download");
+    // HTTPS starts a widened file on 8 connections (SFTP on 4): the
+    // 48 MiB are six pieces of 8 MiB, all under way at once.
+    assert!(
+        streams(&o) >= 6,
+        "an HTTPS download starts on 8 connections, used {}",
+        streams(&o)
+    );
     assert!(
         std::fs::read_dir(local.path()).unwrap().all(|e| !e
             .unwrap()

@@ -689,6 +689,13 @@ pub trait Backend: Send + Sync {
         None
     }
 
+    /// Ranges a file widened on a long path starts on, at least: four
+    /// (lftp's `pget` and aria2c's `-s` default to 5). A backend whose
+    /// extra connections are cheap may start wider.
+    fn widen_start(&self) -> usize {
+        crate::widen::START
+    }
+
     /// Let `ranges` ranges of one file go each over a connection of its
     /// own, opening more as needed (a file the engine widens on a long
     /// path): how many ranges it can spread over now, connections still
