@@ -172,10 +172,11 @@ fn send_buffer_limits() -> Option<(usize, usize)> {
 pub fn smoothed_rtt<Fd: AsFd>(sock: Fd) -> Option<Duration> {
     use std::os::fd::AsRawFd;
     let fd = sock.as_fd().as_raw_fd();
-    // SAFETY: `info` is a plain C struct the kernel fills up to `len`
-    // bytes; `fd` is borrowed for the call.
+    // SAFETY: `tcp_info` is plain integers, for which all-zero is valid.
     let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into `info`, which
+    // lives across the call; `fd` is borrowed from `sock` for it.
     let r = unsafe {
         libc::getsockopt(
             fd,
