@@ -1009,13 +1009,15 @@ const WIDEN_PIECES: u64 = 32;
 const MIN_WIDEN_CHUNK: u64 = 8 * 1024 * 1024;
 
 /// The round trip of the longer of the two paths when it is long
-/// ([`widen::LONG_PATH`]): a file there may be widened.
+/// ([`ferry_tcp::LONG_PATH`], 10 ms): a file there may be widened. Below
+/// it (loopback, a LAN) one connection is not what holds a transfer, and
+/// more would only cost CPU.
 fn long_path(src: &dyn Backend, dst: &dyn Backend) -> Option<Duration> {
     [src.round_trip(), dst.round_trip()]
         .into_iter()
         .flatten()
         .max()
-        .filter(|&d| d >= widen::LONG_PATH)
+        .filter(|&d| d >= ferry_tcp::LONG_PATH)
 }
 
 /// Ranges a widened file starts on: the larger of its two ends' wish.

@@ -19,13 +19,6 @@
 
 use std::time::{Duration, Instant};
 
-/// A path whose TCP handshake took at least this long is long
-/// ([`ferry_tcp::LONG_PATH`], 10 ms): a file big enough is widened over
-/// more connections as measured. Below it (loopback, a LAN) one connection
-/// is not what holds a transfer, and more would only cost CPU (the
-/// loopback cells of the scorecard).
-pub(crate) const LONG_PATH: Duration = ferry_tcp::LONG_PATH;
-
 /// Files at least this large are widened on a long path: a smaller one
 /// ends before a measurement could say anything.
 pub(crate) const WIDEN_MIN: u64 = 32 * 1024 * 1024;

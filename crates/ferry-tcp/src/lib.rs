@@ -152,8 +152,9 @@ pub fn fixed_send_buffer(rtt: Duration, fixed_max: usize, auto_max: usize) -> Op
 }
 
 /// `net.core.wmem_max` and `tcp_wmem`'s maximum of this process's network
-/// namespace, read once.
-fn send_buffer_limits() -> Option<(usize, usize)> {
+/// namespace (a new namespace copies the root's `tcp_wmem`), read once:
+/// the two limits [`fixed_send_buffer`] weighs.
+pub fn send_buffer_limits() -> Option<(usize, usize)> {
     static LIMITS: OnceLock<Option<(usize, usize)>> = OnceLock::new();
     *LIMITS.get_or_init(|| {
         let read = |p: &str| std::fs::read_to_string(p).ok();

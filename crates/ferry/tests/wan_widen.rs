@@ -53,20 +53,6 @@ fn cp_in(ns: &str, serve: &FerryServe, args: &[OsString]) -> Output {
     out
 }
 
-/// `net.core.wmem_max` and `net.ipv4.tcp_wmem`'s maximum (a new network
-/// namespace copies the root's `tcp_wmem`).
-fn ferry_tcp_limits() -> (u64, u64) {
-    let read = |p| std::fs::read_to_string(p).unwrap();
-    let fixed = read("/proc/sys/net/core/wmem_max").trim().parse().unwrap();
-    let auto = read("/proc/sys/net/ipv4/tcp_wmem")
-        .split_whitespace()
-        .nth(2)
-        .unwrap()
-        .parse()
-        .unwrap();
-    (fixed, auto)
-}
-
 fn streams(o: &Output) -> u64 {
     common::json_field(o, "streams").parse().unwrap_or(0)
 }
@@ -106,7 +92,7 @@ fn big_files_are_widened_over_more_connections_on_a_long_path() {
     common::assert_ok(&o, "sftp upload");
     // The upload's sender is this client: on a 20 ms path its send buffer
     // is fixed where the system lets that be larger than autotuning.
-    let limits = ferry_tcp_limits();
+    let limits = ferry_tcp::send_buffer_limits().expect("wmem_max and tcp_wmem");
     let fixed = String::from_utf8_lossy(&o.stderr).contains("send buffer fixed");
     assert_eq!(
         fixed,
