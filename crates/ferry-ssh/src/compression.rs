@@ -9,17 +9,13 @@
 //! storing packets and compresses only when it measures that compressing
 //! moves more data (russh's `compression::AutoLevel`).
 //!
-//! With OpenSSH, `auto` offers `none`. ferry's zlib sender can work the
-//! same way (storing deflate stored blocks until compressing at zlib's
-//! fastest level pays: `Offer::zlib_auto`, `ZLIB_RULES`), and issue 21
-//! allows it where the data compresses and the link is slow, but offered
-//! under `auto` it cost more than it gave (BENCHMARKS.md, run zstd-6 and
-//! its follow-up): once zlib is agreed sshd inflates every packet, stored
-//! ones too, so uploads on loopback ran 0.79-0.85x `-C=off`; on the
-//! packet-level `wan50` link 0.87x and on `lossy200` 1.04x. It waits for
-//! the rekey that would agree zlib only once it pays
-//! (docs/internals/compression.md, "Not done yet"). `-C` (`on`) gets zlib
-//! both ways at zlib's fastest level.
+//! With OpenSSH, `auto` starts with `none`: zlib offered from the start
+//! cost more than it gave (BENCHMARKS.md, run zstd-6: once zlib is agreed
+//! sshd inflates every packet, stored ones too, so uploads on loopback ran
+//! 0.79-0.85x `-C=off`). Instead crate::zlib_switch turns
+//! `zlib@openssh.com` on by a rekey, per direction, once it measures a
+//! slow link and data that compresses, and off again if that did not pay.
+//! `-C` (`on`) gets zlib both ways at zlib's fastest level from the start.
 //! zlib's byte counts are reported like zstd's.
 
 use std::str::FromStr;
@@ -36,7 +32,8 @@ pub enum SshCompression {
     /// The default. zstd between ferry peers, the level chosen while the
     /// transfer runs, starting by storing packets (on loopback it costs
     /// nothing measurable: run zstd-5 in BENCHMARKS.md). With OpenSSH,
-    /// `none` (the module's doc says why). HTTP uploads to ferry serve
+    /// `none`, and zlib by a rekey where it is measured to pay
+    /// (crate::zlib_switch). HTTP uploads to ferry serve
     /// read it as their own rule: plain unless a measured plain stretch
     /// says coding pays (ferry_http::encode::Verdict).
     #[default]
@@ -152,6 +149,9 @@ pub(crate) struct ConnectionCompression {
     /// Finished key exchanges, the first included: more than one means
     /// the connection rekeyed (each resets the compression streams).
     pub key_exchanges: std::sync::atomic::AtomicU64,
+    /// Rekeys `auto` asked for to turn zlib on or off with a peer that
+    /// has no zstd (crate::zlib_switch).
+    pub switches: std::sync::atomic::AtomicU64,
 }
 
 /// Every connection of this process, for the summary at the end
@@ -165,6 +165,7 @@ pub(crate) fn register(listed: bool) -> Arc<ConnectionCompression> {
         methods: Mutex::new(None),
         stats: Arc::new(CompressionStats::new()),
         key_exchanges: Default::default(),
+        switches: Default::default(),
     });
     if listed {
         CONNECTIONS
@@ -207,6 +208,8 @@ pub struct CompressionReport {
     pub received_wire: u64,
     /// Key exchanges over all connections (one each, plus rekeys).
     pub key_exchanges: u64,
+    /// Rekeys `auto` asked for to turn zlib on or off with OpenSSH.
+    pub zlib_switches: u64,
 }
 
 /// The compression used by this process's SSH connections, if any
@@ -219,15 +222,24 @@ pub fn compression_report() -> Option<CompressionReport> {
             continue;
         };
         let r = report.get_or_insert_with(|| CompressionReport {
-            method_out: out,
-            method_in: inn,
+            method_out: out.clone(),
+            method_in: inn.clone(),
             levels_sent: Vec::new(),
             sent_plain: 0,
             sent_wire: 0,
             received_plain: 0,
             received_wire: 0,
             key_exchanges: 0,
+            zlib_switches: 0,
         });
+        // Connections may differ (one turned zlib on, another did not):
+        // each method once, as first seen.
+        for (all, m) in [(&mut r.method_out, &out), (&mut r.method_in, &inn)] {
+            if !all.split(", ").any(|x| x == m) {
+                all.push_str(", ");
+                all.push_str(m);
+            }
+        }
         let s = &c.stats;
         for l in s.levels_used() {
             if !r.levels_sent.contains(&l) {
@@ -239,6 +251,7 @@ pub fn compression_report() -> Option<CompressionReport> {
         r.received_plain += s.received_plain.load(Ordering::Relaxed);
         r.received_wire += s.received_wire.load(Ordering::Relaxed);
         r.key_exchanges += c.key_exchanges.load(Ordering::Relaxed);
+        r.zlib_switches += c.switches.load(Ordering::Relaxed);
     }
     if let Some(r) = &mut report {
         r.levels_sent.sort_unstable();

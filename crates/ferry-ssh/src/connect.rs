@@ -28,6 +28,7 @@ use russh::keys::{
 use russh::{cipher, Preferred};
 
 use crate::compression::{method_name, ConnectionCompression, SshCompression};
+use crate::zlib_switch::LinkProbe;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::error::SshError;
@@ -164,6 +165,8 @@ pub struct SshConnection {
     /// The TCP handshake's time: one round trip of the path (`None`
     /// through a ProxyCommand).
     round_trip: Option<std::time::Duration>,
+    /// What `auto`'s zlib switch measures, if it watches this connection.
+    probe: Option<Arc<LinkProbe>>,
 }
 
 impl SshConnection {
@@ -192,12 +195,18 @@ impl SshConnection {
             .request_subsystem(true, "sftp")
             .await
             .map_err(|e| self.protocol(e))?;
-        SftpClient::start(channel, max_in_flight, self.max_packet, self.cipher())
-            .await
-            .map_err(|e| SshError::Protocol {
-                host: self.label.clone(),
-                message: e.to_string(),
-            })
+        SftpClient::start(
+            channel,
+            max_in_flight,
+            self.max_packet,
+            self.cipher(),
+            self.probe.clone(),
+        )
+        .await
+        .map_err(|e| SshError::Protocol {
+            host: self.label.clone(),
+            message: e.to_string(),
+        })
     }
 
     /// Run `command` on an exec channel of this connection (sshd runs it
@@ -499,6 +508,7 @@ impl Connector {
             self.client_config(&compress.stats)
                 .map_err(|e| self.at_hop(e))?,
         );
+        let base_preferred = config.preferred.clone();
         let host = self.host.hostname.clone();
         let port = self.host.port;
         let cipher = Arc::default();
@@ -611,6 +621,7 @@ impl Connector {
             }
             return Err(self.at_hop(e));
         }
+        let probe = self.watch_for_zlib(&handle, &compress, base_preferred);
         Ok(SshConnection {
             handle,
             label: self.label(),
@@ -619,7 +630,35 @@ impl Connector {
             max_packet: self.opts.max_packet,
             cipher,
             round_trip,
+            probe,
         })
+    }
+
+    /// Under `auto`, with a server that took `none` (it has no zstd:
+    /// OpenSSH), start the task that turns zlib on by a rekey where it
+    /// pays (crate::zlib_switch); its probe goes to the SFTP session.
+    fn watch_for_zlib(
+        &self,
+        handle: &client::Handle<ClientHandler>,
+        compress: &Arc<ConnectionCompression>,
+        base: Preferred,
+    ) -> Option<Arc<LinkProbe>> {
+        let auto = self.opts.compression == SshCompression::Auto && !self.host.compression;
+        let took_none = lock_any(&compress.methods)
+            .as_ref()
+            .is_some_and(|(out, inn)| out == "none" && inn == "none");
+        if !auto || !took_none || self.hop.is_some() {
+            return None;
+        }
+        let probe = Arc::new(LinkProbe::default());
+        tokio::spawn(crate::zlib_switch::run(
+            handle.rekeyer(),
+            probe.clone(),
+            compress.clone(),
+            base,
+            self.label(),
+        ));
+        Some(probe)
     }
 
     /// A TCP connection to `host`, and how long its handshake took (one

@@ -21,6 +21,7 @@ mod hostcert;
 mod prompt;
 mod proxy_command;
 mod sftp;
+pub mod zlib_switch;
 
 pub use compression::{compression_report, CompressionReport, SshCompression};
 pub use connect::{ConnectOptions, Connector, ExecOutput, SshConnection, CIPHERS};

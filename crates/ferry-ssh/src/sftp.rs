@@ -24,6 +24,7 @@ use russh::ChannelMsg;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::error::SftpError;
+use crate::zlib_switch::LinkProbe;
 
 type Reply = Result<Response, SftpError>;
 
@@ -83,6 +84,9 @@ struct Inner {
     /// When the last reply came, in milliseconds since `epoch`.
     last_reply_ms: std::sync::atomic::AtomicU64,
     epoch: std::time::Instant,
+    /// Counts and samples for `auto`'s zlib switch (crate::zlib_switch),
+    /// where the connection has one.
+    probe: Option<Arc<LinkProbe>>,
 }
 
 impl Inner {
@@ -113,6 +117,7 @@ impl SftpClient {
         max_in_flight: usize,
         packet_in: u32,
         cipher: Option<String>,
+        probe: Option<Arc<LinkProbe>>,
     ) -> Result<SftpClient, SftpError>
     where
         S: From<(russh::ChannelId, ChannelMsg)> + Send + Sync + 'static,
@@ -195,9 +200,10 @@ impl SftpClient {
                 cipher,
             },
             limits: std::sync::OnceLock::new(),
+            probe: probe.clone(),
         });
         tokio::spawn(channel_writer(write_half, rx, false));
-        tokio::spawn(reader(read_half, framer, Arc::downgrade(&inner)));
+        tokio::spawn(reader(read_half, framer, Arc::downgrade(&inner), probe));
         let client = SftpClient { inner };
         if client.inner.info.has(EXT_LIMITS) {
             let limits = client.limits().await?;
@@ -316,6 +322,9 @@ impl SftpClient {
     }
 
     async fn send(&self, bytes: Bytes) -> Result<(), SftpError> {
+        if let Some(p) = &self.inner.probe {
+            p.sent(&bytes);
+        }
         self.inner
             .tx
             .send(bytes)
@@ -904,10 +913,14 @@ async fn reader(
     mut read_half: russh::ChannelReadHalf,
     mut framer: Framer,
     inner: std::sync::Weak<Inner>,
+    probe: Option<Arc<LinkProbe>>,
 ) {
     let why = loop {
         match read_half.wait().await {
             Some(ChannelMsg::Data { data }) => {
+                if let Some(p) = &probe {
+                    p.received(&data);
+                }
                 framer.push_bytes(data);
                 let Some(inner) = inner.upgrade() else {
                     return;

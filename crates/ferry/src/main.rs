@@ -674,6 +674,7 @@ fn compression_json(c: &ferry_ssh::CompressionReport) -> serde_json::Value {
         "received_plain": c.received_plain,
         "received_wire": c.received_wire,
         "key_exchanges": c.key_exchanges,
+        "zlib_switches": c.zlib_switches,
     })
 }
 

@@ -149,7 +149,9 @@ impl<C> CommonSession<C> {
             .is_some_and(|channel| channel.confirmed)
     }
 
-    pub fn newkeys(&mut self, newkeys: NewKeys) {
+    /// The keys of a rekey. `local_is_server` says which negotiated
+    /// compression this side sends with.
+    pub fn newkeys(&mut self, newkeys: NewKeys, local_is_server: bool) {
         if let Some(ref mut enc) = self.encrypted {
             enc.exchange = Some(newkeys.exchange);
             enc.kex = newkeys.kex;
@@ -161,14 +163,44 @@ impl<C> CommonSession<C> {
                 .set_cipher(newkeys.cipher.local_to_remote);
             self.strict_kex = self.strict_kex || newkeys.names.strict_kex();
 
-            // Reset compression state
-            enc.client_compression
-                .init_compress(self.packet_writer.compress());
-            enc.server_compression.init_decompress(&mut enc.decompress);
+            // ferry: a rekey may agree other compression methods than the
+            // first exchange (ferry cp turns zlib on and off with OpenSSH
+            // that way: docs/internals/compression.md); upstream kept the
+            // first exchange's methods and only reset them, and reset the
+            // client's ones on a server too. Each side now starts the
+            // methods just agreed, in its own directions; a delayed one
+            // (`zlib@openssh.com`) only once authenticated, as at the
+            // first exchange. OpenSSH does the same (`ssh_set_newkeys`).
+            enc.client_compression = newkeys.names.client_compression;
+            enc.server_compression = newkeys.names.server_compression;
+            let (sending, receiving) = if local_is_server {
+                (&enc.server_compression, &enc.client_compression)
+            } else {
+                (&enc.client_compression, &enc.server_compression)
+            };
+            let receiving_started = !receiving.is_deferred()
+                || matches!(
+                    enc.state,
+                    EncryptedState::InitCompression | EncryptedState::Authenticated
+                );
+            // In `InitCompression` the sending side is started by the
+            // session loop on its way to `Authenticated`.
+            let sending_started = !sending.is_deferred()
+                || matches!(enc.state, EncryptedState::Authenticated);
+            if sending_started {
+                sending.init_compress(self.packet_writer.compress());
+            } else {
+                *self.packet_writer.compress() = crate::compression::Compress::None;
+            }
+            if receiving_started {
+                receiving.init_decompress(&mut enc.decompress);
+            } else {
+                enc.decompress = crate::compression::Decompress::None;
+            }
         }
     }
 
-    pub fn encrypted(&mut self, state: EncryptedState, newkeys: NewKeys) {
+    pub fn encrypted(&mut self, state: EncryptedState, newkeys: NewKeys, local_is_server: bool) {
         let strict_kex = newkeys.names.strict_kex();
         self.encrypted = Some(Encrypted {
             exchange: Some(newkeys.exchange),
@@ -198,13 +230,19 @@ impl<C> CommonSession<C> {
         // For non-deferred compression (RFC 4253 "zlib"), activate immediately
         // after initial key exchange. Deferred compression ("zlib@openssh.com")
         // will be activated later, after authentication succeeds.
+        // ferry: each side in its own directions (upstream started the
+        // client's on a server too).
         if let Some(ref mut enc) = self.encrypted {
-            if !enc.client_compression.is_deferred() {
-                enc.client_compression
-                    .init_compress(self.packet_writer.compress());
+            let (sending, receiving) = if local_is_server {
+                (&enc.server_compression, &enc.client_compression)
+            } else {
+                (&enc.client_compression, &enc.server_compression)
+            };
+            if !sending.is_deferred() {
+                sending.init_compress(self.packet_writer.compress());
             }
-            if !enc.server_compression.is_deferred() {
-                enc.server_compression.init_decompress(&mut enc.decompress);
+            if !receiving.is_deferred() {
+                receiving.init_decompress(&mut enc.decompress);
             }
         }
     }

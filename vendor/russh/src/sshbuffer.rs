@@ -27,7 +27,8 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use super::*;
 
 /// The SSH client/server identification string.
-#[derive(Debug)]
+// ferry: Clone, so that a client's Config can be cloned (`Handle::rekey_with`).
+#[derive(Debug, Clone)]
 pub enum SshId {
     /// When sending the id, append RFC standard `\r\n`. Example: `SshId::Standard("SSH-2.0-acme")`
     Standard(Cow<'static, str>),

@@ -230,6 +230,8 @@ pub enum Msg {
         result: Result<(), ChannelOpenFailure>,
     },
     Rekey,
+    /// ferry: rekey with these lists from now on (`Handle::rekey_with`).
+    RekeyWith(Box<negotiation::Preferred>),
     AwaitExtensionInfo {
         extension_name: String,
         reply_channel: oneshot::Sender<()>,
@@ -309,6 +311,32 @@ pub struct RemoteDisconnectInfo {
 pub enum DisconnectReason<E: From<crate::Error> + Send> {
     ReceivedDisconnect(RemoteDisconnectInfo),
     Error(E),
+}
+
+/// ferry: asks a session to rekey with other algorithm lists. ferry cp
+/// uses it to turn `zlib@openssh.com` on and off with OpenSSH while a
+/// transfer runs (docs/internals/compression.md).
+#[derive(Clone)]
+pub struct Rekeyer {
+    sender: Sender<Msg>,
+}
+
+impl Rekeyer {
+    /// Offer `preferred` in this session's key exchanges from now on (the
+    /// server's too), and start one. Methods change at its NEWKEYS;
+    /// compression streams start afresh there. An error means the session
+    /// has ended.
+    pub async fn rekey_with(&self, preferred: negotiation::Preferred) -> Result<(), Error> {
+        self.sender
+            .send(Msg::RekeyWith(Box::new(preferred)))
+            .await
+            .map_err(|_| Error::SendError)
+    }
+
+    /// Whether the session has ended.
+    pub fn is_closed(&self) -> bool {
+        self.sender.is_closed()
+    }
 }
 
 /// Handle to a session, used to send messages to a client outside of
@@ -1077,6 +1105,15 @@ impl<H: Handler> Handle<H> {
         Ok(())
     }
 
+    /// ferry: a handle that asks for rekeys with other algorithm lists
+    /// ([`Rekeyer::rekey_with`]), to be kept by a task that outlives
+    /// borrowing this `Handle`.
+    pub fn rekeyer(&self) -> Rekeyer {
+        Rekeyer {
+            sender: self.sender.clone(),
+        }
+    }
+
     /// Send a keepalive package to the remote peer.
     pub async fn send_keepalive(&self, want_reply: bool) -> Result<(), Error> {
         self.sender
@@ -1776,6 +1813,17 @@ impl Session {
             }
             Msg::Channel(id, ChannelMsg::Close) => self.close(id)?,
             Msg::Rekey => self.initiate_rekey()?,
+            Msg::RekeyWith(preferred) => {
+                // ferry: every later KEXINIT of ours (begin_rekey) reads
+                // the session's config.
+                let mut config = (*self.common.config).clone();
+                config.preferred = *preferred;
+                self.common.config = Arc::new(config);
+                // During a key exchange the request is dropped (as
+                // `rekey_soon`'s); the caller asks again if the methods
+                // did not change.
+                self.initiate_rekey()?
+            }
             Msg::AwaitExtensionInfo {
                 extension_name,
                 reply_channel,
@@ -2036,7 +2084,7 @@ async fn reply<H: Handler>(
                             .await?;
                         {
                             let common = &mut session.common;
-                            common.newkeys(newkeys);
+                            common.newkeys(newkeys, false);
                             if let Some(enc) = common.encrypted.as_mut() {
                                 enc.last_rekey = Instant::now();
                                 enc.flush_all_pending_with_writer(
@@ -2076,7 +2124,7 @@ async fn reply<H: Handler>(
 
                         session
                             .common
-                            .encrypted(initial_encrypted_state(session), newkeys);
+                            .encrypted(initial_encrypted_state(session), newkeys, false);
 
                         if let Some(sender) = kex_done_signal.take() {
                             sender.send(agent_session_binding).unwrap_or(());
@@ -2716,7 +2764,8 @@ impl Default for GexParams {
 }
 
 /// The configuration of clients.
-#[derive(Debug)]
+// ferry: Clone, for `Handle::rekey_with`.
+#[derive(Debug, Clone)]
 pub struct Config {
     /// The client ID string sent at the beginning of the protocol.
     pub client_id: SshId,

@@ -1257,7 +1257,7 @@ async fn reply<H: Handler + Send>(
                         // This is a rekey
                         {
                             let common = &mut session.common;
-                            common.newkeys(newkeys);
+                            common.newkeys(newkeys, true);
                             if let Some(enc) = common.encrypted.as_mut() {
                                 enc.last_rekey = Instant::now();
                                 enc.flush_all_pending_with_writer(
@@ -1283,6 +1283,7 @@ async fn reply<H: Handler + Send>(
                                 accepted: false,
                             },
                             newkeys,
+                            true,
                         );
 
                         session.maybe_send_ext_info()?;
