@@ -638,6 +638,25 @@ mod tests {
         );
         assert!(err("imds").contains("IMDS"));
         assert!(err("envsrc").contains("AWS_ACCESS_KEY_ID"));
+        // EcsContainer: the container endpoint the environment names.
+        let f2 = files(
+            "",
+            "[profile ecs]\nrole_arn = arn:x\ncredential_source = EcsContainer\n",
+        );
+        assert!(resolve(&f2, &[], "ecs")
+            .unwrap_err()
+            .contains("AWS_CONTAINER_CREDENTIALS"));
+        let r = role(
+            resolve(
+                &f2,
+                &[("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "/v2/c")],
+                "ecs",
+            )
+            .unwrap(),
+        );
+        assert!(
+            matches!(&r.source, CredentialSource::Container(c) if c.url == "http://169.254.170.2/v2/c")
+        );
         assert!(err("baddur").contains("duration_seconds"));
         assert!(err("selfnokeys").contains("its own source_profile"));
         // With the environment's keys, credential_source = Environment works.
