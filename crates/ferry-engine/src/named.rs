@@ -461,7 +461,7 @@ mod tests {
         assert!(s3::config(&o.s3).unwrap().creds.is_some());
         o.set("s3_no_sign_request", "true").unwrap();
         let cfg = s3::config(&o.s3).unwrap();
-        assert!(cfg.creds.is_none() && cfg.creds_process.is_none() && cfg.no_sign_request);
+        assert!(cfg.creds.is_none() && cfg.creds_source.is_none() && cfg.no_sign_request);
         // Without it and without anonymous, no keys is an error.
         let mut o = CopyOptions::default();
         o.set("s3_anonymous", "false").unwrap();

@@ -1,11 +1,12 @@
 //! S3 answers (ferry_engine::s3::xml): ListObjectsV2, CreateMultipartUpload,
 //! ListParts, ListMultipartUploads and error bodies, as any S3-compatible
-//! server might send them, plus the AWS `credentials`/`config` INI files
+//! server might send them, STS answers and errors (s3::sts) and container
+//! credentials (s3::chain), plus the AWS `credentials`/`config` INI files
 //! (ferry_engine::s3::parse_ini). Nothing may panic, and what ferry
 //! writes (CompleteMultipartUpload) must read back: part numbers and ETags
 //! built from the input come back from the XML reader unchanged.
 
-use ferry_engine::s3::{parse_ini, xml};
+use ferry_engine::s3::{chain, parse_ini, sts, xml};
 
 /// One input of the `s3_xml` fuzz target: returns when it holds, panics
 /// with what broke (the module documentation says what is checked).
@@ -16,6 +17,9 @@ pub fn s3_xml(data: &[u8]) {
     let _ = xml::upload_id(data);
     let _ = xml::list_parts(data);
     let _ = xml::multipart_uploads(data);
+    let _ = sts::parse_credentials(data);
+    let _ = sts::parse_error(data);
+    let _ = chain::parse_container_answer(data);
     let text = String::from_utf8_lossy(data);
     let _ = parse_ini(&text);
     for line in text.lines() {

@@ -17,7 +17,7 @@ pub struct S3Args {
     /// Region to sign for (else AWS_REGION, the profile's region, us-east-1).
     #[arg(long, value_name = "REGION")]
     pub s3_region: Option<String>,
-    /// Profile of ~/.aws/credentials and ~/.aws/config (else AWS_PROFILE, else default).
+    /// Profile of ~/.aws/credentials and ~/.aws/config (else AWS_PROFILE, else default); as with the AWS CLI's --profile, the AWS_* keys are then not used.
     #[arg(long, value_name = "NAME")]
     pub s3_profile: Option<String>,
     /// Send requests unsigned and look for no credentials (public buckets), as the AWS CLI's --no-sign-request.

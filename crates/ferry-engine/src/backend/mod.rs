@@ -28,6 +28,7 @@ pub mod local;
 pub mod memory;
 pub mod s3;
 mod s3_creds;
+mod s3_sts;
 pub mod sftp;
 
 /// What a backend can do. The engine checks these before it plans: a

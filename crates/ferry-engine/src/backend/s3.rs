@@ -45,8 +45,8 @@ const LIST_BODY: usize = 16 << 20;
 struct Inner {
     client: Client,
     cfg: Config,
-    /// What requests are signed with (`cfg.creds`, or what the profile's
-    /// credential_process printed last).
+    /// What requests are signed with (`cfg.creds`, or what the provider
+    /// or the chain's source gave last).
     creds: CredSource,
     bucket: String,
     parts: Arc<Semaphore>,
@@ -113,7 +113,6 @@ impl S3 {
         // Nothing from the process environment: what the application put
         // in the options (the binary puts the AWS variables there).
         let cfg = s3::config(&opts.s3).map_err(TransferError::Usage)?;
-        let creds = CredSource::open(&cfg).await?;
         let mut h = opts.http.clone();
         // Requests carry their own signature: no netrc, -u or --token.
         h.netrc = false;
@@ -127,6 +126,9 @@ impl S3 {
             .max(cfg.concurrency * 2)
             .max(opts.streams.unwrap_or(1));
         let client = Client::new(h)?;
+        // STS and the container endpoint are asked over the same client:
+        // the same CA bundle, pins and proxies.
+        let creds = CredSource::open(&cfg, &client).await?;
         let (path, dir) = Self::path_of(spec);
         Ok((
             S3 {
@@ -295,10 +297,12 @@ impl Inner {
         let parsed = xml::error(body);
         let (code, message) = parsed.map(|e| (e.code, e.message)).unwrap_or_default();
         let (class, hint) = s3::explain(status, &code, &self.cfg.endpoint(), &self.bucket);
-        // Keys from the AWS variables or files, not the application's.
+        // Fixed keys from the AWS variables or files, not the
+        // application's nor a role's, a process's or a container's.
         let from_env = self.cfg.aws_config
             && self.cfg.creds_from != s3::FROM_OPTIONS
-            && self.cfg.provider.is_none();
+            && self.cfg.provider.is_none()
+            && self.cfg.creds_source.is_none();
         let hint = match (code.as_str(), from_env) {
             // Where the keys came from, when not from the AWS variables.
             ("InvalidAccessKeyId" | "SignatureDoesNotMatch" | "InvalidToken", false) => format!(

@@ -1,8 +1,9 @@
 //! The credentials S3 requests are signed with: none, fixed keys, or a
 //! source that is asked again shortly before the keys it gave expire
 //! (`Expiration`), so a long transfer does not fail midway: the
-//! application's provider (`S3Options::provider`) or a profile's
-//! `credential_process`, run when the backend opens. Requests in flight
+//! application's provider (`S3Options::provider`) or what the AWS chain
+//! leads to (a `role_arn` profile, web identity, a `credential_process`,
+//! container credentials: `s3_sts`), asked when the backend opens. Requests in flight
 //! share one value; one of them asks the source while the others that need
 //! new credentials wait for it. A store that answers `ExpiredToken` makes
 //! the source be asked once more at once (docs/internals/s3.md,
@@ -12,6 +13,9 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use ferry_http::Client;
+
+use super::s3_sts::SourceProvider;
 use crate::error::TransferError;
 use crate::s3::process::{self, CredentialProcess, ProcessCredentials};
 use crate::s3::{Config, Credentials, CredentialsProvider, ExpiringCredentials};
@@ -54,19 +58,20 @@ impl State {
 }
 
 impl CredSource {
-    /// From a resolved config; the provider or `credential_process` is
-    /// asked now, once.
-    pub(crate) async fn open(cfg: &Config) -> Result<CredSource, TransferError> {
+    /// From a resolved config; the provider or the chain's source is
+    /// asked now, once. `client` makes the source's requests (STS, the
+    /// container endpoint).
+    pub(crate) async fn open(cfg: &Config, client: &Client) -> Result<CredSource, TransferError> {
         if let Some(c) = &cfg.creds {
             return Ok(CredSource::Static(Arc::new(c.clone())));
         }
-        let (provider, prefix) = match (&cfg.provider, &cfg.creds_process) {
+        let (provider, prefix) = match (&cfg.provider, &cfg.creds_source) {
             (Some(p), _) => (p.clone(), true),
-            (None, Some(spec)) => {
-                let spec = spec.clone();
-                let p = CredentialsProvider::blocking(move || run(&spec).map(Into::into));
-                (p, false)
-            }
+            // Its errors name the profile, role or endpoint already.
+            (None, Some(source)) => (
+                CredentialsProvider::new(SourceProvider::new(source.clone(), client.clone())),
+                false,
+            ),
             (None, None) => return Ok(CredSource::None),
         };
         Refreshing::open(provider, cfg.creds_from.clone(), prefix)

@@ -7,9 +7,11 @@
 //! are made by `backend::s3` over ferry's own HTTP client.
 //!
 //! docs/internals/s3.md has the design and the measurements.
+pub mod chain;
 pub mod process;
 pub mod provider;
 pub mod sigv4;
+pub mod sts;
 pub mod xml;
 
 use std::collections::HashMap;
@@ -17,6 +19,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+pub use chain::CredentialSource;
 pub use process::CredentialProcess;
 pub use provider::{CredentialsProvider, ExpiringCredentials, ProvideCredentials};
 pub use sigv4::Credentials;
@@ -54,7 +57,8 @@ pub struct S3Options {
     /// Region to sign for (else from `aws_config`, else `us-east-1`).
     pub region: Option<String>,
     /// `--s3-profile`: the profile of the AWS files (else `AWS_PROFILE`,
-    /// else `default`); needs `aws_config`.
+    /// else `default`); needs `aws_config`. As the AWS CLI's `--profile`,
+    /// it sets the `AWS_*` keys and web identity variables aside.
     pub profile: Option<String>,
     /// Keys to sign with. They come first: before `provider` and anything
     /// `aws_config` holds.
@@ -158,9 +162,11 @@ pub struct Config {
     pub creds: Option<Credentials>,
     /// [`S3Options::provider`], asked when `creds` is `None`.
     pub provider: Option<CredentialsProvider>,
-    /// The profile's `credential_process`, run for the credentials (and
-    /// again before they expire) when `creds` and `provider` are `None`.
-    pub creds_process: Option<CredentialProcess>,
+    /// What the AWS chain leads to when it is not fixed keys (a
+    /// `role_arn` profile, web identity, `credential_process`, container
+    /// credentials): followed for the credentials, and again before they
+    /// expire, when `creds` and `provider` are `None`.
+    pub creds_source: Option<CredentialSource>,
     /// Where the credentials came from, for messages.
     pub creds_from: String,
     /// The AWS variables and files were read ([`S3Options::aws_config`]).
@@ -186,9 +192,13 @@ impl Env for HashMap<String, String> {
 }
 
 /// An INI file as the AWS tools read it: `[section]` then `key = value`.
+/// A key with no value followed by indented `sub = value` lines (the
+/// `s3 =` and `[services]` nesting) gives the keys `key.sub`.
 pub fn parse_ini(text: &str) -> HashMap<String, HashMap<String, String>> {
     let mut out: HashMap<String, HashMap<String, String>> = HashMap::new();
     let mut section = String::new();
+    // The key with no value that indented lines below belong to.
+    let mut parent: Option<String> = None;
     for line in text.lines() {
         let l = line.trim();
         if l.is_empty() || l.starts_with('#') || l.starts_with(';') {
@@ -196,12 +206,20 @@ pub fn parse_ini(text: &str) -> HashMap<String, HashMap<String, String>> {
         }
         if let Some(s) = l.strip_prefix('[').and_then(|s| s.strip_suffix(']')) {
             section = s.trim().to_string();
+            parent = None;
             continue;
         }
         if let Some((k, v)) = l.split_once('=') {
-            out.entry(section.clone())
-                .or_default()
-                .insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
+            let (k, v) = (k.trim().to_ascii_lowercase(), v.trim().to_string());
+            let indented = line.starts_with([' ', '\t']);
+            let key = match &parent {
+                Some(p) if indented => format!("{p}.{k}"),
+                _ => {
+                    parent = v.is_empty().then(|| k.clone());
+                    k
+                }
+            };
+            out.entry(section.clone()).or_default().insert(key, v);
         }
     }
     out
@@ -235,7 +253,7 @@ pub fn config(o: &S3Options) -> Result<Config, String> {
             resolve(o, &none, None)?
         }
     };
-    let some = c.creds.is_some() || c.provider.is_some() || c.creds_process.is_some();
+    let some = c.creds.is_some() || c.provider.is_some() || c.creds_source.is_some();
     if !some && !o.anonymous && !o.no_sign_request {
         return Err(NO_CREDENTIALS.to_string());
     }
@@ -247,8 +265,10 @@ pub fn config(o: &S3Options) -> Result<Config, String> {
 
 /// Resolve options, environment and the AWS files into a [`Config`], in
 /// the AWS CLI's order: flags (and the options' own credentials and
-/// provider), then `AWS_*` variables, then the profile in
-/// `~/.aws/credentials` and `~/.aws/config`.
+/// provider), then the `AWS_*` keys, then the profile in
+/// `~/.aws/credentials` and `~/.aws/config` ([`chain::profile_credentials`]:
+/// its `role_arn`, web identity, its keys, its `credential_process`,
+/// container credentials).
 pub fn resolve(o: &S3Options, env: &dyn Env, home: Option<&Path>) -> Result<Config, String> {
     let profile = o
         .profile
@@ -263,84 +283,91 @@ pub fn resolve(o: &S3Options, env: &dyn Env, home: Option<&Path>) -> Result<Conf
         .var("AWS_CONFIG_FILE")
         .map(PathBuf::from)
         .or_else(|| home.map(|h| h.join(".aws/config")));
-    let cred_ini = creds_file.as_deref().map(read_ini).unwrap_or_default();
-    let conf_ini = config_file.as_deref().map(read_ini).unwrap_or_default();
-    let empty = HashMap::new();
-    let in_creds = cred_ini.get(&profile).unwrap_or(&empty);
-    let conf_section = if profile == "default" {
-        conf_ini.get("default")
-    } else {
-        conf_ini.get(&format!("profile {profile}"))
+    let files = chain::AwsFiles {
+        credentials: creds_file.as_deref().map(read_ini).unwrap_or_default(),
+        config: config_file.as_deref().map(read_ini).unwrap_or_default(),
     };
-    let in_conf = conf_section.unwrap_or(&empty);
-    let from_profile = |k: &str| in_creds.get(k).or_else(|| in_conf.get(k)).cloned();
+    if o.profile.is_some() && !files.has_profile(&profile) {
+        return Err(format!(
+            "--s3-profile {profile}: no such profile in ~/.aws/credentials or ~/.aws/config"
+        ));
+    }
+    let profile_region = env
+        .var("AWS_REGION")
+        .or_else(|| env.var("AWS_DEFAULT_REGION"))
+        .or_else(|| files.config_get(&profile, "region"));
+    let region = o
+        .region
+        .clone()
+        .or_else(|| profile_region.clone())
+        .unwrap_or_else(|| "us-east-1".into());
 
     if let Some(c) = &o.credentials {
         if c.access_key.is_empty() || c.secret_key.is_empty() {
             return Err("S3Options::credentials: an access key id and its secret key are both needed (s3_access_key_id and s3_secret_access_key by name)".into());
         }
     }
-    let given = o.credentials.is_some() || o.provider.is_some() || o.no_sign_request;
-    let (creds, creds_from) = match (
-        env.var("AWS_ACCESS_KEY_ID"),
-        env.var("AWS_SECRET_ACCESS_KEY"),
-    ) {
-        _ if o.no_sign_request => (None, "none: unsigned requests (no_sign_request)".into()),
-        _ if o.credentials.is_some() => (o.credentials.clone(), FROM_OPTIONS.into()),
-        _ if o.provider.is_some() => (None, "the application's credentials provider".into()),
+    // As the AWS CLI's `--profile`: a profile the application names sets
+    // the environment's keys and web identity aside (`AWS_PROFILE` does
+    // not); `credential_source = Environment` still reads the keys.
+    let explicit_profile = o.profile.is_some();
+    let env_keys = if explicit_profile {
+        (None, None)
+    } else {
+        (
+            env.var("AWS_ACCESS_KEY_ID"),
+            env.var("AWS_SECRET_ACCESS_KEY"),
+        )
+    };
+    let (creds, creds_source, creds_from) = match env_keys {
+        _ if o.no_sign_request => (
+            None,
+            None,
+            "none: unsigned requests (no_sign_request)".into(),
+        ),
+        _ if o.credentials.is_some() => (o.credentials.clone(), None, FROM_OPTIONS.into()),
+        _ if o.provider.is_some() => (None, None, "the application's credentials provider".into()),
         (Some(a), Some(s)) => (
             Some(Credentials {
                 access_key: a,
                 secret_key: s,
                 session_token: env.var("AWS_SESSION_TOKEN"),
             }),
+            None,
             "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY".to_string(),
         ),
-        _ => match (
-            from_profile("aws_access_key_id"),
-            from_profile("aws_secret_access_key"),
-        ) {
-            (Some(a), Some(s)) => (
-                Some(Credentials {
-                    access_key: a,
-                    secret_key: s,
-                    session_token: from_profile("aws_session_token"),
-                }),
-                format!("profile {profile:?} in ~/.aws/credentials or ~/.aws/config"),
-            ),
-            _ => (None, "no credentials".to_string()),
-        },
+        _ => {
+            // STS for the profile's roles: in its region (the bucket's
+            // region flag is about S3), at its configured endpoint.
+            let sts_region = profile_region.unwrap_or_else(|| region.clone());
+            let sts = sts::StsEndpoint {
+                url: configured_endpoint("STS", "sts", env, &files, &profile)
+                    .unwrap_or_else(|| format!("https://sts.{sts_region}.amazonaws.com")),
+                region: sts_region,
+            };
+            let lookup = chain::Lookup {
+                files: &files,
+                env,
+                sts: &sts,
+                env_web_identity: !explicit_profile,
+                now: std::time::SystemTime::now(),
+            };
+            match chain::profile_credentials(&lookup, &profile)? {
+                Some(CredentialSource::Keys { credentials, from }) => {
+                    (Some(credentials), None, from)
+                }
+                Some(source) => {
+                    let from = source.describe();
+                    (None, Some(source), from)
+                }
+                None => (None, None, "no credentials".to_string()),
+            }
+        }
     };
-    // The SDKs' order: a profile's own keys, then its credential_process.
-    let creds_process = match (&creds, from_profile("credential_process")) {
-        (None, Some(command)) if !given && !command.trim().is_empty() => Some(CredentialProcess {
-            profile: profile.clone(),
-            command,
-        }),
-        _ => None,
-    };
-    let creds_from = match &creds_process {
-        Some(p) => format!("credential_process of profile {profile:?} ({})", p.command),
-        None => creds_from,
-    };
-    if o.profile.is_some() && !cred_ini.contains_key(&profile) && conf_section.is_none() {
-        return Err(format!(
-            "--s3-profile {profile}: no such profile in ~/.aws/credentials or ~/.aws/config"
-        ));
-    }
-    let region = o
-        .region
-        .clone()
-        .or_else(|| env.var("AWS_REGION"))
-        .or_else(|| env.var("AWS_DEFAULT_REGION"))
-        .or_else(|| in_conf.get("region").cloned())
-        .unwrap_or_else(|| "us-east-1".into());
     let endpoint = o
         .endpoint
         .clone()
-        .or_else(|| env.var("AWS_ENDPOINT_URL_S3"))
-        .or_else(|| env.var("AWS_ENDPOINT_URL"))
-        .or_else(|| in_conf.get("endpoint_url").cloned());
+        .or_else(|| configured_endpoint("S3", "s3", env, &files, &profile));
     let custom = endpoint.is_some();
     let endpoint = endpoint.unwrap_or_else(|| format!("https://s3.{region}.amazonaws.com"));
     let url = ferry_http::Url::parse(&endpoint).map_err(|e| format!("S3 endpoint: {e}"))?;
@@ -373,7 +400,7 @@ pub fn resolve(o: &S3Options, env: &dyn Env, home: Option<&Path>) -> Result<Conf
         virtual_hosted: o.virtual_hosted || !custom,
         creds,
         provider: o.provider.clone().filter(|_| !o.no_sign_request),
-        creds_process,
+        creds_source,
         creds_from,
         aws_config: true,
         no_sign_request: o.no_sign_request,
@@ -386,6 +413,23 @@ pub fn resolve(o: &S3Options, env: &dyn Env, home: Option<&Path>) -> Result<Conf
             .clamp(1, 64),
         checksum,
     })
+}
+
+/// A service's endpoint configured as the AWS CLI reads it ("Service-
+/// specific endpoints" in the AWS SDKs and Tools guide): `AWS_ENDPOINT_URL_<SERVICE>`,
+/// then `AWS_ENDPOINT_URL`, then the `[services]` section the profile
+/// names, then the profile's `endpoint_url`. `None`: AWS's own.
+fn configured_endpoint(
+    env_suffix: &str,
+    service: &str,
+    env: &dyn Env,
+    files: &chain::AwsFiles,
+    profile: &str,
+) -> Option<String> {
+    env.var(&format!("AWS_ENDPOINT_URL_{env_suffix}"))
+        .or_else(|| env.var("AWS_ENDPOINT_URL"))
+        .or_else(|| files.service_endpoint(profile, service))
+        .or_else(|| files.config_get(profile, "endpoint_url"))
 }
 
 impl Config {
@@ -621,6 +665,128 @@ mod tests {
     }
 
     #[test]
+    fn nested_ini_keys() {
+        let ini = parse_ini(
+            "[services local]\nsts =\n  endpoint_url = http://127.0.0.1:1\ns3 =\n\tendpoint_url = http://s3\nplain = v\n  stray = x\n[profile p]\nregion = r\n",
+        );
+        let s = &ini["services local"];
+        assert_eq!(s["sts.endpoint_url"], "http://127.0.0.1:1");
+        assert_eq!(s["s3.endpoint_url"], "http://s3");
+        assert_eq!(s["plain"], "v");
+        // Indented under a key that has a value: a key of its own.
+        assert_eq!(s["stray"], "x");
+        assert_eq!(ini["profile p"]["region"], "r");
+    }
+
+    #[test]
+    fn sts_endpoint_as_the_aws_cli_picks_it() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join(".aws")).unwrap();
+        std::fs::write(
+            dir.path().join(".aws/credentials"),
+            "[base]\naws_access_key_id = B\naws_secret_access_key = b\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join(".aws/config"),
+            "[profile dev]\nrole_arn = arn:r\nsource_profile = base\nregion = eu-west-3\n\
+             [profile svc]\nrole_arn = arn:r\nsource_profile = base\nservices = local\nendpoint_url = http://profile:1\n\
+             [profile ep]\nrole_arn = arn:r\nsource_profile = base\nendpoint_url = http://profile:1\n\
+             [services local]\nsts =\n  endpoint_url = http://sts-section:1\ns3 =\n  endpoint_url = http://s3-section:1\n",
+        )
+        .unwrap();
+        let sts_of = |profile: &str, vars: &[(&str, &str)], o: S3Options| {
+            let mut e = env(vars);
+            e.insert("AWS_PROFILE".into(), profile.into());
+            let c = resolve(&o, &e, Some(dir.path())).unwrap();
+            let s3 = c.endpoint();
+            match c.creds_source {
+                Some(CredentialSource::AssumeRole(r)) => {
+                    (r.sts.url.clone(), r.sts.region.clone(), s3)
+                }
+                other => panic!("{other:?}"),
+            }
+        };
+        let d = S3Options::default;
+        // The profile's region, AWS's regional endpoint; --s3-region is the bucket's.
+        let flag = S3Options {
+            region: Some("ap-south-1".into()),
+            ..d()
+        };
+        assert_eq!(
+            sts_of("dev", &[], flag),
+            (
+                "https://sts.eu-west-3.amazonaws.com".into(),
+                "eu-west-3".into(),
+                "https://s3.ap-south-1.amazonaws.com".into()
+            )
+        );
+        assert_eq!(
+            sts_of("dev", &[("AWS_REGION", "us-west-2")], d()).0,
+            "https://sts.us-west-2.amazonaws.com"
+        );
+        // services section, then the profile's endpoint_url.
+        let (sts, _, s3) = sts_of("svc", &[], d());
+        assert_eq!(
+            (sts.as_str(), s3.as_str()),
+            ("http://sts-section:1", "http://s3-section:1")
+        );
+        assert_eq!(sts_of("ep", &[], d()).0, "http://profile:1");
+        // AWS_ENDPOINT_URL before the files, AWS_ENDPOINT_URL_STS before all.
+        assert_eq!(
+            sts_of("svc", &[("AWS_ENDPOINT_URL", "http://global:1")], d()).0,
+            "http://global:1"
+        );
+        let (sts, _, s3) = sts_of(
+            "svc",
+            &[
+                ("AWS_ENDPOINT_URL", "http://global:1"),
+                ("AWS_ENDPOINT_URL_STS", "http://sts-env:1"),
+            ],
+            d(),
+        );
+        assert_eq!(
+            (sts.as_str(), s3.as_str()),
+            ("http://sts-env:1", "http://global:1")
+        );
+        // The environment's keys come before any role.
+        let mut e = env(&[("AWS_ACCESS_KEY_ID", "E"), ("AWS_SECRET_ACCESS_KEY", "e")]);
+        e.insert("AWS_PROFILE".into(), "dev".into());
+        let c = resolve(&d(), &e, Some(dir.path())).unwrap();
+        assert!(c.creds_source.is_none() && c.creds.unwrap().access_key == "E");
+        // ... unless the profile is named explicitly (the AWS CLI's
+        // --profile): then the environment's keys and web identity are set
+        // aside.
+        e.insert("AWS_WEB_IDENTITY_TOKEN_FILE".into(), "/t".into());
+        e.insert("AWS_ROLE_ARN".into(), "arn:w".into());
+        let named = |p: &str| S3Options {
+            profile: Some(p.into()),
+            ..d()
+        };
+        let c = resolve(&named("dev"), &e, Some(dir.path())).unwrap();
+        assert!(matches!(
+            c.creds_source,
+            Some(CredentialSource::AssumeRole(_))
+        ));
+        let c = resolve(&named("base"), &e, Some(dir.path())).unwrap();
+        assert_eq!(c.creds.unwrap().access_key, "B");
+        let c = resolve(&d(), &e, Some(dir.path())).unwrap();
+        assert_eq!(c.creds.unwrap().access_key, "E");
+        // A broken role profile is a usage error when it is used.
+        std::fs::write(
+            dir.path().join(".aws/config"),
+            "[default]\nrole_arn = arn:r\n",
+        )
+        .unwrap();
+        let e = config(&S3Options {
+            aws_config: Some(AwsConfig::new(env(&[]), Some(dir.path().to_path_buf()))),
+            ..d()
+        })
+        .unwrap_err();
+        assert!(e.contains("source_profile"), "{e}");
+    }
+
+    #[test]
     fn credential_process_in_the_chain() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join(".aws")).unwrap();
@@ -638,20 +804,22 @@ mod tests {
         let c = resolve(&o, &env(&[]), Some(dir.path())).unwrap();
         assert!(c.creds.is_none());
         assert_eq!(
-            c.creds_process,
-            Some(CredentialProcess {
+            c.creds_source,
+            Some(CredentialSource::Process(CredentialProcess {
                 profile: "default".into(),
                 command: "/bin/c0".into()
-            })
+            }))
         );
         assert!(c.creds_from.contains("credential_process") && c.creds_from.contains("/bin/c0"));
         // Also read from ~/.aws/credentials, as the AWS CLI does.
         let c = resolve(&o, &env(&[("AWS_PROFILE", "increds")]), Some(dir.path())).unwrap();
-        assert_eq!(c.creds_process.unwrap().command, "/bin/c1 x");
+        assert!(
+            matches!(c.creds_source, Some(CredentialSource::Process(p)) if p.command == "/bin/c1 x")
+        );
         // Keys in the same profile come first.
         let c = resolve(&o, &env(&[("AWS_PROFILE", "both")]), Some(dir.path())).unwrap();
         assert_eq!(c.creds.unwrap().access_key, "K");
-        assert!(c.creds_process.is_none());
+        assert!(c.creds_source.is_none());
         // And the environment before any profile.
         let c = resolve(
             &o,
@@ -660,7 +828,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.creds.unwrap().access_key, "E");
-        assert!(c.creds_process.is_none());
+        assert!(c.creds_source.is_none());
     }
 
     #[test]
@@ -741,7 +909,7 @@ mod tests {
             ..S3Options::default()
         }))
         .unwrap();
-        assert!(c.creds.is_none() && c.creds_process.is_none() && c.provider.is_some());
+        assert!(c.creds.is_none() && c.creds_source.is_none() && c.provider.is_some());
         assert_eq!(c.creds_from, "the application's credentials provider");
     }
 

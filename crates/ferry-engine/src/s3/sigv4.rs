@@ -192,10 +192,22 @@ pub fn sha256_hex(b: &[u8]) -> String {
     hex(&Sha256::digest(b))
 }
 
-/// The `Authorization` header value for a request at `when`.
+/// The `Authorization` header value for an S3 request at `when`.
 pub fn authorization(r: &Request<'_>, creds: &Credentials, region: &str, when: &AmzDate) -> String {
+    authorization_for(r, creds, region, "s3", when)
+}
+
+/// The `Authorization` header value for a request to `service` (`s3`,
+/// `sts`) at `when`.
+pub fn authorization_for(
+    r: &Request<'_>,
+    creds: &Credentials,
+    region: &str,
+    service: &str,
+    when: &AmzDate,
+) -> String {
     let (creq, signed) = canonical_request(r);
-    let scope = format!("{}/{region}/s3/aws4_request", when.date);
+    let scope = format!("{}/{region}/{service}/aws4_request", when.date);
     let to_sign = format!(
         "AWS4-HMAC-SHA256\n{}\n{scope}\n{}",
         when.datetime,
@@ -206,7 +218,7 @@ pub fn authorization(r: &Request<'_>, creds: &Credentials, region: &str, when: &
         when.date.as_bytes(),
     );
     let k_region = hmac(&k_date, region.as_bytes());
-    let k_service = hmac(&k_region, b"s3");
+    let k_service = hmac(&k_region, service.as_bytes());
     let k_signing = hmac(&k_service, b"aws4_request");
     let sig = hex(&hmac(&k_signing, to_sign.as_bytes()));
     format!(

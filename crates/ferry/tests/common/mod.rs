@@ -2081,6 +2081,7 @@ pub fn slow_relay(port: u16) -> u16 {
     });
     p
 }
+pub mod moto;
 pub mod rclone_s3;
 pub mod versitygw;
 pub mod vsftpd;
