@@ -90,13 +90,15 @@ def make_random(path, size):
             left -= n
 
 
-def start_linkem(linkem, upstream_port, rate, delay):
+def start_linkem(linkem, upstream_port, rate, delay, queue_mib=None):
     if rate is None and delay == 0:
         return None, upstream_port
     args = [linkem, "--listen", "127.0.0.1:0", "--upstream", f"127.0.0.1:{upstream_port}",
             "--delay-ms", str(delay), "--no-stdin"]
     if rate:
         args += ["--rate-mbps", str(rate)]
+    if queue_mib:
+        args += ["--max-buffer-mb", str(queue_mib)]
     p = subprocess.Popen(args, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
     line = p.stdout.readline().split()
     return p, int(line[1].rsplit(":", 1)[1])
@@ -110,6 +112,9 @@ def main():
     ap.add_argument("--size-mib", type=int, default=128)
     ap.add_argument("--rate-mbps", type=int, default=None)
     ap.add_argument("--delay-ms", type=float, default=0)
+    ap.add_argument("--queue-mib", type=int, default=None,
+                    help="ferry-linkem's queue per direction (its default: 64 MiB, which takes "
+                         "the first 64 MiB at memory speed)")
     ap.add_argument("--data", default="text", help="text, random, or a file's path")
     ap.add_argument("--cases", default="ferry-auto,ferry-off,ferry-on,sftp,sftp-C")
     ap.add_argument("--dir", default=None)
@@ -182,13 +187,13 @@ def main():
         procs.append(sshd)
         time.sleep(0.5)
 
-        lk1, serve_via = start_linkem(a.linkem, serve_port, a.rate_mbps, a.delay_ms)
-        lk3, https_via = start_linkem(a.linkem, https_port, a.rate_mbps, a.delay_ms)
+        lk1, serve_via = start_linkem(a.linkem, serve_port, a.rate_mbps, a.delay_ms, a.queue_mib)
+        lk3, https_via = start_linkem(a.linkem, https_port, a.rate_mbps, a.delay_ms, a.queue_mib)
         procs += [lk3] if lk3 else []
-        lk2, sshd_via = start_linkem(a.linkem, sshd_port, a.rate_mbps, a.delay_ms)
+        lk2, sshd_via = start_linkem(a.linkem, sshd_port, a.rate_mbps, a.delay_ms, a.queue_mib)
         procs += [p for p in (lk1, lk2) if p]
         if a.ferry_base:
-            lk4, serve_b_via = start_linkem(a.linkem, serve_b_port, a.rate_mbps, a.delay_ms)
+            lk4, serve_b_via = start_linkem(a.linkem, serve_b_port, a.rate_mbps, a.delay_ms, a.queue_mib)
             procs += [lk4] if lk4 else []
 
         ssh_opts = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",

@@ -378,7 +378,8 @@ pub struct Paths {
 }
 
 /// Clients that measure compression: `ferry-zstd` (SSH, `-C=auto`: zstd
-/// with ferry serve, off with sshd), `ferry-off` (SSH, `-C=off`, the
+/// with ferry serve; with sshd none, then zlib by a rekey where it pays),
+/// `ferry-off` (SSH, `-C=off`, the
 /// same without compression) and `ferry-https-zstd`
 /// (`--compressed`: zstd downloads, and uploads coded under `auto` where
 /// ferry serve takes them). Left out of runs that name no clients unless

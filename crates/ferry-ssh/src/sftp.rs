@@ -431,11 +431,13 @@ impl SftpClient {
         let req = build(id);
         let mut buf = BytesMut::with_capacity(64 + write_len(&req));
         req.encode(&mut buf);
+        let len = buf.len();
         self.guarded(self.send(buf.freeze())).await??;
         Ok(Pending {
             client: self,
             _permit: permit,
             rx,
+            len,
         })
     }
 
@@ -467,11 +469,13 @@ impl SftpClient {
                 "write buffer has no room for the header".into(),
             ));
         }
+        let len = buf.len();
         self.guarded(self.send(buf.freeze())).await??;
         Ok(Pending {
             client: self,
             _permit: permit,
             rx,
+            len,
         })
     }
 
@@ -826,6 +830,8 @@ pub struct Pending<'a> {
     client: &'a SftpClient,
     _permit: tokio::sync::SemaphorePermit<'a>,
     rx: oneshot::Receiver<Reply>,
+    /// The request's size on the channel: a WRITE's is its data's.
+    len: usize,
 }
 
 impl Pending<'_> {
@@ -837,6 +843,9 @@ impl Pending<'_> {
             .guarded(self.rx)
             .await?
             .map_err(|_| SftpError::Closed("session closed".into()))??;
+        if let Some(p) = &self.client.inner.probe {
+            p.answered(self.len);
+        }
         status(reply, b"")
     }
 }

@@ -8,8 +8,8 @@
 //! also compresses its own sending at zlib's level 6 (30-40 MB/s per core
 //! here) whatever the client asks. So the connection starts with `none`,
 //! and this module watches it: per direction, the rate its SFTP channel
-//! moves file data (bytes handed to the channel going out, bytes received
-//! coming in), and a 32 KiB sample of that data compressed aside at the
+//! moves file data (the bytes of requests the server answered going out,
+//! bytes received coming in), and a 32 KiB sample of that data compressed aside at the
 //! level the sender would use (ours: zlib's fastest, 1; sshd's: 6). When
 //! the sample shrinks to [`COMPRESSES`] or less and zlib would move at
 //! least [`GAIN`] times what the link moves now, predicted as
@@ -50,11 +50,16 @@ pub const HEADROOM: f64 = 1.5;
 /// After the ramp, zlib is kept if it moves this many times the rate
 /// before it.
 pub const KEEP: f64 = 1.15;
-/// One measuring window: at least this long...
+/// One measuring window: at least this long and at least
+/// [`WINDOW_BYTES`] moved...
 pub const WINDOW: Duration = Duration::from_secs(1);
-/// ...and at least this many bytes in the direction, or it is idle and
-/// decides nothing.
-pub const WINDOW_BYTES: u64 = 1 << 20;
+/// ...the bytes (a slow link's share: with 2 connections on 20 Mbit/s
+/// each moves about 1.2 MB/s, and a 1 MiB floor kept one of them from
+/// ever deciding)...
+pub const WINDOW_BYTES: u64 = 256 << 10;
+/// ...or, if fewer bytes moved, this long: the direction was idle and the
+/// window decides nothing.
+pub const WINDOW_MAX: Duration = Duration::from_secs(4);
 /// How often the task looks.
 const TICK: Duration = Duration::from_millis(250);
 /// The sample's size.
@@ -201,7 +206,11 @@ impl Switch {
 /// sample of them (a slice of a packet it already holds, no copy).
 #[derive(Debug, Default)]
 pub struct LinkProbe {
-    sent: AtomicU64,
+    /// Bytes of requests the server has answered: what crossed the link.
+    /// Not what was handed to the channel: the first 16 requests in
+    /// flight (4 MiB) would count as moved at once, and on a 2.5 MB/s link
+    /// the first window read 10.4 MB/s.
+    answered: AtomicU64,
     received: AtomicU64,
     want_out: AtomicBool,
     want_in: AtomicBool,
@@ -210,10 +219,14 @@ pub struct LinkProbe {
 }
 
 impl LinkProbe {
-    /// Bytes handed to the channel.
+    /// Bytes handed to the channel: a sample, if one is wanted.
     pub(crate) fn sent(&self, b: &Bytes) {
-        self.sent.fetch_add(b.len() as u64, Ordering::Relaxed);
         Self::offer(&self.want_out, &self.sample_out, b);
+    }
+
+    /// A request of `len` bytes was answered.
+    pub(crate) fn answered(&self, len: usize) {
+        self.answered.fetch_add(len as u64, Ordering::Relaxed);
     }
 
     /// Bytes received on the channel.
@@ -231,7 +244,7 @@ impl LinkProbe {
 
     fn count(&self, d: Direction) -> u64 {
         match d {
-            Direction::Out => self.sent.load(Ordering::Relaxed),
+            Direction::Out => self.answered.load(Ordering::Relaxed),
             Direction::In => self.received.load(Ordering::Relaxed),
         }
     }
@@ -296,7 +309,8 @@ fn preferred_with(base: &Preferred, out_zlib: bool, in_zlib: bool) -> Preferred 
 struct Watched {
     dir: Direction,
     switch: Switch,
-    /// The probe's count when the window began.
+    /// When the window began, and the probe's count then.
+    start: Instant,
     at_start: u64,
     /// The method in this direction is zlib now.
     zlib_now: bool,
@@ -327,11 +341,11 @@ pub(crate) async fn run(
         Watched {
             dir,
             switch: Switch::default(),
+            start: Instant::now(),
             at_start: probe.count(dir),
             zlib_now: false,
         }
     });
-    let mut start = Instant::now();
     let mut asked: Option<Asked> = None;
     loop {
         tokio::time::sleep(TICK).await;
@@ -364,42 +378,43 @@ pub(crate) async fn run(
                 ask = true;
             }
         }
-        let elapsed = start.elapsed();
-        if elapsed >= WINDOW {
-            start = Instant::now();
-            for w in dirs.iter_mut() {
-                let count = probe.count(w.dir);
-                let moved = count.saturating_sub(w.at_start);
-                w.at_start = count;
-                let rate = (moved >= WINDOW_BYTES).then(|| moved as f64 / elapsed.as_secs_f64());
-                let sample = probe
-                    .take_sample(w.dir)
-                    .filter(|_| rate.is_some())
-                    .map(|b| measure(&b, w.dir.level()));
-                match w.switch.window(rate, sample, w.zlib_now) {
-                    Some(Move::On { predicted }) => {
-                        tracing::info!(
-                            "{label}: zlib on for {}: {:.1} MB/s now, {:.1} predicted",
-                            w.dir.word(),
-                            rate.unwrap_or(0.0) / 1e6,
-                            predicted / 1e6
-                        );
-                        (ask, new_move) = (true, true);
-                    }
-                    Some(Move::Off { rate, before }) => {
-                        tracing::info!(
-                            "{label}: zlib off again for {}: {:.1} MB/s with it, {:.1} before",
-                            w.dir.word(),
-                            rate / 1e6,
-                            before / 1e6
-                        );
-                        (ask, new_move) = (true, true);
-                    }
-                    None => {}
+        for w in dirs.iter_mut() {
+            let elapsed = w.start.elapsed();
+            let count = probe.count(w.dir);
+            let moved = count.saturating_sub(w.at_start);
+            if elapsed < WINDOW || (moved < WINDOW_BYTES && elapsed < WINDOW_MAX) {
+                continue;
+            }
+            w.start = Instant::now();
+            w.at_start = count;
+            let rate = (moved >= WINDOW_BYTES).then(|| moved as f64 / elapsed.as_secs_f64());
+            let sample = probe
+                .take_sample(w.dir)
+                .filter(|_| rate.is_some())
+                .map(|b| measure(&b, w.dir.level()));
+            match w.switch.window(rate, sample, w.zlib_now) {
+                Some(Move::On { predicted }) => {
+                    tracing::info!(
+                        "{label}: zlib on for {}: {:.1} MB/s now, {:.1} predicted",
+                        w.dir.word(),
+                        rate.unwrap_or(0.0) / 1e6,
+                        predicted / 1e6
+                    );
+                    (ask, new_move) = (true, true);
                 }
-                if w.switch.wants_sample() {
-                    probe.ask_sample(w.dir);
+                Some(Move::Off { rate, before }) => {
+                    tracing::info!(
+                        "{label}: zlib off again for {}: {:.1} MB/s with it, {:.1} before",
+                        w.dir.word(),
+                        rate / 1e6,
+                        before / 1e6
+                    );
+                    (ask, new_move) = (true, true);
                 }
+                None => {}
+            }
+            if w.switch.wants_sample() {
+                probe.ask_sample(w.dir);
             }
         }
         if !ask {
@@ -540,7 +555,10 @@ mod tests {
         assert!(p.take_sample(Direction::Out).is_none());
         p.sent(&Bytes::from(vec![b'b'; 100_000]));
         assert_eq!(p.take_sample(Direction::Out).map(|b| b.len()), Some(SAMPLE));
-        assert_eq!(p.count(Direction::Out), 200_013);
+        // Counted once answered, not when sent.
+        assert_eq!(p.count(Direction::Out), 0);
+        p.answered(100_000);
+        assert_eq!(p.count(Direction::Out), 100_000);
         assert_eq!(p.count(Direction::In), 0);
     }
 
