@@ -28,7 +28,7 @@ use russh::keys::{
 use russh::{cipher, Preferred};
 
 use crate::compression::{method_name, ConnectionCompression, SshCompression};
-use crate::zlib_switch::LinkProbe;
+use crate::zlib_switch::{LinkBest, LinkProbe};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::error::SshError;
@@ -128,6 +128,9 @@ pub struct Connector {
     password: Mutex<Option<String>>,
     /// The authentication method that worked first.
     winner: Mutex<Option<Winner>>,
+    /// What the connections' zlib switches learned of the link
+    /// (crate::zlib_switch).
+    link_best: Arc<LinkBest>,
 }
 
 #[derive(Debug, Clone)]
@@ -373,6 +376,7 @@ impl Connector {
             keys: Mutex::new(None),
             password: Mutex::new(None),
             winner: Mutex::new(None),
+            link_best: Arc::default(),
         })
     }
 
@@ -654,6 +658,7 @@ impl Connector {
         tokio::spawn(crate::zlib_switch::run(
             handle.rekeyer(),
             probe.clone(),
+            self.link_best.clone(),
             compress.clone(),
             base,
             self.label(),

@@ -143,11 +143,18 @@ impl Switch {
     /// a sample of its data compressed aside, if one was taken.
     /// `switched` says whether the connection's method in this direction
     /// is zlib now (a rekey asked for may not have finished).
+    ///
+    /// `link` is the best rate this direction reached without zlib in
+    /// any window of any connection to the server: the link carries at
+    /// least that, and zlib must beat it too. A window that moved little
+    /// because it had little to do (a connection joining late or running
+    /// out of work on loopback) is then not taken for a slow link.
     pub fn window(
         &mut self,
         rate: Option<f64>,
         sample: Option<Sample>,
         switched: bool,
+        link: f64,
     ) -> Option<Move> {
         let rate = rate?;
         match self.state {
@@ -157,7 +164,7 @@ impl Switch {
                     return None;
                 }
                 let predicted = (rate / s.ratio).min(s.speed / HEADROOM);
-                (predicted >= GAIN * rate).then(|| {
+                (predicted >= GAIN * rate.max(link)).then(|| {
                     self.state = State::Judging {
                         before: rate,
                         windows: 0,
@@ -199,6 +206,29 @@ impl Switch {
     /// Whether a sample will be of use at the end of the next window.
     fn wants_sample(&self) -> bool {
         self.state == State::Watching
+    }
+}
+
+/// The best rate without zlib that any connection to one server moved,
+/// per direction (bytes/s): shared by the connections of a `Connector`.
+#[derive(Debug, Default)]
+pub struct LinkBest {
+    out: AtomicU64,
+    inn: AtomicU64,
+}
+
+impl LinkBest {
+    fn of(&self, d: Direction) -> &AtomicU64 {
+        match d {
+            Direction::Out => &self.out,
+            Direction::In => &self.inn,
+        }
+    }
+    fn get(&self, d: Direction) -> f64 {
+        self.of(d).load(Ordering::Relaxed) as f64
+    }
+    fn record(&self, d: Direction, rate: f64) {
+        self.of(d).fetch_max(rate as u64, Ordering::Relaxed);
     }
 }
 
@@ -332,6 +362,7 @@ const ASK_AGAIN: Duration = Duration::from_secs(3);
 pub(crate) async fn run(
     rekeyer: russh::client::Rekeyer,
     probe: Arc<LinkProbe>,
+    link: Arc<LinkBest>,
     compress: Arc<ConnectionCompression>,
     base: Preferred,
     label: String,
@@ -392,7 +423,18 @@ pub(crate) async fn run(
                 .take_sample(w.dir)
                 .filter(|_| rate.is_some())
                 .map(|b| measure(&b, w.dir.level()));
-            match w.switch.window(rate, sample, w.zlib_now) {
+            let decided = w.switch.window(rate, sample, w.zlib_now, link.get(w.dir));
+            tracing::debug!(
+                "{label}: {} window {:.2} s, {moved} bytes, sample {sample:?}, link {:.1} MB/s, zlib {}: {decided:?}",
+                w.dir.word(),
+                elapsed.as_secs_f64(),
+                link.get(w.dir) / 1e6,
+                w.zlib_now
+            );
+            if let (Some(r), false) = (rate, w.zlib_now) {
+                link.record(w.dir, r);
+            }
+            match decided {
                 Some(Move::On { predicted }) => {
                     tracing::info!(
                         "{label}: zlib on for {}: {:.1} MB/s now, {:.1} predicted",
@@ -489,17 +531,33 @@ mod tests {
         ];
         for (rate, sample, on) in cases {
             let mut s = Switch::default();
-            let m = s.window(Some(rate), Some(sample), false);
+            let m = s.window(Some(rate), Some(sample), false, 0.0);
             assert_eq!(matches!(m, Some(Move::On { .. })), on, "{rate} {sample:?}");
             assert_eq!(s.wants_zlib(), on);
         }
     }
 
     #[test]
+    fn a_slow_window_on_a_link_known_to_be_fast_is_not_a_slow_link() {
+        // A connection out of work on loopback, where others moved 95 MB/s.
+        let mut s = Switch::default();
+        assert_eq!(
+            s.window(Some(2.0 * MB), Some(text_sample()), false, 95.0 * MB),
+            None
+        );
+        // Two connections sharing 20 Mbit/s: each moves half of the best.
+        let mut s = Switch::default();
+        assert!(matches!(
+            s.window(Some(1.2 * MB), Some(text_sample()), false, 2.4 * MB),
+            Some(Move::On { .. })
+        ));
+    }
+
+    #[test]
     fn idle_windows_and_missing_samples_decide_nothing() {
         let mut s = Switch::default();
-        assert_eq!(s.window(None, Some(text_sample()), false), None);
-        assert_eq!(s.window(Some(12.0 * MB), None, false), None);
+        assert_eq!(s.window(None, Some(text_sample()), false, 0.0), None);
+        assert_eq!(s.window(Some(12.0 * MB), None, false, 0.0), None);
         assert!(s.wants_sample());
     }
 
@@ -508,13 +566,13 @@ mod tests {
         for (after, kept) in [(30.0 * MB, true), (12.5 * MB, false)] {
             let mut s = Switch::default();
             assert!(s
-                .window(Some(12.0 * MB), Some(text_sample()), false)
+                .window(Some(12.0 * MB), Some(text_sample()), false, 0.0)
                 .is_some());
             // Windows before the rekey finished do not count.
-            assert_eq!(s.window(Some(1.0 * MB), None, false), None);
+            assert_eq!(s.window(Some(1.0 * MB), None, false, 0.0), None);
             // The first after it is the ramp.
-            assert_eq!(s.window(Some(1.0 * MB), None, true), None);
-            let m = s.window(Some(after), None, true);
+            assert_eq!(s.window(Some(1.0 * MB), None, true, 0.0), None);
+            let m = s.window(Some(after), None, true, 0.0);
             if kept {
                 assert_eq!(m, None);
                 assert!(s.wants_zlib());
@@ -529,7 +587,10 @@ mod tests {
                 assert!(!s.wants_zlib());
             }
             // Either way, never again.
-            assert_eq!(s.window(Some(1.0 * MB), Some(text_sample()), true), None);
+            assert_eq!(
+                s.window(Some(1.0 * MB), Some(text_sample()), true, 0.0),
+                None
+            );
             assert!(!s.wants_sample());
         }
     }
@@ -538,11 +599,14 @@ mod tests {
     fn a_refused_switch_is_not_asked_again() {
         let mut s = Switch::default();
         assert!(s
-            .window(Some(12.0 * MB), Some(text_sample()), false)
+            .window(Some(12.0 * MB), Some(text_sample()), false, 0.0)
             .is_some());
         s.refused();
         assert!(!s.wants_zlib());
-        assert_eq!(s.window(Some(12.0 * MB), Some(text_sample()), false), None);
+        assert_eq!(
+            s.window(Some(12.0 * MB), Some(text_sample()), false, 0.0),
+            None
+        );
     }
 
     #[test]

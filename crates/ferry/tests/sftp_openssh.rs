@@ -2004,9 +2004,10 @@ fn auto_turns_zlib_on_with_sshd_over_a_slow_link() {
     sshd.assert_ok(&o, "put auto, slow link");
     assert_file_hash(&rem.join("up.txt"), &want, "put auto across the switch");
     let ctx = describe(&o);
-    assert_eq!(
-        compression_field(&o, "method_out"),
-        "zlib@openssh.com",
+    // A second connection that joins and runs out of work before its
+    // first window may stay `none` ("none, zlib@openssh.com").
+    assert!(
+        compression_field(&o, "method_out").contains("zlib@openssh.com"),
         "{ctx}"
     );
     assert!(compression_num(&o, "zlib_switches") >= 1.0, "{ctx}");
@@ -2022,9 +2023,8 @@ fn auto_turns_zlib_on_with_sshd_over_a_slow_link() {
     sshd.assert_ok(&o, "get auto, slow link");
     assert_file_hash(&back, &want, "get auto across the switch");
     let ctx = describe(&o);
-    assert_eq!(
-        compression_field(&o, "method_in"),
-        "zlib@openssh.com",
+    assert!(
+        compression_field(&o, "method_in").contains("zlib@openssh.com"),
         "{ctx}"
     );
     assert!(compression_num(&o, "received_wire") > 0.0, "{ctx}");

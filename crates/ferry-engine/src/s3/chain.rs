@@ -497,14 +497,8 @@ pub fn parse_container_answer(body: &[u8]) -> Result<ExpiringCredentials, String
 mod tests {
     use super::*;
     use crate::s3::parse_ini;
+    use crate::s3::tests::env;
     use std::time::{Duration, UNIX_EPOCH};
-
-    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
 
     fn files(credentials: &str, config: &str) -> AwsFiles {
         AwsFiles {

@@ -585,10 +585,11 @@ pub const CHECKSUM_TYPE: &str = "x-amz-checksum-type";
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    /// An environment snapshot of these variables.
+    pub(crate) fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
         pairs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
