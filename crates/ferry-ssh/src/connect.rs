@@ -198,7 +198,7 @@ impl SshConnection {
             .request_subsystem(true, "sftp")
             .await
             .map_err(|e| self.protocol(e))?;
-        SftpClient::start(
+        let client = SftpClient::start(
             channel,
             max_in_flight,
             self.max_packet,
@@ -209,7 +209,11 @@ impl SshConnection {
         .map_err(|e| SshError::Protocol {
             host: self.label.clone(),
             message: e.to_string(),
-        })
+        })?;
+        if let (Some(p), Some(rtt)) = (&self.probe, self.round_trip) {
+            p.set_upload_window(client.info().window_out, rtt);
+        }
+        Ok(client)
     }
 
     /// Run `command` on an exec channel of this connection (sshd runs it

@@ -47,6 +47,9 @@ pub const GAIN: f64 = 1.5;
 /// sample at zlib -1 ran 1.5x the sender's stream (run zstd-6, 222
 /// against 144 MB/s).
 pub const HEADROOM: f64 = 1.5;
+/// A window that moved more than this many times the one before is a
+/// connection still ramping up: not judged.
+pub const RISING: f64 = 1.25;
 /// After the ramp, zlib is kept if it moves this many times the rate
 /// before it.
 pub const KEEP: f64 = 1.15;
@@ -113,8 +116,9 @@ pub enum Move {
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum State {
-    /// `none`, looking for a window where zlib pays.
-    Watching,
+    /// `none`, looking for a window where zlib pays; the rate of the last
+    /// window, if any.
+    Watching { last: Option<f64> },
     /// zlib asked for; the windows since the rekey finished (the first is
     /// the ramp).
     Judging { before: f64, windows: u32 },
@@ -128,12 +132,17 @@ enum State {
 #[derive(Debug, Clone)]
 pub struct Switch {
     state: State,
+    /// The most the direction can move whatever the compression
+    /// (bytes/s): an upload to sshd is held at its 2 MiB channel window
+    /// per round trip, which counts plain bytes.
+    cap: f64,
 }
 
 impl Default for Switch {
     fn default() -> Self {
         Switch {
-            state: State::Watching,
+            state: State::Watching { last: None },
+            cap: f64::INFINITY,
         }
     }
 }
@@ -158,12 +167,20 @@ impl Switch {
     ) -> Option<Move> {
         let rate = rate?;
         match self.state {
-            State::Watching => {
+            State::Watching { last } => {
+                self.state = State::Watching { last: Some(rate) };
+                // A rate still rising is a connection ramping up (slow
+                // start, windows growing: 1 Gbit/s at 50 ms moved 5-8 MB/s
+                // in its first second and was taken for a slow link), not
+                // a link: only a steady one is judged.
+                if last.is_none_or(|l| rate > RISING * l) {
+                    return None;
+                }
                 let s = sample?;
                 if s.ratio > COMPRESSES || s.ratio <= 0.0 {
                     return None;
                 }
-                let predicted = (rate / s.ratio).min(s.speed / HEADROOM);
+                let predicted = (rate / s.ratio).min(s.speed / HEADROOM).min(self.cap);
                 (predicted >= GAIN * rate.max(link)).then(|| {
                     self.state = State::Judging {
                         before: rate,
@@ -205,7 +222,12 @@ impl Switch {
 
     /// Whether a sample will be of use at the end of the next window.
     fn wants_sample(&self) -> bool {
-        self.state == State::Watching
+        matches!(self.state, State::Watching { .. })
+    }
+
+    /// The most this direction can move whatever the compression.
+    pub fn set_cap(&mut self, cap: f64) {
+        self.cap = cap;
     }
 }
 
@@ -246,9 +268,30 @@ pub struct LinkProbe {
     want_in: AtomicBool,
     sample_out: Mutex<Option<Bytes>>,
     sample_in: Mutex<Option<Bytes>>,
+    /// The most uploads can move whatever the compression (f64 bits;
+    /// 0: not known): the server's channel window per round trip.
+    cap_out: AtomicU64,
 }
 
 impl LinkProbe {
+    /// The server's channel window for our data and the path's round
+    /// trip: uploads move at most `window / round trip`, whatever the
+    /// compression, since the window counts plain bytes.
+    pub(crate) fn set_upload_window(&self, window: u32, round_trip: Duration) {
+        let secs = round_trip.as_secs_f64();
+        if window > 0 && secs > 0.0 {
+            self.cap_out
+                .store((f64::from(window) / secs).to_bits(), Ordering::Relaxed);
+        }
+    }
+
+    fn cap(&self, d: Direction) -> f64 {
+        match (d, self.cap_out.load(Ordering::Relaxed)) {
+            (Direction::Out, bits) if bits != 0 => f64::from_bits(bits),
+            _ => f64::INFINITY,
+        }
+    }
+
     /// Bytes handed to the channel: a sample, if one is wanted.
     pub(crate) fn sent(&self, b: &Bytes) {
         Self::offer(&self.want_out, &self.sample_out, b);
@@ -423,6 +466,7 @@ pub(crate) async fn run(
                 .take_sample(w.dir)
                 .filter(|_| rate.is_some())
                 .map(|b| measure(&b, w.dir.level()));
+            w.switch.set_cap(probe.cap(w.dir));
             let decided = w.switch.window(rate, sample, w.zlib_now, link.get(w.dir));
             tracing::debug!(
                 "{label}: {} window {:.2} s, {moved} bytes, sample {sample:?}, link {:.1} MB/s, zlib {}: {decided:?}",
@@ -491,6 +535,14 @@ mod tests {
         }
     }
 
+    /// A switch that has seen one window at `rate` (the first is never
+    /// judged: the rate may still be rising).
+    fn steady_at(rate: f64, link: f64) -> Switch {
+        let mut s = Switch::default();
+        assert_eq!(s.window(Some(rate), Some(text_sample()), false, link), None);
+        s
+    }
+
     #[test]
     fn zlib_goes_on_where_the_link_is_slow_and_the_data_compresses() {
         // (rate, sample, turned on?)
@@ -530,7 +582,7 @@ mod tests {
             ),
         ];
         for (rate, sample, on) in cases {
-            let mut s = Switch::default();
+            let mut s = steady_at(rate, 0.0);
             let m = s.window(Some(rate), Some(sample), false, 0.0);
             assert_eq!(matches!(m, Some(Move::On { .. })), on, "{rate} {sample:?}");
             assert_eq!(s.wants_zlib(), on);
@@ -540,17 +592,47 @@ mod tests {
     #[test]
     fn a_slow_window_on_a_link_known_to_be_fast_is_not_a_slow_link() {
         // A connection out of work on loopback, where others moved 95 MB/s.
-        let mut s = Switch::default();
+        let mut s = steady_at(2.0 * MB, 95.0 * MB);
         assert_eq!(
             s.window(Some(2.0 * MB), Some(text_sample()), false, 95.0 * MB),
             None
         );
         // Two connections sharing 20 Mbit/s: each moves half of the best.
-        let mut s = Switch::default();
+        let mut s = steady_at(1.2 * MB, 2.4 * MB);
         assert!(matches!(
             s.window(Some(1.2 * MB), Some(text_sample()), false, 2.4 * MB),
             Some(Move::On { .. })
         ));
+    }
+
+    #[test]
+    fn a_rising_rate_is_a_ramp_not_a_slow_link() {
+        // 1 Gbit/s at 50 ms: 5 MB/s in the first second, 20 in the next.
+        let mut s = steady_at(5.0 * MB, 0.0);
+        assert_eq!(
+            s.window(Some(20.0 * MB), Some(text_sample()), false, 0.0),
+            None
+        );
+        // Steady at 40: min(133, 60) < 60.
+        assert_eq!(
+            s.window(Some(40.0 * MB), Some(text_sample()), false, 0.0),
+            None
+        );
+    }
+
+    #[test]
+    fn uploads_held_by_the_servers_window_gain_nothing_from_zlib() {
+        // sshd's 2 MiB window per 50 ms: 42 MB/s whatever the compression.
+        let mut s = steady_at(30.0 * MB, 0.0);
+        s.set_cap(2.0 * 1048576.0 / 0.05);
+        let fast = Sample {
+            ratio: 0.3,
+            speed: 200.0 * MB,
+        };
+        assert_eq!(s.window(Some(30.0 * MB), Some(fast), false, 0.0), None);
+        // The same without the cap: min(100, 133) >= 45.
+        let mut s = steady_at(30.0 * MB, 0.0);
+        assert!(s.window(Some(30.0 * MB), Some(fast), false, 0.0).is_some());
     }
 
     #[test]
@@ -564,7 +646,7 @@ mod tests {
     #[test]
     fn a_switch_that_pays_is_kept_and_one_that_does_not_is_undone_for_good() {
         for (after, kept) in [(30.0 * MB, true), (12.5 * MB, false)] {
-            let mut s = Switch::default();
+            let mut s = steady_at(12.0 * MB, 0.0);
             assert!(s
                 .window(Some(12.0 * MB), Some(text_sample()), false, 0.0)
                 .is_some());
@@ -597,7 +679,7 @@ mod tests {
 
     #[test]
     fn a_refused_switch_is_not_asked_again() {
-        let mut s = Switch::default();
+        let mut s = steady_at(12.0 * MB, 0.0);
         assert!(s
             .window(Some(12.0 * MB), Some(text_sample()), false, 0.0)
             .is_some());
