@@ -310,7 +310,12 @@ impl LinkProbe {
 
     fn offer(want: &AtomicBool, slot: &Mutex<Option<Bytes>>, b: &Bytes) {
         // A small message (a request, a status) says nothing of the data.
-        if b.len() >= SAMPLE / 2 && want.swap(false, Ordering::Relaxed) {
+        // Every data message passes here: a plain load first, so the
+        // swap's write happens once a window, not once a message.
+        if b.len() >= SAMPLE / 2
+            && want.load(Ordering::Relaxed)
+            && want.swap(false, Ordering::Relaxed)
+        {
             *lock(slot) = Some(b.slice(..b.len().min(SAMPLE)));
         }
     }
@@ -467,12 +472,13 @@ pub(crate) async fn run(
                 .filter(|_| rate.is_some())
                 .map(|b| measure(&b, w.dir.level()));
             w.switch.set_cap(probe.cap(w.dir));
-            let decided = w.switch.window(rate, sample, w.zlib_now, link.get(w.dir));
+            let best = link.get(w.dir);
+            let decided = w.switch.window(rate, sample, w.zlib_now, best);
             tracing::debug!(
                 "{label}: {} window {:.2} s, {moved} bytes, sample {sample:?}, link {:.1} MB/s, zlib {}: {decided:?}",
                 w.dir.word(),
                 elapsed.as_secs_f64(),
-                link.get(w.dir) / 1e6,
+                best / 1e6,
                 w.zlib_now
             );
             if let (Some(r), false) = (rate, w.zlib_now) {

@@ -128,6 +128,24 @@ impl ChannelFlushResult {
     }
 }
 
+/// ferry: of the negotiated compression methods (client to server,
+/// server to client), the one this side sends with and the one it
+/// receives with: a server receives with the client-to-server method.
+fn compression_directions<'a>(
+    client_to_server: &'a crate::compression::Compression,
+    server_to_client: &'a crate::compression::Compression,
+    local_is_server: bool,
+) -> (
+    &'a crate::compression::Compression,
+    &'a crate::compression::Compression,
+) {
+    if local_is_server {
+        (server_to_client, client_to_server)
+    } else {
+        (client_to_server, server_to_client)
+    }
+}
+
 impl<C> CommonSession<C> {
     pub(crate) fn has_any_pending_data(&self) -> bool {
         self.encrypted
@@ -173,11 +191,11 @@ impl<C> CommonSession<C> {
             // first exchange. OpenSSH does the same (`ssh_set_newkeys`).
             enc.client_compression = newkeys.names.client_compression;
             enc.server_compression = newkeys.names.server_compression;
-            let (sending, receiving) = if local_is_server {
-                (&enc.server_compression, &enc.client_compression)
-            } else {
-                (&enc.client_compression, &enc.server_compression)
-            };
+            let (sending, receiving) = compression_directions(
+                &enc.client_compression,
+                &enc.server_compression,
+                local_is_server,
+            );
             let receiving_started = !receiving.is_deferred()
                 || matches!(
                     enc.state,
@@ -233,11 +251,11 @@ impl<C> CommonSession<C> {
         // ferry: each side in its own directions (upstream started the
         // client's on a server too).
         if let Some(ref mut enc) = self.encrypted {
-            let (sending, receiving) = if local_is_server {
-                (&enc.server_compression, &enc.client_compression)
-            } else {
-                (&enc.client_compression, &enc.server_compression)
-            };
+            let (sending, receiving) = compression_directions(
+                &enc.client_compression,
+                &enc.server_compression,
+                local_is_server,
+            );
             if !sending.is_deferred() {
                 sending.init_compress(self.packet_writer.compress());
             }
