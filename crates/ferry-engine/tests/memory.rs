@@ -1385,7 +1385,8 @@ async fn a_big_file_on_a_long_path_is_widened_as_measured() {
     assert!(parts(&b).is_empty(), "{:?}", parts(&b));
 }
 
-/// A short path, `--streams`, or `--max-streams 1`: no widening.
+/// A short path, `--streams`, or `--max-streams 1`: no widening; but
+/// `--streams` on a long path is cut finer, for connections that join late.
 #[tokio::test]
 async fn no_widening_on_a_short_path_or_when_the_user_says() {
     for (rtt, o) in [
@@ -1404,7 +1405,15 @@ async fn no_widening_on_a_short_path_or_when_the_user_says() {
                 ..opts()
             },
         ),
+        (
+            1,
+            CopyOptions {
+                streams: Some(2),
+                ..opts()
+            },
+        ),
     ] {
+        let streams = o.streams;
         let (a, b) = (Memory::new("a"), Memory::new("b"));
         let body = data(40 << 20, 5);
         a.put("/big", &body, 0);
@@ -1421,5 +1430,11 @@ async fn no_widening_on_a_short_path_or_when_the_user_says() {
                 .load(std::sync::atomic::Ordering::Relaxed),
             0
         );
+        // `--streams 2` on the long path: pieces of 8 MiB (5), so that
+        // connections joining later get some; elsewhere one range each.
+        if streams.is_some() {
+            let reads = a.counters.reads.load(std::sync::atomic::Ordering::Relaxed);
+            assert_eq!(reads, if rtt == 20 { 5 } else { 2 }, "rtt {rtt} ms");
+        }
     }
 }
