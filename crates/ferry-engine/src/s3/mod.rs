@@ -8,6 +8,7 @@
 //!
 //! docs/internals/s3.md has the design and the measurements.
 pub mod chain;
+pub mod imds;
 pub mod process;
 pub mod provider;
 pub mod sigv4;
@@ -173,6 +174,10 @@ pub struct Config {
     pub aws_config: bool,
     /// [`S3Options::no_sign_request`]: every request goes unsigned.
     pub no_sign_request: bool,
+    /// [`S3Options::anonymous`]: when the chain's last link (EC2 instance
+    /// metadata) gives no credentials, requests go unsigned instead of
+    /// failing.
+    pub anonymous: bool,
     pub ca_bundle: Option<PathBuf>,
     pub threshold: u64,
     pub part_size: u64,
@@ -250,7 +255,13 @@ pub fn config(o: &S3Options) -> Result<Config, String> {
                     "S3 profile {p:?}: profiles are read from the AWS files; set S3Options::aws_config to say where they are"
                 ));
             }
-            resolve(o, &none, None)?
+            let mut c = resolve(o, &none, None)?;
+            // Instance metadata is part of the AWS chain: only with it.
+            if matches!(c.creds_source, Some(CredentialSource::Imds(_))) {
+                c.creds_source = None;
+                c.creds_from = "no credentials".into();
+            }
+            c
         }
     };
     let some = c.creds.is_some() || c.provider.is_some() || c.creds_source.is_some();
@@ -404,6 +415,7 @@ pub fn resolve(o: &S3Options, env: &dyn Env, home: Option<&Path>) -> Result<Conf
         creds_from,
         aws_config: true,
         no_sign_request: o.no_sign_request,
+        anonymous: o.anonymous,
         ca_bundle: env.var("AWS_CA_BUNDLE").map(PathBuf::from),
         threshold,
         part_size,
@@ -830,6 +842,33 @@ pub(crate) mod tests {
         .unwrap();
         assert_eq!(c.creds.unwrap().access_key, "E");
         assert!(c.creds_source.is_none());
+    }
+
+    #[test]
+    fn instance_metadata_only_through_aws_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let with = |vars: &[(&str, &str)]| {
+            config(&S3Options {
+                aws_config: Some(AwsConfig::new(env(vars), Some(dir.path().into()))),
+                ..S3Options::default()
+            })
+        };
+        // Nothing else: IMDS, the last link, asked when the backend opens.
+        let c = with(&[]).unwrap();
+        assert!(
+            matches!(&c.creds_source, Some(CredentialSource::Imds(i)) if i.last_link),
+            "{c:?}"
+        );
+        // Turned off: no credentials, as before.
+        let e = with(&[("AWS_EC2_METADATA_DISABLED", "true")]).unwrap_err();
+        assert_eq!(e, NO_CREDENTIALS);
+        // Without aws_config, never.
+        let c = config(&S3Options {
+            anonymous: true,
+            ..S3Options::default()
+        })
+        .unwrap();
+        assert!(c.creds_source.is_none() && c.creds_from == "no credentials");
     }
 
     #[test]
