@@ -427,10 +427,21 @@ pub fn resolve(o: &S3Options, env: &dyn Env, home: Option<&Path>) -> Result<Conf
     })
 }
 
+/// `AWS_IGNORE_CONFIGURED_ENDPOINT_URLS`, else the profile's
+/// `ignore_configured_endpoint_urls`, is `true`: the configured endpoint
+/// URLs are not read ("Service-specific endpoints", AWS SDKs and Tools
+/// Reference Guide).
+pub fn ignore_configured_endpoints(env: &dyn Env, files: &chain::AwsFiles, profile: &str) -> bool {
+    env.var("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS")
+        .or_else(|| files.config_get(profile, "ignore_configured_endpoint_urls"))
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+}
+
 /// A service's endpoint configured as the AWS CLI reads it ("Service-
 /// specific endpoints" in the AWS SDKs and Tools guide): `AWS_ENDPOINT_URL_<SERVICE>`,
 /// then `AWS_ENDPOINT_URL`, then the `[services]` section the profile
-/// names, then the profile's `endpoint_url`. `None`: AWS's own.
+/// names, then the profile's `endpoint_url`; none of them when
+/// [`ignore_configured_endpoints`]. `None`: AWS's own.
 fn configured_endpoint(
     env_suffix: &str,
     service: &str,
@@ -438,6 +449,9 @@ fn configured_endpoint(
     files: &chain::AwsFiles,
     profile: &str,
 ) -> Option<String> {
+    if ignore_configured_endpoints(env, files, profile) {
+        return None;
+    }
     env.var(&format!("AWS_ENDPOINT_URL_{env_suffix}"))
         .or_else(|| env.var("AWS_ENDPOINT_URL"))
         .or_else(|| files.service_endpoint(profile, service))
@@ -762,6 +776,56 @@ pub(crate) mod tests {
             (sts.as_str(), s3.as_str()),
             ("http://sts-env:1", "http://global:1")
         );
+        // AWS_IGNORE_CONFIGURED_ENDPOINT_URLS (or the profile's
+        // ignore_configured_endpoint_urls): AWS's own endpoints, for both;
+        // an explicit endpoint (--s3-endpoint) still counts.
+        let all = [
+            ("AWS_ENDPOINT_URL", "http://global:1"),
+            ("AWS_ENDPOINT_URL_STS", "http://sts-env:1"),
+            ("AWS_ENDPOINT_URL_S3", "http://s3-env:1"),
+            ("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "true"),
+        ];
+        let (sts, _, s3) = sts_of("svc", &all, d());
+        assert_eq!(
+            (sts.as_str(), s3.as_str()),
+            (
+                "https://sts.us-east-1.amazonaws.com",
+                "https://s3.us-east-1.amazonaws.com"
+            )
+        );
+        let flag = S3Options {
+            endpoint: Some("http://flag:1".into()),
+            ..d()
+        };
+        let (sts, _, s3) = sts_of("svc", &all, flag);
+        assert_eq!(
+            (sts.as_str(), s3.as_str()),
+            ("https://sts.us-east-1.amazonaws.com", "http://flag:1")
+        );
+        std::fs::write(
+            dir.path().join(".aws/config"),
+            "[profile ign]\nrole_arn = arn:r\nsource_profile = base\nendpoint_url = http://profile:1\nignore_configured_endpoint_urls = true\nregion = eu-west-3\n",
+        )
+        .unwrap();
+        assert_eq!(
+            sts_of("ign", &[("AWS_ENDPOINT_URL", "http://global:1")], d()).0,
+            "https://sts.eu-west-3.amazonaws.com"
+        );
+        // The environment's false beats the profile's true.
+        assert_eq!(
+            sts_of(
+                "ign",
+                &[("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "false")],
+                d()
+            )
+            .0,
+            "http://profile:1"
+        );
+        std::fs::write(
+            dir.path().join(".aws/config"),
+            "[profile dev]\nrole_arn = arn:r\nsource_profile = base\nregion = eu-west-3\n",
+        )
+        .unwrap();
         // The environment's keys come before any role.
         let mut e = env(&[("AWS_ACCESS_KEY_ID", "E"), ("AWS_SECRET_ACCESS_KEY", "e")]);
         e.insert("AWS_PROFILE".into(), "dev".into());
