@@ -109,15 +109,77 @@ fn header(v: &str) -> Result<HeaderValue, String> {
     HeaderValue::from_str(v).map_err(|_| "a value that cannot go in an HTTP header".to_string())
 }
 
+/// A failed call: its message, and whether another try may cure it.
+struct CallError {
+    message: String,
+    retry: bool,
+}
+
+impl CallError {
+    fn retry(message: String) -> CallError {
+        CallError {
+            message,
+            retry: true,
+        }
+    }
+    fn fail(message: String) -> CallError {
+        CallError {
+            message,
+            retry: false,
+        }
+    }
+}
+
+/// `call` up to [`sts::CALL_ATTEMPTS`] times while it fails in a way
+/// another try may cure (a lost connection, 5xx, throttling), waiting as
+/// the engine's retries do (backoff with jitter) in between.
+async fn with_retries<T, F, Fut>(what: &str, mut call: F) -> Result<T, String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, CallError>>,
+{
+    let mut attempt = 0;
+    loop {
+        match call().await {
+            Ok(v) => return Ok(v),
+            Err(e) if e.retry && attempt + 1 < sts::CALL_ATTEMPTS => {
+                let wait = crate::retry::backoff(attempt);
+                tracing::debug!(
+                    "{what}: {}; trying again in {:.1} s",
+                    e.message,
+                    wait.as_secs_f64()
+                );
+                tokio::time::sleep(wait).await;
+                attempt += 1;
+            }
+            Err(e) if attempt > 0 => {
+                return Err(format!("{} (after {} attempts)", e.message, attempt + 1))
+            }
+            Err(e) => return Err(e.message),
+        }
+    }
+}
+
 /// POST `body` to STS, signed with `signer` (none: unsigned), and the
-/// answer's body when it is a success.
+/// answer's body when it is a success; tried again on 5xx and throttling.
 async fn sts_call(
     client: &Client,
     sts: &StsEndpoint,
     body: String,
     signer: Option<&Credentials>,
 ) -> Result<Vec<u8>, String> {
-    let mut url = Url::parse(&sts.url).map_err(|e| format!("STS endpoint {}: {e}", sts.url))?;
+    let what = format!("STS at {}", sts.url);
+    with_retries(&what, || sts_call_once(client, sts, body.clone(), signer)).await
+}
+
+async fn sts_call_once(
+    client: &Client,
+    sts: &StsEndpoint,
+    body: String,
+    signer: Option<&Credentials>,
+) -> Result<Vec<u8>, CallError> {
+    let mut url = Url::parse(&sts.url)
+        .map_err(|e| CallError::fail(format!("STS endpoint {}: {e}", sts.url)))?;
     if url.path.is_empty() {
         url.path = "/".into();
     }
@@ -143,41 +205,58 @@ async fn sts_call(
             "sts",
             &when,
         );
-        let mut v = header(&auth).map_err(|e| format!("the source credentials: {e}"))?;
+        let mut v =
+            header(&auth).map_err(|e| CallError::fail(format!("the source credentials: {e}")))?;
         v.set_sensitive(true);
         headers.insert("authorization", v);
     }
     for (k, v) in signed.iter().filter(|(k, _)| k != "host") {
-        let name = http::HeaderName::from_bytes(k.as_bytes()).map_err(|e| e.to_string())?;
-        headers.insert(name, header(v).map_err(|e| format!("{k}: {e}"))?);
+        let name = http::HeaderName::from_bytes(k.as_bytes())
+            .map_err(|e| CallError::fail(e.to_string()))?;
+        headers.insert(
+            name,
+            header(v).map_err(|e| CallError::fail(format!("{k}: {e}")))?,
+        );
     }
     let bytes = Bytes::from(body);
     let make = move || body_of(bytes.clone());
     let resp = client
         .send(Method::POST, &url, &headers, Some(&make))
         .await
-        .map_err(|e| format!("STS at {}: {e}", sts.url))?;
+        .map_err(|e| sent_error(&format!("STS at {}", sts.url), e))?;
     let status = resp.status;
     let answer = resp
         .bytes(sts::ANSWER_MAX)
         .await
-        .map_err(|e| format!("STS at {}: reading the answer: {e}", sts.url))?;
+        .map_err(|e| CallError::retry(format!("STS at {}: reading the answer: {e}", sts.url)))?;
     if status.is_success() {
         return Ok(answer);
     }
-    Err(match sts::parse_error(&answer) {
+    let status = status.as_u16();
+    let parsed = sts::parse_error(&answer);
+    let retry = sts::retryable(status, parsed.as_ref().map(|(c, _)| c.as_str()));
+    let message = match parsed {
         Some((code, message)) => format!(
-            "STS at {} refused (HTTP {}, {code}: {message}); {}",
+            "STS at {} refused (HTTP {status}, {code}: {message}); {}",
             sts.url,
-            status.as_u16(),
             sts::advice(&code)
         ),
         None => format!(
-            "STS at {} answered HTTP {} with no STS error in the body; check the STS endpoint (AWS_ENDPOINT_URL_STS, AWS_ENDPOINT_URL, the profile's endpoint_url)",
+            "STS at {} answered HTTP {status} with no STS error in the body; check the STS endpoint (AWS_ENDPOINT_URL_STS, AWS_ENDPOINT_URL, the profile's endpoint_url)",
             sts.url,
-            status.as_u16()
         ),
-    })
+    };
+    Err(CallError { message, retry })
+}
+
+/// A request that got no answer: tried again unless the URL or the TLS
+/// trust is wrong (another try would not change that).
+fn sent_error(what: &str, e: ferry_http::HttpError) -> CallError {
+    let retry = matches!(e, ferry_http::HttpError::Network(_));
+    CallError {
+        message: format!("{what}: {e}"),
+        retry,
+    }
 }
 
 async fn container(client: &Client, c: &ContainerEndpoint) -> Result<ExpiringCredentials, String> {
@@ -208,21 +287,27 @@ async fn container(client: &Client, c: &ContainerEndpoint) -> Result<ExpiringCre
         v.set_sensitive(true);
         headers.insert("authorization", v);
     }
-    let resp = client
-        .get(&url, &headers)
-        .await
-        .map_err(|e| format!("{what}: {e}"))?;
-    let status = resp.status;
-    let body = resp
-        .bytes(sts::ANSWER_MAX)
-        .await
-        .map_err(|e| format!("{what}: reading the answer: {e}"))?;
-    if !status.is_success() {
-        return Err(format!(
-            "{what} answered HTTP {}; check AWS_CONTAINER_AUTHORIZATION_TOKEN(_FILE) and the task's or pod's role",
-            status.as_u16()
-        ));
-    }
+    let body = with_retries(&what, || async {
+        let resp = client
+            .get(&url, &headers)
+            .await
+            .map_err(|e| sent_error(&what, e))?;
+        let status = resp.status.as_u16();
+        let body = resp
+            .bytes(sts::ANSWER_MAX)
+            .await
+            .map_err(|e| CallError::retry(format!("{what}: reading the answer: {e}")))?;
+        if !(200..300).contains(&status) {
+            return Err(CallError {
+                message: format!(
+                    "{what} answered HTTP {status}; check AWS_CONTAINER_AUTHORIZATION_TOKEN(_FILE) and the task's or pod's role"
+                ),
+                retry: sts::retryable(status, None),
+            });
+        }
+        Ok(body)
+    })
+    .await?;
     chain::parse_container_answer(&body).map_err(|e| format!("{what}: {e}"))
 }
 
@@ -633,6 +718,83 @@ mod tests {
         );
         assert!(seen[0].ends_with("WebIdentityToken=first"), "{}", seen[0]);
         assert!(seen[1].ends_with("WebIdentityToken=second"), "{}", seen[1]);
+    }
+
+    /// A server on 127.0.0.1 that gives `answers` in turn (the last one
+    /// again after), one per connection; counts the requests.
+    async fn answers_in_turn(answers: Vec<(u16, String)>) -> (u16, Arc<Mutex<usize>>) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let count = Arc::new(Mutex::new(0usize));
+        let keep = count.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                // The headers and whatever came with them (the bodies here are small).
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut chunk).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let n = {
+                    let mut c = keep.lock().unwrap();
+                    *c += 1;
+                    *c
+                };
+                let (status, body) = answers[(n - 1).min(answers.len() - 1)].clone();
+                let resp = format!(
+                    "HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = s.write_all(resp.as_bytes()).await;
+            }
+        });
+        (port, count)
+    }
+
+    #[tokio::test]
+    async fn sts_5xx_and_throttling_are_tried_again() {
+        let throttled = "<ErrorResponse><Error><Code>Throttling</Code><Message>Rate exceeded</Message></Error></ErrorResponse>".to_string();
+        let (port, count) = answers_in_turn(vec![
+            (503, String::new()),
+            (400, throttled.clone()),
+            (200, answer("2999-01-01T00:00:00Z")),
+        ])
+        .await;
+        let got = fetch(&client(), &role(port, keys())).await.unwrap();
+        assert_eq!(got.credentials.access_key, "ASIA1");
+        assert_eq!(*count.lock().unwrap(), 3);
+        // Three attempts at most, and the last answer said.
+        let (port, count) = answers_in_turn(vec![(400, throttled)]).await;
+        let e = fetch(&client(), &role(port, keys())).await.unwrap_err();
+        assert!(
+            e.contains("Throttling") && e.contains("after 3 attempts"),
+            "{e}"
+        );
+        assert_eq!(*count.lock().unwrap(), 3);
+        // A refusal is not tried again.
+        let denied = "<ErrorResponse><Error><Code>AccessDenied</Code><Message>no</Message></Error></ErrorResponse>".to_string();
+        let (port, count) = answers_in_turn(vec![(403, denied)]).await;
+        fetch(&client(), &role(port, keys())).await.unwrap_err();
+        assert_eq!(*count.lock().unwrap(), 1);
+        // The container endpoint too.
+        let (port, count) = answers_in_turn(vec![
+            (500, String::new()),
+            (200, r#"{"AccessKeyId":"C","SecretAccessKey":"c"}"#.into()),
+        ])
+        .await;
+        let c = CredentialSource::Container(ContainerEndpoint {
+            url: format!("http://127.0.0.1:{port}/creds"),
+            auth_token_file: None,
+            auth_token: None,
+        });
+        assert_eq!(
+            fetch(&client(), &c).await.unwrap().credentials.access_key,
+            "C"
+        );
+        assert_eq!(*count.lock().unwrap(), 2);
     }
 
     #[tokio::test]
