@@ -1012,6 +1012,52 @@ mod imds_tests {
     }
 
     #[tokio::test]
+    async fn a_5xx_is_tried_again_with_more_attempts() {
+        // The first request (the token PUT) gets a 503, the rest work.
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let seen = Arc::new(Mutex::new(0usize));
+        let keep = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                let mut buf = [0u8; 4096];
+                let n = s.read(&mut buf).await.unwrap_or(0);
+                let line = String::from_utf8_lossy(&buf[..n]).to_string();
+                let k = {
+                    let mut c = keep.lock().unwrap();
+                    *c += 1;
+                    *c
+                };
+                let (status, body) = if k == 1 {
+                    (503, "")
+                } else if line.starts_with("PUT") {
+                    (200, "tok")
+                } else if line.starts_with("GET /latest/meta-data/iam/security-credentials/ ") {
+                    (200, "the-role")
+                } else {
+                    (200, KEYS)
+                };
+                let r = format!(
+                    "HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = s.write_all(r.as_bytes()).await;
+            }
+        });
+        // One attempt (the default): the 503 is the answer, an error.
+        let e = imds_credentials(&client(), &imds_at(port))
+            .await
+            .unwrap_err();
+        assert!(e.contains("HTTP 503"), "{e}");
+        *seen.lock().unwrap() = 0;
+        let mut i = imds_at(port);
+        i.attempts = 2;
+        let c = imds_credentials(&client(), &i).await.unwrap();
+        assert_eq!(c.credentials.access_key, "AKIMDS");
+        assert_eq!(*seen.lock().unwrap(), 4);
+    }
+
+    #[tokio::test]
     async fn no_role_is_said() {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = l.local_addr().unwrap().port();
