@@ -2,7 +2,8 @@
 # Install what ferry's tests and its scorecard talk to, where missing
 # (Debian/Ubuntu, apt-get): OpenSSH server and clients, nginx with WebDAV,
 # curl, aria2, lftp, rclone, vsftpd, openssl, iperf3, and the system tools
-# the test harness uses; versitygw and s5cmd (Go modules) for S3.
+# the test harness uses; versitygw, amazon-ec2-metadata-mock and s5cmd
+# (Go modules) for S3.
 #
 # Usage: scripts/install-peers.sh [--strict]
 #   --strict (scripts/test.sh): fail when something cannot be installed.
@@ -58,6 +59,9 @@ want iperf3 'command -v iperf3'
 # /usr/local/go/bin/go or on PATH).
 VERSITYGW_VERSION=v1.8.0
 S5CMD_VERSION=v2.3.0
+# amazon-ec2-metadata-mock: EC2 instance metadata on 127.0.0.1 for the
+# IMDS tests (tests/s3_roles.rs), which say SKIPPED without it.
+AEMM_VERSION=v1.13.0
 go_install() { # go_install BINARY MODULE@VERSION
     command -v "$1" >/dev/null 2>&1 && return 0
     local go
@@ -93,6 +97,7 @@ go_build() { # go_build BINARY MODULE VERSION
 }
 go_failed=0
 go_install versitygw "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION" || go_failed=1
+go_install ec2-metadata-mock "github.com/aws/amazon-ec2-metadata-mock/cmd/ec2-metadata-mock@$AEMM_VERSION" || true
 # s5cmd only serves the benchmark: its absence never fails the tests.
 go_build s5cmd github.com/peak/s5cmd/v2 "$S5CMD_VERSION" || true
 if ((go_failed && strict)); then

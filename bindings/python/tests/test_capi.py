@@ -146,6 +146,7 @@ def seedsets_s3(versitygw, tmp_path: Path, *args: str, opts=None) -> subprocess.
     if opts is None:
         opts = versitygw.options()
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env["AWS_EC2_METADATA_DISABLED"] = "true"  # never 169.254.169.254
     env["HOME"] = str(tmp_path)
     flags = [x for k, v in opts.items() for x in ("-O", f"{k}={v}")]
     return subprocess.run([exe, *flags, "-c", *args], capture_output=True, text=True, timeout=120, env=env)

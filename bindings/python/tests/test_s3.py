@@ -18,12 +18,15 @@ MB = 1 << 20
 
 @pytest.fixture
 def no_aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch:
-    """No AWS_* variable, and a HOME without ~/.aws."""
+    """No AWS_* variable (but AWS_EC2_METADATA_DISABLED), and a HOME without ~/.aws."""
     import os
 
     for k in list(os.environ):
         if k.startswith("AWS_"):
             monkeypatch.delenv(k)
+    # Nor EC2 instance metadata (the AWS chain's last link): no test
+    # reaches 169.254.169.254.
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))

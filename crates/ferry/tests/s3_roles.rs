@@ -3,8 +3,11 @@
 //! `role_arn` profile with a `source_profile` (and a role chained on it),
 //! with moto checking signatures and policies, so an upload that works was
 //! signed with the role's keys; web identity from the environment; the
-//! container credentials endpoint; and the errors of a refused source and
-//! of an `mfa_serial` profile. Every byte is compared.
+//! container credentials endpoint; EC2 instance metadata (IMDSv2, from
+//! amazon-ec2-metadata-mock: tests/common/ec2_metadata.rs) as the chain's
+//! last link and as a role's `credential_source`, and what IMDS that is
+//! not there costs; and the errors of a refused source and of an
+//! `mfa_serial` profile. Every byte is compared.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[macro_use]
@@ -16,8 +19,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use common::ec2_metadata::ec2_metadata_mock_or_skip;
 use common::moto::{moto_or_skip, Moto};
-use common::versitygw::data;
+use common::versitygw::{data, versitygw_or_skip};
 use common::*;
 
 /// The environment of a ferry run against `m` with the AWS files in
@@ -285,4 +289,178 @@ fn container_credentials_endpoint() {
     let o = run(t.path(), &env, &args!["cp", "-q", &f, "s3://bkt/x"]);
     assert_code(&o, 2, "http to a remote host");
     assert!(stderr_text(&o).contains("https"), "{}", describe(&o));
+}
+
+/// The environment of a run that reads EC2 instance metadata at `endpoint`
+/// (the harness turns it off for every other run).
+fn with_imds(mut env: Vec<(String, String)>, endpoint: &str) -> Vec<(String, String)> {
+    env.push(("AWS_EC2_METADATA_DISABLED".into(), "false".into()));
+    env.push(("AWS_EC2_METADATA_SERVICE_ENDPOINT".into(), endpoint.into()));
+    env
+}
+
+#[test]
+fn instance_metadata_is_the_last_link() {
+    let Some(m) = moto_or_skip("instance_metadata_is_the_last_link", true) else {
+        return;
+    };
+    // IMDS serves keys STS gave for the role: moto checks every
+    // signature and policy, so a round trip that works signed with them.
+    let (a, s, tok) = m.assumed_role_keys();
+    let Some(aemm) =
+        ec2_metadata_mock_or_skip("instance_metadata_is_the_last_link", (&a, &s, &tok))
+    else {
+        return;
+    };
+    let t = tempdir();
+    let env = with_imds(env_for(&m, t.path(), &[]), &aemm.endpoint());
+    round_trip(t.path(), &env, "imds", 5);
+    // The same run without IMDS has no keys: unsigned, refused.
+    let mut off = env_for(&m, t.path(), &[]);
+    off.push(("AWS_EC2_METADATA_DISABLED".into(), "true".into()));
+    let f = t.path().join("f");
+    fs::write(&f, b"x").unwrap();
+    let o = run(t.path(), &off, &args!["cp", "-q", &f, "s3://bkt/imds"]);
+    assert!(
+        !o.status.success(),
+        "unsigned upload accepted: {}",
+        describe(&o)
+    );
+    // Keys from the environment come first: IMDS's are not used.
+    let env = with_imds(
+        env_for(
+            &m,
+            t.path(),
+            &[
+                ("AWS_ACCESS_KEY_ID", &m.access_key),
+                ("AWS_SECRET_ACCESS_KEY", &m.secret_key),
+            ],
+        ),
+        &aemm.endpoint(),
+    );
+    let o = run(t.path(), &env, &args!["cp", "-q", &f, "s3://bkt/imds"]);
+    assert_code(&o, 3, "the user's own keys, not IMDS's");
+    assert!(stderr_text(&o).contains("AccessDenied"), "{}", describe(&o));
+}
+
+#[test]
+fn credential_source_ec2_instance_metadata() {
+    let Some(m) = moto_or_skip("credential_source_ec2_instance_metadata", true) else {
+        return;
+    };
+    // IMDS serves the user's keys (which may only assume the role); the
+    // profile assumes the role with them.
+    let Some(aemm) = ec2_metadata_mock_or_skip(
+        "credential_source_ec2_instance_metadata",
+        (&m.access_key, &m.secret_key, ""),
+    ) else {
+        return;
+    };
+    let t = tempdir();
+    fs::write(
+        t.path().join("config"),
+        format!(
+            "[profile ec2]\nrole_arn = {}\ncredential_source = Ec2InstanceMetadata\n",
+            m.role_arn
+        ),
+    )
+    .unwrap();
+    let before = m.sts_calls();
+    let env = with_imds(
+        env_for(&m, t.path(), &[("AWS_PROFILE", "ec2")]),
+        &aemm.endpoint(),
+    );
+    round_trip(t.path(), &env, "imdsrole", 6);
+    assert_eq!(m.sts_calls() - before, 2, "one AssumeRole per run");
+    // IMDS unreachable: an error naming it (not unsigned requests).
+    let dead = free_port();
+    let env = with_imds(
+        env_for(&m, t.path(), &[("AWS_PROFILE", "ec2")]),
+        &format!("http://127.0.0.1:{dead}"),
+    );
+    let f = t.path().join("f");
+    fs::write(&f, b"x").unwrap();
+    let o = run(t.path(), &env, &args!["cp", "-q", &f, "s3://bkt/imdsrole"]);
+    assert_code(&o, 3, "IMDS unreachable for credential_source");
+    let e = stderr_text(&o);
+    assert!(
+        e.contains(&format!("127.0.0.1:{dead}")) && e.contains("\"ec2\""),
+        "{e}"
+    );
+}
+
+/// Without credentials, IMDS that is not there costs at most about its
+/// timeout, and the run goes on unsigned as before; a refusal says what
+/// IMDS answered.
+#[test]
+fn no_instance_metadata_costs_at_most_its_timeout() {
+    let Some(gw) = versitygw_or_skip("no_instance_metadata_costs_at_most_its_timeout", &["bkt"])
+    else {
+        return;
+    };
+    let t = tempdir();
+    let f = t.path().join("f");
+    fs::write(&f, b"x").unwrap();
+    let base: Vec<(String, String)> = gw
+        .env()
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with("AWS_ACCESS") && !k.starts_with("AWS_SECRET"))
+        .collect();
+    let timed = |env: &[(String, String)]| {
+        let start = std::time::Instant::now();
+        let o = run(t.path(), env, &args!["cp", "-q", &f, "s3://bkt/f"]);
+        (o, start.elapsed())
+    };
+    let (o, baseline) = timed(&base);
+    assert_code(&o, 3, "unsigned, IMDS off");
+    // Nothing listening: refused at once.
+    let dead = free_port();
+    let (o, took) = timed(&with_imds(
+        base.clone(),
+        &format!("http://127.0.0.1:{dead}"),
+    ));
+    assert_code(&o, 3, "unsigned after IMDS refused the connection");
+    let e = stderr_text(&o);
+    assert!(
+        e.contains("no credentials were found")
+            && e.contains(&format!("IMDS) at http://127.0.0.1:{dead}")),
+        "{e}"
+    );
+    assert!(
+        took < baseline + std::time::Duration::from_millis(900),
+        "{took:?} against {baseline:?}"
+    );
+    // A server that accepts and never answers: the token PUT's second, and
+    // (as botocore, for containers behind a hop limit) IMDSv1's.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in l.incoming() {
+            held.push(s);
+        }
+    });
+    let (o, took) = timed(&with_imds(
+        base.clone(),
+        &format!("http://127.0.0.1:{silent}"),
+    ));
+    assert_code(&o, 3, "unsigned after IMDS gave no answer");
+    assert!(
+        stderr_text(&o).contains("no answer within 1 s"),
+        "{}",
+        describe(&o)
+    );
+    assert!(
+        took < baseline + std::time::Duration::from_millis(2600),
+        "{took:?} against {baseline:?}"
+    );
+    // With IMDSv1 turned off, one timeout.
+    let mut v2 = with_imds(base.clone(), &format!("http://127.0.0.1:{silent}"));
+    v2.push(("AWS_EC2_METADATA_V1_DISABLED".into(), "true".into()));
+    let (o, took) = timed(&v2);
+    assert_code(&o, 3, "unsigned after IMDS gave no answer, v1 off");
+    assert!(
+        took < baseline + std::time::Duration::from_millis(1600),
+        "{took:?} against {baseline:?}"
+    );
 }

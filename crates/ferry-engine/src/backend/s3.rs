@@ -343,6 +343,9 @@ impl Inner {
             } else {
                 "; the requests were sent unsigned (S3Options::anonymous): give S3Options::credentials or a provider"
             });
+            if let Some(why) = self.creds.imds_note() {
+                msg.push_str(&format!(" ({why})"));
+            }
         }
         match class {
             ErrorClass::Auth => TransferError::Auth(msg),

@@ -18,7 +18,7 @@ use ferry_http::Client;
 use super::s3_sts::SourceProvider;
 use crate::error::TransferError;
 use crate::s3::process::{self, CredentialProcess, ProcessCredentials};
-use crate::s3::{Config, Credentials, CredentialsProvider, ExpiringCredentials};
+use crate::s3::{Config, CredentialSource, Credentials, CredentialsProvider, ExpiringCredentials};
 
 /// The process's output read at most.
 const STDOUT_MAX: u64 = 1 << 20;
@@ -29,6 +29,9 @@ const RETRY_REFRESH: Duration = Duration::from_secs(10);
 
 pub(crate) enum CredSource {
     None,
+    /// Unsigned because the chain's last link, EC2 instance metadata,
+    /// gave nothing: why (for the messages of refused requests).
+    NoneAfterImds(String),
     Static(Arc<Credentials>),
     Refreshing(Box<Refreshing>),
 }
@@ -65,6 +68,18 @@ impl CredSource {
         if let Some(c) = &cfg.creds {
             return Ok(CredSource::Static(Arc::new(c.clone())));
         }
+        let last_link = match &cfg.creds_source {
+            Some(CredentialSource::Imds(i)) if i.last_link => Some(i.endpoint.clone()),
+            _ => None,
+        };
+        // Another backend of this run asked IMDS a moment ago and got
+        // nothing: not asked again (a copy between two buckets waits
+        // once, not twice).
+        if let (Some(endpoint), None) = (&last_link, &cfg.provider) {
+            if let Some(why) = imds_gave_nothing(endpoint, None) {
+                return no_credentials(cfg, why);
+            }
+        }
         let (provider, prefix) = match (&cfg.provider, &cfg.creds_source) {
             (Some(p), _) => (p.clone(), true),
             // Its errors name the profile, role or endpoint already.
@@ -74,13 +89,30 @@ impl CredSource {
             ),
             (None, None) => return Ok(CredSource::None),
         };
-        Refreshing::open(provider, cfg.creds_from.clone(), prefix)
-            .await
-            .map(|r| CredSource::Refreshing(Box::new(r)))
+        match Refreshing::open(provider, cfg.creds_from.clone(), prefix).await {
+            Ok(r) => Ok(CredSource::Refreshing(Box::new(r))),
+            // Nothing else held credentials and IMDS gave none: as
+            // before IMDS was asked (unsigned, or no credentials).
+            Err(TransferError::Auth(why)) if last_link.is_some() && cfg.provider.is_none() => {
+                if let Some(endpoint) = &last_link {
+                    imds_gave_nothing(endpoint, Some(&why));
+                }
+                no_credentials(cfg, why)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     pub(crate) fn is_none(&self) -> bool {
-        matches!(self, CredSource::None)
+        matches!(self, CredSource::None | CredSource::NoneAfterImds(_))
+    }
+
+    /// Why there are no credentials, when EC2 instance metadata said.
+    pub(crate) fn imds_note(&self) -> Option<&str> {
+        match self {
+            CredSource::NoneAfterImds(why) => Some(why),
+            _ => None,
+        }
     }
 
     /// The source can give new credentials (asked again on `ExpiredToken`).
@@ -91,7 +123,7 @@ impl CredSource {
     /// The credentials to sign a request with now.
     pub(crate) async fn get(&self) -> Result<Option<Arc<Credentials>>, TransferError> {
         match self {
-            CredSource::None => Ok(None),
+            CredSource::None | CredSource::NoneAfterImds(_) => Ok(None),
             CredSource::Static(c) => Ok(Some(c.clone())),
             CredSource::Refreshing(p) => p.obtain(None).await.map(Some),
         }
@@ -108,6 +140,42 @@ impl CredSource {
             CredSource::Refreshing(p) => p.obtain(Some(stale)).await.map(Some),
             _ => self.get().await,
         }
+    }
+}
+
+/// How long a run remembers that IMDS gave nothing.
+const IMDS_NOTHING_KEPT: Duration = Duration::from_secs(60);
+
+/// What IMDS at `endpoint` said when it last gave nothing, if in the last
+/// minute; `record`: it gave nothing now, saying so.
+fn imds_gave_nothing(endpoint: &str, record: Option<&str>) -> Option<String> {
+    type Seen = Option<(String, std::time::Instant, String)>;
+    static LAST: Mutex<Seen> = Mutex::new(None);
+    let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(why) = record {
+        *last = Some((
+            endpoint.to_string(),
+            std::time::Instant::now(),
+            why.to_string(),
+        ));
+        return None;
+    }
+    last.as_ref()
+        .filter(|(e, at, _)| e == endpoint && at.elapsed() < IMDS_NOTHING_KEPT)
+        .map(|(_, _, why)| why.clone())
+}
+
+/// The chain's last link, IMDS, gave nothing (`why`): unsigned requests
+/// when the options allow them, else a usage error saying what was
+/// looked at.
+fn no_credentials(cfg: &Config, why: String) -> Result<CredSource, TransferError> {
+    if cfg.anonymous {
+        tracing::debug!("{why}; S3 requests go unsigned");
+        Ok(CredSource::NoneAfterImds(why))
+    } else {
+        Err(TransferError::Usage(format!(
+            "S3 needs credentials and found none: not in the AWS_* variables nor the profile's settings in ~/.aws, no container endpoint, and {why}"
+        )))
     }
 }
 

@@ -3,8 +3,9 @@
 //! `role_arn` profiles (AssumeRole, chained through `source_profile` or
 //! `credential_source`), web identity (a profile's
 //! `web_identity_token_file`, or `AWS_WEB_IDENTITY_TOKEN_FILE` and
-//! `AWS_ROLE_ARN`), `credential_process`, and container credentials
-//! (`AWS_CONTAINER_CREDENTIALS_*`). What is resolved is a
+//! `AWS_ROLE_ARN`), `credential_process`, container credentials
+//! (`AWS_CONTAINER_CREDENTIALS_*`) and EC2 instance metadata (IMDS, the
+//! last link; [`super::imds`]). What is resolved is a
 //! [`CredentialSource`]: a recipe `backend::s3_creds` follows each time
 //! the keys are due (docs/internals/s3.md, "Credentials").
 use std::collections::HashMap;
@@ -12,6 +13,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::SystemTime;
 
+use super::imds::{self, Imds};
 use super::process::{parse_expiration, CredentialProcess};
 use super::sts::{default_session_name, RoleRequest, StsEndpoint};
 use super::{Credentials, Env, ExpiringCredentials};
@@ -99,6 +101,8 @@ pub enum CredentialSource {
     WebIdentity(WebIdentity),
     /// The ECS / EKS container credentials endpoint.
     Container(ContainerEndpoint),
+    /// EC2 instance metadata: the instance profile's role (IMDSv2).
+    Imds(Imds),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,6 +162,9 @@ impl CredentialSource {
             CredentialSource::Container(c) => {
                 format!("the container credentials endpoint {}", c.url)
             }
+            CredentialSource::Imds(i) => {
+                format!("EC2 instance metadata (IMDS) at {}", i.endpoint)
+            }
         }
     }
 }
@@ -187,7 +194,8 @@ impl Lookup<'_> {
 /// and access credentials for the AWS CLI", "Configuration and
 /// credential precedence"): assume role (the profile's `role_arn`), web
 /// identity, the profile's keys, its `credential_process`, container
-/// credentials. `None`: none of these.
+/// credentials, EC2 instance metadata (unless `AWS_EC2_METADATA_DISABLED`;
+/// only known to hold nothing once asked). `None`: none of these.
 pub fn profile_credentials(
     r: &Lookup<'_>,
     profile: &str,
@@ -236,7 +244,10 @@ pub fn profile_credentials(
     if let Some(p) = r.process(profile) {
         return Ok(Some(p));
     }
-    container_endpoint(env).map(|c| c.map(CredentialSource::Container))
+    if let Some(c) = container_endpoint(env)? {
+        return Ok(Some(CredentialSource::Container(c)));
+    }
+    Ok(imds::settings(env, files, profile, true)?.map(CredentialSource::Imds))
 }
 
 impl Lookup<'_> {
@@ -398,9 +409,11 @@ impl Lookup<'_> {
                 .ok_or_else(|| {
                     format!("profile {profile:?} has credential_source = EcsContainer, but neither AWS_CONTAINER_CREDENTIALS_RELATIVE_URI nor AWS_CONTAINER_CREDENTIALS_FULL_URI is set")
                 }),
-            "Ec2InstanceMetadata" => Err(format!(
-                "profile {profile:?} has credential_source = Ec2InstanceMetadata: ferry does not read instance metadata (IMDS) yet; use source_profile, or Environment with the instance's keys"
-            )),
+            "Ec2InstanceMetadata" => imds::settings(self.env, self.files, profile, false)?
+                .map(CredentialSource::Imds)
+                .ok_or_else(|| {
+                    format!("profile {profile:?} has credential_source = Ec2InstanceMetadata, but AWS_EC2_METADATA_DISABLED=true turns instance metadata off")
+                }),
             other => Err(format!(
                 "profile {profile:?}: credential_source = {other:?} is not one of Environment, EcsContainer, Ec2InstanceMetadata"
             )),
@@ -630,7 +643,15 @@ mod tests {
             e.contains("\"empty\"") && e.contains("no credentials"),
             "{e}"
         );
-        assert!(err("imds").contains("IMDS"));
+        // Ec2InstanceMetadata: IMDS, whose failure is an error (not the last link).
+        let r = role(resolve(&f, &[], "imds").unwrap());
+        assert!(
+            matches!(&r.source, CredentialSource::Imds(i) if !i.last_link && i.endpoint == imds::IPV4_ENDPOINT),
+            "{:?}",
+            r.source
+        );
+        let e = resolve(&f, &[("AWS_EC2_METADATA_DISABLED", "true")], "imds").unwrap_err();
+        assert!(e.contains("AWS_EC2_METADATA_DISABLED"), "{e}");
         assert!(err("envsrc").contains("AWS_ACCESS_KEY_ID"));
         // EcsContainer: the container endpoint the environment names.
         let f2 = files(
@@ -720,7 +741,7 @@ mod tests {
     }
 
     #[test]
-    fn keys_then_process_then_container() {
+    fn keys_then_process_then_container_then_imds() {
         let f = files("[k]\naws_access_key_id = K\naws_secret_access_key = k\ncredential_process = /bin/x\n[p]\ncredential_process = /bin/p\n", "");
         let c = [("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "/v2/creds")];
         assert!(matches!(
@@ -735,7 +756,13 @@ mod tests {
             panic!()
         };
         assert_eq!(e.url, "http://169.254.170.2/v2/creds");
-        assert_eq!(resolve(&f, &[], "none").unwrap(), None);
+        // Nothing else: instance metadata, the last link, unless turned off.
+        let Some(CredentialSource::Imds(i)) = resolve(&f, &[], "none").unwrap() else {
+            panic!()
+        };
+        assert!(i.last_link);
+        let off = [("AWS_EC2_METADATA_DISABLED", "true")];
+        assert_eq!(resolve(&f, &off, "none").unwrap(), None);
     }
 
     #[test]

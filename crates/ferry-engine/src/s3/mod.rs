@@ -8,6 +8,7 @@
 //!
 //! docs/internals/s3.md has the design and the measurements.
 pub mod chain;
+pub mod imds;
 pub mod process;
 pub mod provider;
 pub mod sigv4;
@@ -173,6 +174,10 @@ pub struct Config {
     pub aws_config: bool,
     /// [`S3Options::no_sign_request`]: every request goes unsigned.
     pub no_sign_request: bool,
+    /// [`S3Options::anonymous`]: when the chain's last link (EC2 instance
+    /// metadata) gives no credentials, requests go unsigned instead of
+    /// failing.
+    pub anonymous: bool,
     pub ca_bundle: Option<PathBuf>,
     pub threshold: u64,
     pub part_size: u64,
@@ -250,7 +255,13 @@ pub fn config(o: &S3Options) -> Result<Config, String> {
                     "S3 profile {p:?}: profiles are read from the AWS files; set S3Options::aws_config to say where they are"
                 ));
             }
-            resolve(o, &none, None)?
+            let mut c = resolve(o, &none, None)?;
+            // Instance metadata is part of the AWS chain: only with it.
+            if matches!(c.creds_source, Some(CredentialSource::Imds(_))) {
+                c.creds_source = None;
+                c.creds_from = "no credentials".into();
+            }
+            c
         }
     };
     let some = c.creds.is_some() || c.provider.is_some() || c.creds_source.is_some();
@@ -404,6 +415,7 @@ pub fn resolve(o: &S3Options, env: &dyn Env, home: Option<&Path>) -> Result<Conf
         creds_from,
         aws_config: true,
         no_sign_request: o.no_sign_request,
+        anonymous: o.anonymous,
         ca_bundle: env.var("AWS_CA_BUNDLE").map(PathBuf::from),
         threshold,
         part_size,
@@ -415,10 +427,21 @@ pub fn resolve(o: &S3Options, env: &dyn Env, home: Option<&Path>) -> Result<Conf
     })
 }
 
+/// `AWS_IGNORE_CONFIGURED_ENDPOINT_URLS`, else the profile's
+/// `ignore_configured_endpoint_urls`, is `true`: the configured endpoint
+/// URLs are not read ("Service-specific endpoints", AWS SDKs and Tools
+/// Reference Guide).
+pub fn ignore_configured_endpoints(env: &dyn Env, files: &chain::AwsFiles, profile: &str) -> bool {
+    env.var("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS")
+        .or_else(|| files.config_get(profile, "ignore_configured_endpoint_urls"))
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+}
+
 /// A service's endpoint configured as the AWS CLI reads it ("Service-
 /// specific endpoints" in the AWS SDKs and Tools guide): `AWS_ENDPOINT_URL_<SERVICE>`,
 /// then `AWS_ENDPOINT_URL`, then the `[services]` section the profile
-/// names, then the profile's `endpoint_url`. `None`: AWS's own.
+/// names, then the profile's `endpoint_url`; none of them when
+/// [`ignore_configured_endpoints`]. `None`: AWS's own.
 fn configured_endpoint(
     env_suffix: &str,
     service: &str,
@@ -426,6 +449,9 @@ fn configured_endpoint(
     files: &chain::AwsFiles,
     profile: &str,
 ) -> Option<String> {
+    if ignore_configured_endpoints(env, files, profile) {
+        return None;
+    }
     env.var(&format!("AWS_ENDPOINT_URL_{env_suffix}"))
         .or_else(|| env.var("AWS_ENDPOINT_URL"))
         .or_else(|| files.service_endpoint(profile, service))
@@ -750,6 +776,56 @@ pub(crate) mod tests {
             (sts.as_str(), s3.as_str()),
             ("http://sts-env:1", "http://global:1")
         );
+        // AWS_IGNORE_CONFIGURED_ENDPOINT_URLS (or the profile's
+        // ignore_configured_endpoint_urls): AWS's own endpoints, for both;
+        // an explicit endpoint (--s3-endpoint) still counts.
+        let all = [
+            ("AWS_ENDPOINT_URL", "http://global:1"),
+            ("AWS_ENDPOINT_URL_STS", "http://sts-env:1"),
+            ("AWS_ENDPOINT_URL_S3", "http://s3-env:1"),
+            ("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "true"),
+        ];
+        let (sts, _, s3) = sts_of("svc", &all, d());
+        assert_eq!(
+            (sts.as_str(), s3.as_str()),
+            (
+                "https://sts.us-east-1.amazonaws.com",
+                "https://s3.us-east-1.amazonaws.com"
+            )
+        );
+        let flag = S3Options {
+            endpoint: Some("http://flag:1".into()),
+            ..d()
+        };
+        let (sts, _, s3) = sts_of("svc", &all, flag);
+        assert_eq!(
+            (sts.as_str(), s3.as_str()),
+            ("https://sts.us-east-1.amazonaws.com", "http://flag:1")
+        );
+        std::fs::write(
+            dir.path().join(".aws/config"),
+            "[profile ign]\nrole_arn = arn:r\nsource_profile = base\nendpoint_url = http://profile:1\nignore_configured_endpoint_urls = true\nregion = eu-west-3\n",
+        )
+        .unwrap();
+        assert_eq!(
+            sts_of("ign", &[("AWS_ENDPOINT_URL", "http://global:1")], d()).0,
+            "https://sts.eu-west-3.amazonaws.com"
+        );
+        // The environment's false beats the profile's true.
+        assert_eq!(
+            sts_of(
+                "ign",
+                &[("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "false")],
+                d()
+            )
+            .0,
+            "http://profile:1"
+        );
+        std::fs::write(
+            dir.path().join(".aws/config"),
+            "[profile dev]\nrole_arn = arn:r\nsource_profile = base\nregion = eu-west-3\n",
+        )
+        .unwrap();
         // The environment's keys come before any role.
         let mut e = env(&[("AWS_ACCESS_KEY_ID", "E"), ("AWS_SECRET_ACCESS_KEY", "e")]);
         e.insert("AWS_PROFILE".into(), "dev".into());
@@ -830,6 +906,33 @@ pub(crate) mod tests {
         .unwrap();
         assert_eq!(c.creds.unwrap().access_key, "E");
         assert!(c.creds_source.is_none());
+    }
+
+    #[test]
+    fn instance_metadata_only_through_aws_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let with = |vars: &[(&str, &str)]| {
+            config(&S3Options {
+                aws_config: Some(AwsConfig::new(env(vars), Some(dir.path().into()))),
+                ..S3Options::default()
+            })
+        };
+        // Nothing else: IMDS, the last link, asked when the backend opens.
+        let c = with(&[]).unwrap();
+        assert!(
+            matches!(&c.creds_source, Some(CredentialSource::Imds(i)) if i.last_link),
+            "{c:?}"
+        );
+        // Turned off: no credentials, as before.
+        let e = with(&[("AWS_EC2_METADATA_DISABLED", "true")]).unwrap_err();
+        assert_eq!(e, NO_CREDENTIALS);
+        // Without aws_config, never.
+        let c = config(&S3Options {
+            anonymous: true,
+            ..S3Options::default()
+        })
+        .unwrap();
+        assert!(c.creds_source.is_none() && c.creds_from == "no credentials");
     }
 
     #[test]

@@ -171,11 +171,68 @@ pub fn advice(code: &str) -> &'static str {
     }
 }
 
+/// Attempts of one STS or container credentials call when it fails in a
+/// way another try may cure (botocore's standard retry mode: 3).
+pub const CALL_ATTEMPTS: u32 = 3;
+
+/// Whether an STS (or container endpoint) answer is worth another try:
+/// a 5xx, 429, or a throttling or "try again" error code (botocore's
+/// standard retry mode, and `IDPCommunicationError`, which botocore
+/// retries for web identity). `code`: the error document's, if any.
+pub fn retryable(status: u16, code: Option<&str>) -> bool {
+    let code_says = code.is_some_and(|c| {
+        matches!(
+            c,
+            "Throttling"
+                | "ThrottlingException"
+                | "ThrottledException"
+                | "RequestThrottledException"
+                | "TooManyRequestsException"
+                | "ProvisionedThroughputExceededException"
+                | "TransactionInProgressException"
+                | "RequestLimitExceeded"
+                | "BandwidthLimitExceeded"
+                | "LimitExceededException"
+                | "RequestThrottled"
+                | "SlowDown"
+                | "PriorRequestNotComplete"
+                | "EC2ThrottledException"
+                | "IDPCommunicationError"
+                | "RequestTimeout"
+                | "RequestTimeoutException"
+        )
+    });
+    code_says || status >= 500 || status == 429
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn what_is_tried_again() {
+        for (status, code) in [
+            (500, None),
+            (503, Some("ServiceUnavailable")),
+            (429, None),
+            (400, Some("Throttling")),
+            (400, Some("IDPCommunicationError")),
+        ] {
+            assert!(retryable(status, code), "{status} {code:?}");
+        }
+        for (status, code) in [
+            (403, Some("AccessDenied")),
+            (403, Some("SignatureDoesNotMatch")),
+            (400, Some("InvalidIdentityToken")),
+            (400, Some("ValidationError")),
+            (401, None),
+            (404, None),
+        ] {
+            assert!(!retryable(status, code), "{status} {code:?}");
+        }
+    }
 
     fn role() -> RoleRequest {
         RoleRequest {

@@ -22,7 +22,15 @@ use super::{start_listening, tempdir};
 /// (`prefix=k/` where the client signed `prefix=k%2F`, as SigV4 wants), so
 /// the listing ferry makes to tell a missing key from a "directory" is
 /// refused. Over an existing object, `cp` sends no such listing.
-pub const PLACEHOLDERS: [&str; 5] = ["role", "chained", "container", "web", "direct"];
+pub const PLACEHOLDERS: [&str; 7] = [
+    "role",
+    "chained",
+    "container",
+    "web",
+    "direct",
+    "imds",
+    "imdsrole",
+];
 
 /// The actions the setup script makes before moto starts checking: 8,
 /// then one per placeholder.
