@@ -889,14 +889,17 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
         // says its whole range up front); split ranges go in pieces the
         // record notes as they complete. A widened file is cut finer, so
         // that there are pieces for the connections it may grow to.
-        // `--streams N` on a long path is cut finer too: its extra
-        // connections join after the first ranges started, and a range
-        // stays on the connection it started on (run wan-start-1: SFTP
-        // `--streams 4` at loss100 took 12.3-12.8 s, widened 8.9-9.4).
+        // `--streams N` read from a server on a long path is cut finer
+        // too: its extra connections join after the first ranges started,
+        // and a read stays on the connection it started on (run
+        // streams-long-1: SFTP download 12.7 -> 10.9 s at loss100). An
+        // upload's writes wait for the joining connections, and there
+        // finer pieces only cost round trips (9.7 -> 14.5-17.9 s).
         let fine = (todo / WIDEN_PIECES).clamp(MIN_WIDEN_CHUNK, MAX_CHUNK);
+        let remote_reads = src.local_path(&f.src).is_none();
         let chunk = if widening {
             fine
-        } else if split && long_path.is_some() {
+        } else if split && long_path.is_some() && remote_reads {
             fine.min(todo.div_ceil(n as u64))
         } else if split {
             todo.div_ceil(n as u64).min(MAX_CHUNK)
