@@ -495,6 +495,22 @@ async fn imds_credentials(base: &Client, i: &Imds) -> Result<ExpiringCredentials
     Ok(creds)
 }
 
+/// A test server's read of one request: its headers and whatever came
+/// with them; `None` when the connection ended first.
+#[cfg(test)]
+async fn read_head(s: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
+    use tokio::io::AsyncReadExt;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+        match s.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+    Some(buf)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -729,14 +745,9 @@ mod tests {
         let keep = count.clone();
         tokio::spawn(async move {
             while let Ok((mut s, _)) = l.accept().await {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
                 // The headers and whatever came with them (the bodies here are small).
-                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match s.read(&mut chunk).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
+                if read_head(&mut s).await.is_none() {
+                    continue;
                 }
                 let n = {
                     let mut c = keep.lock().unwrap();
@@ -848,14 +859,9 @@ mod imds_tests {
                 let keep = keep.clone();
                 tokio::spawn(async move {
                     loop {
-                        let mut buf = Vec::new();
-                        let mut chunk = [0u8; 4096];
-                        while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                            match s.read(&mut chunk).await {
-                                Ok(0) | Err(_) => return,
-                                Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                            }
-                        }
+                        let Some(buf) = read_head(&mut s).await else {
+                            return;
+                        };
                         let req = String::from_utf8_lossy(&buf).to_ascii_lowercase();
                         let line = req.lines().next().unwrap_or_default().to_string();
                         let has_token = req.contains("x-aws-ec2-metadata-token: tok\r\n");
