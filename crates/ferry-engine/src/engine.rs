@@ -1020,8 +1020,8 @@ const WIDEN_PIECES: u64 = 32;
 /// A widened upload of a local file is cut into about this many pieces
 /// (64 MiB for 512 MiB): each piece costs its connection round trips to
 /// open and close, and its writes wait for the connections still joining
-/// anyway. At loss100, 512 MiB to ferry serve: 14.1 s with 32 pieces,
-/// 11.6 s with 8 (run streams-long-1).
+/// anyway. At loss100, 512 MiB to ferry serve, each range on a connection
+/// of its own: 12.95 s with 32 pieces, 9.57 s with 8 (run streams-long-1).
 const UPLOAD_WIDEN_PIECES: u64 = 8;
 /// ...of at least this size: each piece's start costs its connection a
 /// round trip, 1% of a piece at 100 MB/s and 100 ms.
