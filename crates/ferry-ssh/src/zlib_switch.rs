@@ -132,17 +132,12 @@ enum State {
 #[derive(Debug, Clone)]
 pub struct Switch {
     state: State,
-    /// The most the direction can move whatever the compression
-    /// (bytes/s): an upload to sshd is held at its 2 MiB channel window
-    /// per round trip, which counts plain bytes.
-    cap: f64,
 }
 
 impl Default for Switch {
     fn default() -> Self {
         Switch {
             state: State::Watching { last: None },
-            cap: f64::INFINITY,
         }
     }
 }
@@ -158,12 +153,17 @@ impl Switch {
     /// least that, and zlib must beat it too. A window that moved little
     /// because it had little to do (a connection joining late or running
     /// out of work on loopback) is then not taken for a slow link.
+    ///
+    /// `cap` is the most the direction can move whatever the compression
+    /// (bytes/s; infinite when not known): an upload to sshd is held at
+    /// its 2 MiB channel window per round trip, which counts plain bytes.
     pub fn window(
         &mut self,
         rate: Option<f64>,
         sample: Option<Sample>,
         switched: bool,
         link: f64,
+        cap: f64,
     ) -> Option<Move> {
         let rate = rate?;
         match self.state {
@@ -180,7 +180,7 @@ impl Switch {
                 if s.ratio > COMPRESSES || s.ratio <= 0.0 {
                     return None;
                 }
-                let predicted = (rate / s.ratio).min(s.speed / HEADROOM).min(self.cap);
+                let predicted = (rate / s.ratio).min(s.speed / HEADROOM).min(cap);
                 (predicted >= GAIN * rate.max(link)).then(|| {
                     self.state = State::Judging {
                         before: rate,
@@ -223,11 +223,6 @@ impl Switch {
     /// Whether a sample will be of use at the end of the next window.
     fn wants_sample(&self) -> bool {
         matches!(self.state, State::Watching { .. })
-    }
-
-    /// The most this direction can move whatever the compression.
-    pub fn set_cap(&mut self, cap: f64) {
-        self.cap = cap;
     }
 }
 
@@ -471,9 +466,10 @@ pub(crate) async fn run(
                 .take_sample(w.dir)
                 .filter(|_| rate.is_some())
                 .map(|b| measure(&b, w.dir.level()));
-            w.switch.set_cap(probe.cap(w.dir));
             let best = link.get(w.dir);
-            let decided = w.switch.window(rate, sample, w.zlib_now, best);
+            let decided = w
+                .switch
+                .window(rate, sample, w.zlib_now, best, probe.cap(w.dir));
             tracing::debug!(
                 "{label}: {} window {:.2} s, {moved} bytes, sample {sample:?}, link {:.1} MB/s, zlib {}: {decided:?}",
                 w.dir.word(),
@@ -545,7 +541,10 @@ mod tests {
     /// judged: the rate may still be rising).
     fn steady_at(rate: f64, link: f64) -> Switch {
         let mut s = Switch::default();
-        assert_eq!(s.window(Some(rate), Some(text_sample()), false, link), None);
+        assert_eq!(
+            s.window(Some(rate), Some(text_sample()), false, link, f64::INFINITY),
+            None
+        );
         s
     }
 
@@ -589,7 +588,7 @@ mod tests {
         ];
         for (rate, sample, on) in cases {
             let mut s = steady_at(rate, 0.0);
-            let m = s.window(Some(rate), Some(sample), false, 0.0);
+            let m = s.window(Some(rate), Some(sample), false, 0.0, f64::INFINITY);
             assert_eq!(matches!(m, Some(Move::On { .. })), on, "{rate} {sample:?}");
             assert_eq!(s.wants_zlib(), on);
         }
@@ -600,13 +599,25 @@ mod tests {
         // A connection out of work on loopback, where others moved 95 MB/s.
         let mut s = steady_at(2.0 * MB, 95.0 * MB);
         assert_eq!(
-            s.window(Some(2.0 * MB), Some(text_sample()), false, 95.0 * MB),
+            s.window(
+                Some(2.0 * MB),
+                Some(text_sample()),
+                false,
+                95.0 * MB,
+                f64::INFINITY
+            ),
             None
         );
         // Two connections sharing 20 Mbit/s: each moves half of the best.
         let mut s = steady_at(1.2 * MB, 2.4 * MB);
         assert!(matches!(
-            s.window(Some(1.2 * MB), Some(text_sample()), false, 2.4 * MB),
+            s.window(
+                Some(1.2 * MB),
+                Some(text_sample()),
+                false,
+                2.4 * MB,
+                f64::INFINITY
+            ),
             Some(Move::On { .. })
         ));
     }
@@ -616,12 +627,24 @@ mod tests {
         // 1 Gbit/s at 50 ms: 5 MB/s in the first second, 20 in the next.
         let mut s = steady_at(5.0 * MB, 0.0);
         assert_eq!(
-            s.window(Some(20.0 * MB), Some(text_sample()), false, 0.0),
+            s.window(
+                Some(20.0 * MB),
+                Some(text_sample()),
+                false,
+                0.0,
+                f64::INFINITY
+            ),
             None
         );
         // Steady at 40: min(133, 60) < 60.
         assert_eq!(
-            s.window(Some(40.0 * MB), Some(text_sample()), false, 0.0),
+            s.window(
+                Some(40.0 * MB),
+                Some(text_sample()),
+                false,
+                0.0,
+                f64::INFINITY
+            ),
             None
         );
     }
@@ -630,22 +653,30 @@ mod tests {
     fn uploads_held_by_the_servers_window_gain_nothing_from_zlib() {
         // sshd's 2 MiB window per 50 ms: 42 MB/s whatever the compression.
         let mut s = steady_at(30.0 * MB, 0.0);
-        s.set_cap(2.0 * 1048576.0 / 0.05);
+        let cap = 2.0 * 1048576.0 / 0.05;
         let fast = Sample {
             ratio: 0.3,
             speed: 200.0 * MB,
         };
-        assert_eq!(s.window(Some(30.0 * MB), Some(fast), false, 0.0), None);
+        assert_eq!(s.window(Some(30.0 * MB), Some(fast), false, 0.0, cap), None);
         // The same without the cap: min(100, 133) >= 45.
         let mut s = steady_at(30.0 * MB, 0.0);
-        assert!(s.window(Some(30.0 * MB), Some(fast), false, 0.0).is_some());
+        assert!(s
+            .window(Some(30.0 * MB), Some(fast), false, 0.0, f64::INFINITY)
+            .is_some());
     }
 
     #[test]
     fn idle_windows_and_missing_samples_decide_nothing() {
         let mut s = Switch::default();
-        assert_eq!(s.window(None, Some(text_sample()), false, 0.0), None);
-        assert_eq!(s.window(Some(12.0 * MB), None, false, 0.0), None);
+        assert_eq!(
+            s.window(None, Some(text_sample()), false, 0.0, f64::INFINITY),
+            None
+        );
+        assert_eq!(
+            s.window(Some(12.0 * MB), None, false, 0.0, f64::INFINITY),
+            None
+        );
         assert!(s.wants_sample());
     }
 
@@ -654,13 +685,25 @@ mod tests {
         for (after, kept) in [(30.0 * MB, true), (12.5 * MB, false)] {
             let mut s = steady_at(12.0 * MB, 0.0);
             assert!(s
-                .window(Some(12.0 * MB), Some(text_sample()), false, 0.0)
+                .window(
+                    Some(12.0 * MB),
+                    Some(text_sample()),
+                    false,
+                    0.0,
+                    f64::INFINITY
+                )
                 .is_some());
             // Windows before the rekey finished do not count.
-            assert_eq!(s.window(Some(1.0 * MB), None, false, 0.0), None);
+            assert_eq!(
+                s.window(Some(1.0 * MB), None, false, 0.0, f64::INFINITY),
+                None
+            );
             // The first after it is the ramp.
-            assert_eq!(s.window(Some(1.0 * MB), None, true, 0.0), None);
-            let m = s.window(Some(after), None, true, 0.0);
+            assert_eq!(
+                s.window(Some(1.0 * MB), None, true, 0.0, f64::INFINITY),
+                None
+            );
+            let m = s.window(Some(after), None, true, 0.0, f64::INFINITY);
             if kept {
                 assert_eq!(m, None);
                 assert!(s.wants_zlib());
@@ -676,7 +719,13 @@ mod tests {
             }
             // Either way, never again.
             assert_eq!(
-                s.window(Some(1.0 * MB), Some(text_sample()), true, 0.0),
+                s.window(
+                    Some(1.0 * MB),
+                    Some(text_sample()),
+                    true,
+                    0.0,
+                    f64::INFINITY
+                ),
                 None
             );
             assert!(!s.wants_sample());
@@ -687,12 +736,24 @@ mod tests {
     fn a_refused_switch_is_not_asked_again() {
         let mut s = steady_at(12.0 * MB, 0.0);
         assert!(s
-            .window(Some(12.0 * MB), Some(text_sample()), false, 0.0)
+            .window(
+                Some(12.0 * MB),
+                Some(text_sample()),
+                false,
+                0.0,
+                f64::INFINITY
+            )
             .is_some());
         s.refused();
         assert!(!s.wants_zlib());
         assert_eq!(
-            s.window(Some(12.0 * MB), Some(text_sample()), false, 0.0),
+            s.window(
+                Some(12.0 * MB),
+                Some(text_sample()),
+                false,
+                0.0,
+                f64::INFINITY
+            ),
             None
         );
     }
