@@ -381,7 +381,7 @@ async fn imds_request(
             Ok::<_, String>((status, body))
         };
         let failure = match tokio::time::timeout(i.timeout, once).await {
-            Ok(Ok((status, body))) if !imds::retry_status(status) => return Ok((status, body)),
+            Ok(Ok((status, body))) if !sts::retryable(status, None) => return Ok((status, body)),
             Ok(Ok((status, body))) => {
                 if attempt + 1 >= i.attempts {
                     return Ok((status, body));

@@ -218,11 +218,6 @@ pub fn parse_credentials(
     Ok((c, stale))
 }
 
-/// Whether a request that got `status` is worth another attempt.
-pub fn retry_status(status: u16) -> bool {
-    status >= 500 || status == 429
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

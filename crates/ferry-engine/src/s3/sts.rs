@@ -175,7 +175,7 @@ pub fn advice(code: &str) -> &'static str {
 /// way another try may cure (botocore's standard retry mode: 3).
 pub const CALL_ATTEMPTS: u32 = 3;
 
-/// Whether an STS (or container endpoint) answer is worth another try:
+/// Whether an STS, container endpoint or IMDS answer is worth another try:
 /// a 5xx, 429, or a throttling or "try again" error code (botocore's
 /// standard retry mode, and `IDPCommunicationError`, which botocore
 /// retries for web identity). `code`: the error document's, if any.
