@@ -496,6 +496,16 @@ impl Sftp {
         }
     }
 
+    /// For an upload over `connections`: each connection up takes its
+    /// share of `-P` while others still join, and a range of a split file
+    /// fills a share alone ([`Sftp::conn_for_write`]).
+    fn share_writes(&self, role: Role, connections: usize) {
+        if role == Role::Destination {
+            let share = self.parallel.div_ceil(connections).max(1);
+            self.write_share.store(share, Ordering::Relaxed);
+        }
+    }
+
     /// The weight of a write on its connection ([`Sftp::conn_for_write`]).
     fn write_weight(&self, mode: WriteMode) -> usize {
         match mode {
@@ -1286,10 +1296,7 @@ impl Backend for Sftp {
         // 100 x 1 MB 1.2x slower than waiting for every connection, and
         // waiting 0.88x the copy loop, which shared them out this way
         // (2026-11-27/28).
-        if role == Role::Destination {
-            let share = self.parallel.div_ceil(want).max(1);
-            self.write_share.store(share, Ordering::Relaxed);
-        }
+        self.share_writes(role, want);
     }
 
     fn round_trip(&self) -> Option<std::time::Duration> {
@@ -1308,10 +1315,7 @@ impl Backend for Sftp {
         // stayed there, so the first ranges of a widened upload all ran
         // on the first connection (loss100, 512 MiB: 14.1 s against 9.7 s
         // with --streams 4, run streams-long-1).
-        if role == Role::Destination {
-            let share = self.parallel.div_ceil(want).max(1);
-            self.write_share.store(share, Ordering::Relaxed);
-        }
+        self.share_writes(role, want);
         (self.connections() + self.joining_count()).max(1)
     }
 
