@@ -894,15 +894,18 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
         // and a read stays on the connection it started on (run
         // streams-long-1: SFTP download 12.7 -> 10.9 s at loss100). An
         // upload's writes wait for the joining connections, and there
-        // finer pieces only cost round trips (9.7 -> 14.5-17.9 s): a
-        // widened upload is cut coarser ([`UPLOAD_WIDEN_PIECES`]).
-        let fine = (todo / WIDEN_PIECES).clamp(MIN_WIDEN_CHUNK, MAX_CHUNK);
-        let remote_reads = src.local_path(&f.src).is_none();
-        let chunk = if widening && !remote_reads {
-            (todo / UPLOAD_WIDEN_PIECES).clamp(MIN_WIDEN_CHUNK, MAX_CHUNK)
-        } else if widening {
+        // each piece only costs round trips: an upload of a local file is
+        // cut coarser ([`UPLOAD_WIDEN_PIECES`]) and `--streams` keeps N.
+        let local_source = src.local_path(&f.src).is_some();
+        let pieces = if local_source {
+            UPLOAD_WIDEN_PIECES
+        } else {
+            WIDEN_PIECES
+        };
+        let fine = (todo / pieces).clamp(MIN_WIDEN_CHUNK, MAX_CHUNK);
+        let chunk = if widening {
             fine
-        } else if split && long_path.is_some() && remote_reads {
+        } else if split && long_path.is_some() && !local_source {
             fine.min(todo.div_ceil(n as u64))
         } else if split {
             todo.div_ceil(n as u64).min(MAX_CHUNK)
