@@ -537,6 +537,12 @@ mod tests {
         }
     }
 
+    /// A window of `rate` with a text sample, zlib off, nothing known of
+    /// the link.
+    fn text_window(s: &mut Switch, rate: f64) -> Option<Move> {
+        s.window(Some(rate), Some(text_sample()), false, 0.0, f64::INFINITY)
+    }
+
     /// A switch that has seen one window at `rate` (the first is never
     /// judged: the rate may still be rising).
     fn steady_at(rate: f64, link: f64) -> Switch {
@@ -626,27 +632,9 @@ mod tests {
     fn a_rising_rate_is_a_ramp_not_a_slow_link() {
         // 1 Gbit/s at 50 ms: 5 MB/s in the first second, 20 in the next.
         let mut s = steady_at(5.0 * MB, 0.0);
-        assert_eq!(
-            s.window(
-                Some(20.0 * MB),
-                Some(text_sample()),
-                false,
-                0.0,
-                f64::INFINITY
-            ),
-            None
-        );
+        assert_eq!(text_window(&mut s, 20.0 * MB), None);
         // Steady at 40: min(133, 60) < 60.
-        assert_eq!(
-            s.window(
-                Some(40.0 * MB),
-                Some(text_sample()),
-                false,
-                0.0,
-                f64::INFINITY
-            ),
-            None
-        );
+        assert_eq!(text_window(&mut s, 40.0 * MB), None);
     }
 
     #[test]
@@ -684,15 +672,7 @@ mod tests {
     fn a_switch_that_pays_is_kept_and_one_that_does_not_is_undone_for_good() {
         for (after, kept) in [(30.0 * MB, true), (12.5 * MB, false)] {
             let mut s = steady_at(12.0 * MB, 0.0);
-            assert!(s
-                .window(
-                    Some(12.0 * MB),
-                    Some(text_sample()),
-                    false,
-                    0.0,
-                    f64::INFINITY
-                )
-                .is_some());
+            assert!(text_window(&mut s, 12.0 * MB).is_some());
             // Windows before the rekey finished do not count.
             assert_eq!(
                 s.window(Some(1.0 * MB), None, false, 0.0, f64::INFINITY),
@@ -735,27 +715,10 @@ mod tests {
     #[test]
     fn a_refused_switch_is_not_asked_again() {
         let mut s = steady_at(12.0 * MB, 0.0);
-        assert!(s
-            .window(
-                Some(12.0 * MB),
-                Some(text_sample()),
-                false,
-                0.0,
-                f64::INFINITY
-            )
-            .is_some());
+        assert!(text_window(&mut s, 12.0 * MB).is_some());
         s.refused();
         assert!(!s.wants_zlib());
-        assert_eq!(
-            s.window(
-                Some(12.0 * MB),
-                Some(text_sample()),
-                false,
-                0.0,
-                f64::INFINITY
-            ),
-            None
-        );
+        assert_eq!(text_window(&mut s, 12.0 * MB), None);
     }
 
     #[test]
