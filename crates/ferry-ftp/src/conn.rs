@@ -101,6 +101,15 @@ impl Endpoint {
 /// then [`Conn::finish`] or [`Conn::abort`] it.
 pub type Transfer = suppaftp::TransferStream<<RustlsFtpStream as TlsOf>::Tls>;
 
+/// The data connection's socket when it carries no TLS: its bytes may go
+/// by `sendfile` from a local file, without passing through a buffer.
+pub fn plain_socket(t: &Transfer) -> Option<&TcpStream> {
+    match t.get_ref() {
+        suppaftp::DataStream::Tcp(s) => Some(s),
+        suppaftp::DataStream::Ssl(_) => None,
+    }
+}
+
 /// suppaftp does not export its rustls stream type by name; reach it
 /// through the client type.
 pub trait TlsOf {

@@ -31,7 +31,7 @@ mod error;
 pub mod hash;
 pub mod listing;
 
-pub use conn::{Conn, Endpoint, Security, Transfer};
+pub use conn::{plain_socket, Conn, Endpoint, Security, Transfer};
 pub use error::FtpError;
 
 /// Port of `ftp://`.
