@@ -161,18 +161,38 @@ pub struct Sftp {
     /// Each connection's share of the writes while others are still
     /// joining; 0: no limit (nothing joining, or a download).
     write_share: AtomicUsize,
+    /// The same for the reads of a widened download's ranges
+    /// ([`Sftp::conn_for`]); 0: reads go round robin.
+    read_share: AtomicUsize,
     /// A write ended or a connection joined: a writer waiting for room
     /// looks again.
     room: Arc<tokio::sync::Notify>,
 }
 
 /// One connection: its client, the runtime of its thread, and the weight
-/// of the writes open on it ([`WriteSlot`]).
+/// of the writes and ranged reads open on it ([`Slot`]).
 #[derive(Clone)]
 struct Conn {
     c: SftpClient,
     rt: tokio::runtime::Handle,
     writes: Arc<AtomicUsize>,
+    reads: Arc<AtomicUsize>,
+}
+
+/// What [`Sftp::conn_for`] weighs a connection by.
+#[derive(Clone, Copy)]
+enum Load {
+    Writes,
+    Reads,
+}
+
+impl Conn {
+    fn load(&self, load: Load) -> &Arc<AtomicUsize> {
+        match load {
+            Load::Writes => &self.writes,
+            Load::Reads => &self.reads,
+        }
+    }
 }
 
 impl Conn {
@@ -181,20 +201,22 @@ impl Conn {
             c,
             rt,
             writes: Arc::default(),
+            reads: Arc::default(),
         }
     }
 }
 
-/// A write's place on its connection, given back when the write ends.
-struct WriteSlot {
-    writes: Arc<AtomicUsize>,
+/// A write's (or a ranged read's) place on its connection, given back
+/// when it ends.
+struct Slot {
+    count: Arc<AtomicUsize>,
     weight: usize,
     room: Arc<tokio::sync::Notify>,
 }
 
-impl Drop for WriteSlot {
+impl Drop for Slot {
     fn drop(&mut self) {
-        self.writes.fetch_sub(self.weight, Ordering::Relaxed);
+        self.count.fetch_sub(self.weight, Ordering::Relaxed);
         self.room.notify_waiters();
     }
 }
@@ -390,6 +412,7 @@ impl Sftp {
                 joining_n: Arc::default(),
                 parallel: opts.files_in_flight(),
                 write_share: AtomicUsize::new(0),
+                read_share: AtomicUsize::new(0),
                 room: Arc::default(),
             },
             resolved,
@@ -446,7 +469,13 @@ impl Sftp {
     /// copy loop's workers did), so the files do not all pile on the
     /// first connection: a file stays on the connection it was opened on,
     /// and sshd's 2 MiB window caps each.
-    async fn conn_for_write(&self, weight: usize) -> Result<(Conn, WriteSlot), TransferError> {
+    async fn conn_for_write(&self, weight: usize) -> Result<(Conn, Slot), TransferError> {
+        self.conn_for(Load::Writes, weight).await
+    }
+
+    /// [`Sftp::conn_for_write`] for writes or for the ranged reads of a
+    /// widened download, each weighed and shared out by its own count.
+    async fn conn_for(&self, load: Load, weight: usize) -> Result<(Conn, Slot), TransferError> {
         loop {
             // Registered before looking, so a slot freed meanwhile wakes it.
             let room = self.room.notified();
@@ -458,20 +487,24 @@ impl Sftp {
                 conns
                     .iter()
                     .filter(|k| !k.c.is_closed())
-                    .min_by_key(|k| k.writes.load(Ordering::Relaxed))
+                    .min_by_key(|k| k.load(load).load(Ordering::Relaxed))
                     .cloned()
             };
             let k = match least {
                 Some(k) => k,
                 None => self.live_conn().await?,
             };
-            let share = self.write_share.load(Ordering::Relaxed);
-            let busy = k.writes.load(Ordering::Relaxed);
+            let share = match load {
+                Load::Writes => &self.write_share,
+                Load::Reads => &self.read_share,
+            }
+            .load(Ordering::Relaxed);
+            let busy = k.load(load).load(Ordering::Relaxed);
             let waiting = self.joining_n.load(Ordering::Relaxed) > 0;
             if !waiting || share == 0 || busy + weight <= share.max(weight) {
-                k.writes.fetch_add(weight, Ordering::Relaxed);
-                let slot = WriteSlot {
-                    writes: k.writes.clone(),
+                k.load(load).fetch_add(weight, Ordering::Relaxed);
+                let slot = Slot {
+                    count: k.load(load).clone(),
                     weight,
                     room: self.room.clone(),
                 };
@@ -931,7 +964,17 @@ impl Backend for Sftp {
         offset: u64,
         len: Option<u64>,
     ) -> Result<Box<dyn ByteStream>, TransferError> {
-        let (c, rt) = self.conn().await?;
+        // A range of a widened download takes a connection of its own
+        // while others still join, as an upload's range does: a read stays
+        // on the connection it started on, and round robin put the first
+        // ranges all on the one connection up.
+        let (Conn { c, rt, .. }, slot) = match len {
+            Some(_) if self.read_share.load(Ordering::Relaxed) > 0 => {
+                let (k, slot) = self.conn_for(Load::Reads, 1).await?;
+                (k, Some(slot))
+            }
+            _ => (self.live_conn().await?, None),
+        };
         let h = c
             .open(p, OpenFlags::READ, FileAttrs::default())
             .await
@@ -958,6 +1001,7 @@ impl Backend for Sftp {
                 self.link.clone(),
             ),
             queue: FuturesOrdered::new(),
+            _slot: slot,
         }))
     }
 
@@ -1297,6 +1341,12 @@ impl Backend for Sftp {
         // waiting 0.88x the copy loop, which shared them out this way
         // (2026-11-27/28).
         self.share_writes(role, want);
+        // `--streams N` read from a server on a long path: its ranges
+        // share the connections out as a widened file's do (`widen`).
+        let long = self.round_trip().is_some_and(|d| d >= ferry_tcp::LONG_PATH);
+        if role == Role::Source && self.streams.is_some() && long {
+            self.read_share.store(1, Ordering::Relaxed);
+        }
     }
 
     fn round_trip(&self) -> Option<std::time::Duration> {
@@ -1304,8 +1354,8 @@ impl Backend for Sftp {
     }
 
     /// More connections for a widened file: each joins as it comes up,
-    /// as `prepare`'s do (a download's ranges spread over them as they
-    /// arrive; an upload's ranges share them out).
+    /// as `prepare`'s do, and the file's ranges share them out (an
+    /// upload's writes and a download's reads alike).
     async fn widen(&self, role: Role, ranges: usize) -> usize {
         let want = ranges.min(MAX_CONNECTIONS);
         self.open_more(want);
@@ -1316,6 +1366,10 @@ impl Backend for Sftp {
         // on the first connection (loss100, 512 MiB: 14.1 s against 9.7 s
         // with --streams 4, run streams-long-1).
         self.share_writes(role, want);
+        if role == Role::Source {
+            self.read_share
+                .store(ranges.div_ceil(want.max(1)).max(1), Ordering::Relaxed);
+        }
         (self.connections() + self.joining_count()).max(1)
     }
 
@@ -1363,6 +1417,8 @@ struct SftpRead {
     window: Window,
     /// Replies, oldest first.
     queue: FuturesOrdered<ReadCall>,
+    /// A widened download's range: its place on the connection.
+    _slot: Option<Slot>,
 }
 
 impl SftpRead {
@@ -1432,6 +1488,7 @@ impl ByteStream for SftpRead {
             chunk: self.chunk,
             window: Window::new(0, self.chunk),
             queue: FuturesOrdered::new(),
+            _slot: None,
         };
         let me = std::mem::replace(self, spent);
         Some(
@@ -1460,7 +1517,7 @@ struct SftpWrite {
     held: Option<Bytes>,
     running: FuturesUnordered<Call<()>>,
     /// Its place on the connection, until the write ends.
-    _slot: WriteSlot,
+    _slot: Slot,
 }
 
 impl SftpWrite {
