@@ -118,6 +118,14 @@ fn get_put_and_trees_with_odd_names_are_byte_exact() {
         Cmp::default(),
         "put -r into",
     );
+    // Into directories that are not there yet: made from the deepest
+    // one that is (up/), level by level down.
+    let o = cp(&args(&["-r", &s(&several), &ftpd.url("up/new/deeper/")]));
+    assert_ok(&o, "put -r into new directories");
+    assert_eq!(
+        hash_file(&ftpd.root().join("up/new/deeper/several/big.bin")),
+        big
+    );
     // Single files up, replacing an old one; no part file is left.
     fs::write(ftpd.root().join("up/big.bin"), b"old").unwrap();
     let o = cp(&args(&[

@@ -84,6 +84,15 @@ fn big_files_are_widened_over_more_connections_on_a_long_path() {
     let o = cp_in(&ns, &serve, &a);
     assert_widened(&o, &down, &body, "sftp download");
 
+    // `--streams 3` on the long path: its ranges share the connections
+    // out as they join, as a widened file's do.
+    let three = local.path().join("three.bin");
+    let mut a = args!["--json", "--streams", "3"];
+    a.extend(serve.ferry_opts_with(&serve.key()));
+    a.extend(args![serve.url("big.bin"), &three]);
+    let o = cp_in(&ns, &serve, &a);
+    assert_widened(&o, &three, &body, "sftp --streams 3 download");
+
     // SFTP up, from that file.
     let mut a = args!["--json"];
     a.extend(serve.ferry_opts_with(&serve.key()));
