@@ -161,8 +161,9 @@ pub struct Sftp {
     /// Each connection's share of the writes while others are still
     /// joining; 0: no limit (nothing joining, or a download).
     write_share: AtomicUsize,
-    /// The same for the reads of a widened download's ranges
-    /// ([`Sftp::conn_for`]); 0: reads go round robin.
+    /// The same for reads, set when a download is widened or split by
+    /// `--streams` on a long path ([`Sftp::conn_for`]); 0: reads go round
+    /// robin.
     read_share: AtomicUsize,
     /// A write ended or a connection joined: a writer waiting for room
     /// looks again.
@@ -187,21 +188,20 @@ enum Load {
 }
 
 impl Conn {
-    fn load(&self, load: Load) -> &Arc<AtomicUsize> {
-        match load {
-            Load::Writes => &self.writes,
-            Load::Reads => &self.reads,
-        }
-    }
-}
-
-impl Conn {
     fn new((c, rt): (SftpClient, tokio::runtime::Handle)) -> Conn {
         Conn {
             c,
             rt,
             writes: Arc::default(),
             reads: Arc::default(),
+        }
+    }
+
+    /// The count [`Sftp::conn_for`] weighs this connection by.
+    fn load(&self, load: Load) -> &Arc<AtomicUsize> {
+        match load {
+            Load::Writes => &self.writes,
+            Load::Reads => &self.reads,
         }
     }
 }
@@ -964,10 +964,11 @@ impl Backend for Sftp {
         offset: u64,
         len: Option<u64>,
     ) -> Result<Box<dyn ByteStream>, TransferError> {
-        // A range of a widened download takes a connection of its own
-        // while others still join, as an upload's range does: a read stays
-        // on the connection it started on, and round robin put the first
-        // ranges all on the one connection up.
+        // A read of a widened download (or of `--streams` on a long path)
+        // takes a connection of its own while others still join, as an
+        // upload's range does: a read stays on the connection it started
+        // on, and round robin put the first ranges all on the one
+        // connection up.
         let (Conn { c, rt, .. }, slot) = match len {
             Some(_) if self.read_share.load(Ordering::Relaxed) > 0 => {
                 let (k, slot) = self.conn_for(Load::Reads, 1).await?;
