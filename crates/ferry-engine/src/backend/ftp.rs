@@ -17,7 +17,7 @@ use ferry_ftp::{Conn, Endpoint, FtpError, Security, Transfer};
 
 use super::{
     path, Backend, BackendInfo, ByteStream, Capabilities, Entry, EntryKind, HashAlgo, LocalRange,
-    RangeTask, Sink, WriteMode,
+    RangeTask, Sink, SmallFile, WriteMode,
 };
 use crate::error::TransferError;
 use crate::location::FtpSpec;
@@ -233,7 +233,7 @@ impl Ftp {
         &self,
         part: Option<&[u8]>,
         to: &[u8],
-        from: Small,
+        from: SmallFile,
     ) -> Result<(), TransferError> {
         let w = s(part.unwrap_or(to));
         let rename = part.map(|_| s(to));
@@ -242,10 +242,7 @@ impl Ftp {
         let pool = self.pool.clone();
         tokio::task::spawn_blocking(move || -> Result<(), TransferError> {
             // Read before a connection is taken from the pool.
-            let data = match from {
-                Small::Bytes(b) => b,
-                Small::Local(path, len) => Bytes::from(super::local::read_start(&path, len)?),
-            };
+            let data = from.into_bytes()?;
             let mut c = pool.take()?;
             let stored = (|| {
                 let mut t = c.stor(&w, false)?;
@@ -533,7 +530,7 @@ impl Backend for Ftp {
         _mtime: Option<i64>,
         _mode: Option<u32>,
     ) -> Result<(), TransferError> {
-        self.put_small(part, to, Small::Bytes(data)).await
+        self.put_small(part, to, SmallFile::Bytes(data)).await
     }
 
     async fn put_local(
@@ -546,7 +543,7 @@ impl Backend for Ftp {
         _mtime: Option<i64>,
         _mode: Option<u32>,
     ) -> Option<Result<(), TransferError>> {
-        let from = Small::Local(from.to_path_buf(), len);
+        let from = SmallFile::Local(from.to_path_buf(), len);
         Some(self.put_small(part, to, from).await)
     }
 
@@ -1034,13 +1031,6 @@ impl ByteStream for FtpRead {
             retr.run(&mut Out::File(to))
         }))
     }
-}
-
-/// What [`Ftp::put_small`] stores.
-enum Small {
-    Bytes(Bytes),
-    /// The first `len` bytes of a local file.
-    Local(std::path::PathBuf, u64),
 }
 
 enum Piece {

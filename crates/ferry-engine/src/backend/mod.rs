@@ -209,6 +209,24 @@ pub trait ByteStream: Send {
     }
 }
 
+/// A small file a backend puts whole from its own thread (SFTP's and
+/// FTP's `put_small`): bytes in hand, or the first `len` bytes of a local
+/// file, read on that thread.
+pub(crate) enum SmallFile {
+    Bytes(Bytes),
+    Local(std::path::PathBuf, u64),
+}
+
+impl SmallFile {
+    /// The bytes, a local file read on the calling thread.
+    pub(crate) fn into_bytes(self) -> Result<Bytes, TransferError> {
+        match self {
+            SmallFile::Bytes(b) => Ok(b),
+            SmallFile::Local(path, len) => Ok(Bytes::from(local::read_start(&path, len)?)),
+        }
+    }
+}
+
 /// A range of a local file that a backend's thread writes
 /// ([`ByteStream::write_into`]) or reads ([`Sink::read_from`]): `len`
 /// bytes from `file.at`; `shown` names the other side in errors.

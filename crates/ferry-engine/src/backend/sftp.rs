@@ -20,7 +20,7 @@ use tokio::sync::oneshot;
 use super::exec_hash;
 use super::{
     path, Backend, BackendInfo, ByteStream, Capabilities, Entry, EntryKind, HashAlgo, LocalRange,
-    RangeTask, Role, Sink, WriteMode,
+    RangeTask, Role, Sink, SmallFile, WriteMode,
 };
 use crate::error::TransferError;
 use crate::location::{RemotePath, RemoteSpec};
@@ -668,7 +668,7 @@ impl Sftp {
         &self,
         part: Option<&[u8]>,
         to: &[u8],
-        data: Small,
+        data: SmallFile,
         perm: Option<u32>,
         mtime: Option<i64>,
         mode: Option<u32>,
@@ -685,10 +685,7 @@ impl Sftp {
             let sftp = |p: &[u8], e| TransferError::sftp(&host, p, e);
             // Read before OPEN: a source that cannot be read leaves no
             // part file behind.
-            let data = match data {
-                Small::Bytes(b) => b,
-                Small::Local(path, len) => Bytes::from(super::local::read_start(&path, len)?),
-            };
+            let data = data.into_bytes()?;
             let h = c
                 .open(
                     &w,
@@ -1105,7 +1102,7 @@ impl Backend for Sftp {
         mtime: Option<i64>,
         mode: Option<u32>,
     ) -> Result<(), TransferError> {
-        self.put_small(part, to, Small::Bytes(data), perm, mtime, mode)
+        self.put_small(part, to, SmallFile::Bytes(data), perm, mtime, mode)
             .await
     }
 
@@ -1119,7 +1116,7 @@ impl Backend for Sftp {
         mtime: Option<i64>,
         mode: Option<u32>,
     ) -> Option<Result<(), TransferError>> {
-        let from = Small::Local(from.to_path_buf(), len);
+        let from = SmallFile::Local(from.to_path_buf(), len);
         Some(self.put_small(part, to, from, perm, mtime, mode).await)
     }
 
@@ -1632,13 +1629,6 @@ impl Sink for SftpWrite {
 /// thread: each piece is read into its WRITE's buffer after the header's
 /// room, sealed and sent while it is still in this core's cache (the copy
 /// loops' way; [`Sink::read_from`]).
-/// What [`Sftp::put_small`] writes: bytes in hand, or the first `len`
-/// bytes of a local file that the connection's thread reads.
-enum Small {
-    Bytes(Bytes),
-    Local(std::path::PathBuf, u64),
-}
-
 struct SendFile {
     c: SftpClient,
     h: Handle,
