@@ -228,11 +228,11 @@ async fn drive(s: Sync, stats: Arc<Stats>, events: Emitter, cancel: Cancel) -> S
             if s.opts.compare == Compare::Checksum {
                 tokio::join!(src.backend.prepare_hashes(), dst.backend.prepare_hashes());
             }
-            let ticker = tokio::spawn(transfer::tick(stats.clone(), events.clone()));
+            let ticker = transfer::Ticker::start(&stats, &events);
             let r = Walk::new(src, dst, s.opts, stats.clone(), events.clone(), cancel)
                 .run()
                 .await;
-            ticker.abort();
+            drop(ticker);
             transfer::emit_progress(&stats, &events);
             r
         }

@@ -295,6 +295,8 @@ pub struct Handle<R> {
     pub(crate) cancel: Cancel,
     pub(crate) stats: Arc<Stats>,
     pub(crate) task: tokio::task::JoinHandle<R>,
+    /// The task's end, once `next_event` saw it.
+    pub(crate) ended: Option<Result<R, tokio::task::JoinError>>,
 }
 
 /// A running copy.
@@ -328,13 +330,28 @@ impl<R: EndReport> Handle<R> {
             cancel,
             stats,
             task,
+            ended: None,
         }
     }
 
     /// The next event; `None` once the transfer is over and every event was
     /// read.
     pub async fn next_event(&mut self) -> Option<Event> {
-        self.events.recv().await
+        loop {
+            if let Some(end) = &self.ended {
+                // A task that died (a panic) may have left tasks it started
+                // holding the stream open: what is queued, then the end.
+                return match end {
+                    Ok(_) => self.events.recv().await,
+                    Err(_) => self.events.try_recv().ok(),
+                };
+            }
+            tokio::select! {
+                biased;
+                ev = self.events.recv() => return ev,
+                end = &mut self.task => self.ended = Some(end),
+            }
+        }
     }
     /// Stop promptly: ranges in flight are abandoned, part files are kept
     /// for `--resume`, nothing appears under a final name that was not
@@ -352,7 +369,11 @@ impl<R: EndReport> Handle<R> {
     }
     /// Wait for the end. Events not read yet are dropped.
     pub async fn wait(self) -> R {
-        match self.task.await {
+        let end = match self.ended {
+            Some(end) => end,
+            None => self.task.await,
+        };
+        match end {
             Ok(r) => r,
             Err(e) => R::internal_failure(format!("internal: the transfer task failed: {e}")),
         }
@@ -442,6 +463,11 @@ fn blocking<R: EndReport>(
             if closed {
                 break;
             }
+            // The task died (a panic): what it started may hold the
+            // stream open for good, and what was queued is read.
+            if matches!(ended, Some(Err(_))) {
+                break;
+            }
             if ended.is_some() {
                 // The task is over; what it started may still send a last
                 // event or two.
@@ -488,7 +514,7 @@ async fn drive(t: Transfer, stats: Arc<Stats>, events: Emitter, cancel: Cancel) 
     {
         return failed_report(TransferError::Usage("no source given".into()), started);
     }
-    let ticker = tokio::spawn(tick(stats.clone(), events.clone()));
+    let ticker = Ticker::start(&stats, &events);
     // A server lost while ferry connects, logs in or lists is tried again
     // (`--retries`), as a lost range is.
     let mut attempt = 0;
@@ -512,12 +538,12 @@ async fn drive(t: Transfer, stats: Arc<Stats>, events: Emitter, cancel: Cancel) 
     let files = match planned {
         Ok((run, plan)) => engine::run(run, plan).await,
         Err(e) => {
-            ticker.abort();
+            drop(ticker);
             close_all(&opened).await;
             return failed_report(e, started);
         }
     };
-    ticker.abort();
+    drop(ticker);
     emit_progress(&stats, &events);
     let info: Vec<_> = opened.iter().map(|(_, b)| b.info()).collect();
     close_all(&opened).await;
@@ -625,10 +651,27 @@ fn failed_report(e: TransferError, started: Instant) -> Report {
     Report::failed(e, engine::since(started))
 }
 
-pub(crate) async fn tick(stats: Arc<Stats>, events: Emitter) {
+async fn tick(stats: Arc<Stats>, events: Emitter) {
     loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
         emit_progress(&stats, &events);
+    }
+}
+
+/// Progress events every 100 ms while it lives. Dropped, it stops: also
+/// when the task that holds it panics, so that the event stream still
+/// ends (it holds an [`Emitter`]).
+pub(crate) struct Ticker(tokio::task::JoinHandle<()>);
+
+impl Ticker {
+    pub(crate) fn start(stats: &Arc<Stats>, events: &Emitter) -> Ticker {
+        Ticker(tokio::spawn(tick(stats.clone(), events.clone())))
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

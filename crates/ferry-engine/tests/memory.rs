@@ -1438,3 +1438,56 @@ async fn no_widening_on_a_short_path_or_when_the_user_says() {
         }
     }
 }
+
+/// A panic inside a backend (a bug, or a log writer whose stderr was
+/// closed) ends the transfer with an internal error: the event stream
+/// ends and `wait` returns, in the async API and the blocking one. The
+/// progress ticker once kept the stream open for good.
+#[tokio::test]
+async fn a_panic_in_a_backend_ends_the_transfer() {
+    use ferry_engine::backend::memory::Hook;
+    for (size, streams) in [(10_000, None), (6 << 20, Some(3))] {
+        let (a, b) = (Memory::new("a"), Memory::new("b"));
+        a.put("/f", &data(size, 1), 0);
+        a.set_faults(Faults {
+            hook: Some(Hook {
+                after: 1,
+                reads: true,
+                run: Arc::new(|| panic!("injected")),
+            }),
+            ..Faults::default()
+        });
+        let o = CopyOptions { streams, ..opts() };
+        let t = Transfer::between(vec![at(&a, "/f")], at(&b, "/g"), o);
+        let (r, _) = tokio::time::timeout(Duration::from_secs(10), run(t))
+            .await
+            .expect("a panic must not leave the transfer hanging");
+        let e = r.error.expect("a panic must fail the transfer");
+        assert!(e.to_string().contains("internal"), "{e}");
+        assert_eq!(b.get("/g"), None);
+    }
+}
+
+#[test]
+fn a_panic_in_a_backend_ends_a_blocking_transfer() {
+    use ferry_engine::backend::memory::Hook;
+    let (a, b) = (Memory::new("a"), Memory::new("b"));
+    a.put("/f", &data(10_000, 1), 0);
+    a.set_faults(Faults {
+        hook: Some(Hook {
+            after: 1,
+            reads: true,
+            run: Arc::new(|| panic!("injected")),
+        }),
+        ..Faults::default()
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let t = Transfer::between(vec![at(&a, "/f")], at(&b, "/g"), opts());
+        let _ = tx.send(ferry_engine::run_blocking(t, |_| true));
+    });
+    let r = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("a panic must not leave run_blocking hanging");
+    assert!(r.error.is_some());
+}

@@ -404,7 +404,10 @@ fn init_logging(verbose: u8) {
     let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_target(false);
+        .with_target(false)
+        // A closed stderr (`ferry cp -v ... 2>&1 | head`) loses the log,
+        // not the copy: the fallback `eprintln!` would panic on it.
+        .log_internal_errors(false);
     // Without -v, the library's warnings read as ferry's own messages
     // (`ferry: ...`), as they did when the engine printed them itself.
     let _ = if verbose == 0 && std::env::var_os("FERRY_LOG").is_none() {

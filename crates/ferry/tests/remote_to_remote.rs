@@ -200,6 +200,48 @@ fn local_to_local() {
     );
 }
 
+/// A log whose reader went away (`ferry cp -vv ... 2>&1 | head`) loses
+/// its lines, not the copy: writing to the closed stderr once panicked in
+/// the log's fallback and left ferry waiting for good.
+#[test]
+fn a_closed_stderr_does_not_stop_the_copy() {
+    let d = tempdir();
+    let src = d.path().join("src");
+    make_odd_tree(&src, 20);
+    let mut child = Command::new(ferry_bin())
+        .args(args!["cp", "-q", "-r", &src, d.path().join("dst")])
+        .env("FERRY_LOG", "trace")
+        .env("HOME", d.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Closed before ferry writes its first line.
+    drop(child.stderr.take());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("ferry cp with a closed stderr did not end within 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+    assert_same_tree(
+        &src,
+        &d.path().join("dst"),
+        Cmp {
+            modes: false,
+            mtimes: false,
+        },
+        "local copy with a closed stderr",
+    );
+}
+
 /// The library example: one JSON event per line, cancelled after 8 MiB of
 /// a copy between two servers; nothing under the final name.
 #[test]
