@@ -27,8 +27,8 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::Semaphore;
 
 use crate::backend::{
-    path, Backend, ByteStream, Entry, EntryKind, HashAlgo, LocalRange, RangeProgress, RangeTask,
-    ReadInfo, Role, Sink, SourceCheck, Unfinished, WriteMode,
+    path, Backend, ByteStream, Entry, EntryKind, HashAlgo, LocalRange, LocalTarget, RangeProgress,
+    RangeTask, ReadInfo, Role, Sink, SourceCheck, Unfinished, WriteMode,
 };
 use crate::error::{ErrorKind, TransferError};
 use crate::journal;
@@ -797,6 +797,21 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
         }
     }
     let fresh = missing == [(0, size)];
+    // A whole file from a backend that makes local files on its own
+    // threads (FTP): one job there. Not where the source is asked again
+    // before the rename, nor for a --resume (its record and checks), nor
+    // for a big file, which a retry would send again from its start.
+    let one_job = fresh
+        && first.is_none()
+        && !resume
+        && size <= ONE_JOB_MAX
+        && !may_split
+        && !(listed && checkable(src.as_ref()));
+    if one_job {
+        if let Some(res) = copy_in_one_job(r, f, &target, size).await {
+            return res;
+        }
+    }
     if fresh && size <= WHOLE_FILE {
         return copy_whole(r, f, &target, size, first).await;
     }
@@ -1311,7 +1326,7 @@ async fn source_unchanged(
 
 /// A source whose listing and stat say its time alike ([`source_unchanged`]).
 fn checkable(src: &dyn Backend) -> bool {
-    matches!(src.scheme(), "local" | "sftp" | "memory")
+    src.stat_as_listed()
 }
 
 /// The source's size or time is not the plan's any more (or it is gone).
@@ -1473,6 +1488,73 @@ async fn copy_whole(
     .await?;
     r.stats.bytes_done.fetch_add(size, Ordering::Relaxed);
     Ok(size)
+}
+
+/// The largest file made in one job on the source's thread
+/// ([`Backend::get_local`]): a lost connection sends it again whole.
+const ONE_JOB_MAX: u64 = 16 * 1024 * 1024;
+
+/// `f` made whole by its source on a thread of its own
+/// ([`Backend::get_local`]), watched for progress, stalls and a cancel
+/// as a range is; again from its start after a lost connection. `None`:
+/// the source does not, or the destination is not a local disk.
+async fn copy_in_one_job(
+    r: &Run,
+    f: &FilePlan,
+    target: &Target,
+    size: u64,
+) -> Option<Result<u64, TransferError>> {
+    let src = &r.sources[f.source].backend;
+    let dst = &r.dest.backend;
+    let dc = dst.capabilities();
+    let to = dst.local_path(&f.dst)?;
+    let part = if target.renamed {
+        Some(dst.local_path(&target.write)?)
+    } else {
+        None
+    };
+    let shown = src.display(&f.src);
+    let res = retried(r, |_| {
+        let progress = Arc::new(RangeProgress::default());
+        let job = src.get_local(
+            &f.src,
+            LocalTarget {
+                part: part.clone(),
+                to: to.clone(),
+                len: size,
+                perm: f.perm(),
+                mtime: f.mtime.filter(|_| r.opts.preserve && dc.set_times),
+                mode: f
+                    .mode
+                    .filter(|_| r.opts.preserve && dc.set_mode)
+                    .map(|m| m & 0o7777),
+                shown: shown.clone(),
+                progress: progress.clone(),
+            },
+        );
+        let shown = &shown;
+        async move {
+            // Asked on the first attempt: this source does not.
+            let Some(job) = job else {
+                return Ok(false);
+            };
+            let (res, n) = on_home(r, shown, job, progress).await;
+            match res {
+                Ok(Ok(())) => Ok(true),
+                Ok(Err((e, _))) | Err((e, _)) => {
+                    // Sent again from its start: its bytes are counted then.
+                    r.stats.bytes_done.fetch_sub(n, Ordering::Relaxed);
+                    Err(e)
+                }
+            }
+        }
+    })
+    .await;
+    match res {
+        Ok(false) => None,
+        Ok(true) => Some(Ok(size)),
+        Err(e) => Some(Err(e)),
+    }
 }
 
 /// A small file's `size` bytes, from the read that said its size or one

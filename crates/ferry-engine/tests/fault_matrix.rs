@@ -32,6 +32,9 @@ enum Dir {
     Up,
     /// One memory server to another, on the engine's tasks.
     Between,
+    /// A memory server into a local directory, each whole file made in
+    /// one job on a blocking thread (`Backend::get_local`), as FTP's.
+    OneJob,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -43,7 +46,7 @@ enum Shape {
     Tree,
 }
 
-const DIRS: [Dir; 3] = [Dir::Down, Dir::Up, Dir::Between];
+const DIRS: [Dir; 4] = [Dir::Down, Dir::Up, Dir::Between, Dir::OneJob];
 /// The old destination files' time, and the sources'.
 const T0: i64 = 1_600_000_000;
 
@@ -196,6 +199,7 @@ static SCRATCH: AtomicUsize = AtomicUsize::new(0);
 /// destination files when there are some.
 struct World {
     label: String,
+    dir: Dir,
     shape: Shape,
     src: End,
     dst: End,
@@ -227,7 +231,7 @@ impl World {
             End::Mem(m)
         };
         let (src, dst) = match dir {
-            Dir::Down => (server("server"), disk()),
+            Dir::Down | Dir::OneJob => (server("server"), disk()),
             Dir::Up => (disk(), server("server")),
             Dir::Between => (server("a"), server("b")),
         };
@@ -249,6 +253,7 @@ impl World {
         });
         World {
             label,
+            dir,
             shape,
             src,
             dst,
@@ -319,7 +324,8 @@ impl World {
     fn source_faults(&self, f: Faults) {
         let m = self.src.mem().expect("the source is a server");
         m.set_faults(Faults {
-            own_thread: self.dst.mem().is_none(),
+            own_thread: base(self.dir).own_thread,
+            one_job: base(self.dir).one_job,
             ..f
         });
     }
@@ -328,7 +334,7 @@ impl World {
     fn dest_faults(&self, f: Faults) {
         let m = self.dst.mem().expect("the destination is a server");
         m.set_faults(Faults {
-            own_thread: self.src.mem().is_none(),
+            own_thread: base(self.dir).own_thread,
             ..f
         });
     }
@@ -343,12 +349,9 @@ impl World {
     }
 
     fn clear_faults(&self) {
-        for (m, other) in [(&self.src, &self.dst), (&self.dst, &self.src)] {
+        for m in [&self.src, &self.dst] {
             if let Some(m) = m.mem() {
-                m.set_faults(Faults {
-                    own_thread: other.mem().is_none(),
-                    ..Faults::default()
-                });
+                m.set_faults(base(self.dir));
             }
         }
     }
@@ -471,10 +474,12 @@ impl World {
     }
 }
 
-/// A server of `dir` runs on a thread of its own (as an SSH connection).
+/// A server of `dir` runs on a thread of its own (as an SSH connection),
+/// or makes local files in one job (as FTP).
 fn base(dir: Dir) -> Faults {
     Faults {
-        own_thread: dir != Dir::Between,
+        own_thread: matches!(dir, Dir::Down | Dir::Up),
+        one_job: dir == Dir::OneJob,
         ..Faults::default()
     }
 }
@@ -603,7 +608,7 @@ fn reset_retried() {
 /// whose faults strike.
 fn faulted_on(side: &str) -> &'static [Dir] {
     if side == "source" {
-        &[Dir::Down, Dir::Between]
+        &[Dir::Down, Dir::Between, Dir::OneJob]
     } else {
         &[Dir::Up, Dir::Between]
     }
@@ -821,7 +826,7 @@ fn write_denied() {
 #[test]
 fn read_denied() {
     row("read_denied");
-    each(&[Dir::Down, Dir::Between], |w| {
+    each(&[Dir::Down, Dir::Between, Dir::OneJob], |w| {
         w.source_faults(Faults {
             refuse_path: Some(format!("/src/{}", w.big()).into_bytes()),
             ..Faults::default()
@@ -909,7 +914,9 @@ fn source_truncated() {
 #[test]
 fn source_rewritten_same_size() {
     row("source_rewritten");
-    each(&DIRS, |w| {
+    // Not OneJob: it stands in for FTP, whose stat cannot be compared with
+    // its listing, so a same-size rewrite is not seen (reliability.md).
+    each(&[Dir::Down, Dir::Up, Dir::Between], |w| {
         change_source(&w, |b| b.iter().map(|x| x ^ 0x5a).collect());
         let (r, ev) = block_on(run(w.transfer(opts())));
         w.check_finals("source rewritten");

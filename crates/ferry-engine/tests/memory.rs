@@ -1491,3 +1491,132 @@ fn a_panic_in_a_backend_ends_a_blocking_transfer() {
         .expect("a panic must not leave run_blocking hanging");
     assert!(r.error.is_some());
 }
+
+/// A source that makes local files whole in one job on a thread of its
+/// own (as FTP's `get_local`): files of every size up to 16 MiB, times
+/// kept with -p, no part file left; a lost connection sends the file again
+/// from its start and counts its bytes once; a stall fails the file and
+/// leaves its part, never the final name.
+#[tokio::test]
+async fn whole_files_made_in_one_job_on_the_source_thread() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().to_string_lossy().into_owned();
+    let local = |p: &str| BackendPath {
+        backend: Arc::new(ferry_engine::backend::local::Local),
+        path: format!("{root}{p}"),
+    };
+    let one_job = |f: Faults| Faults { one_job: true, ..f };
+    let a = Memory::new("a");
+    let sizes = [10_000, 1_000_000, 3_000_000];
+    for (i, n) in sizes.iter().enumerate() {
+        a.put(
+            &format!("/d/f{i}"),
+            &data(*n, i as u8),
+            1_600_000_000 + i as i64,
+        );
+    }
+    a.set_faults(one_job(Faults::default()));
+    let o = CopyOptions {
+        recursive: true,
+        preserve: true,
+        ..opts()
+    };
+    let (r, _) = run(Transfer::between(
+        vec![at(&a, "/d")],
+        local("/out"),
+        o.clone(),
+    ))
+    .await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(r.bytes, sizes.iter().sum::<usize>() as u64);
+    for (i, n) in sizes.iter().enumerate() {
+        let p = dir.path().join(format!("out/f{i}"));
+        assert_eq!(std::fs::read(&p).unwrap(), data(*n, i as u8));
+        let m = std::fs::metadata(&p).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(m.mtime(), 1_600_000_000 + i as i64);
+    }
+    let made = &a.counters.made_local;
+    assert_eq!(made.load(std::sync::atomic::Ordering::Relaxed), 3);
+    let names: Vec<_> = std::fs::read_dir(dir.path().join("out"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 3, "{names:?}");
+
+    // A connection lost at 500 kB, once: the file again from its start.
+    let body = data(2_000_000, 9);
+    a.put("/g", &body, 0);
+    a.set_faults(one_job(Faults {
+        fail_read_after: Some(500_000),
+        transient_reads: 1,
+        ..Faults::default()
+    }));
+    let o = CopyOptions {
+        retries: 2,
+        ..opts()
+    };
+    let (r, events) = run(Transfer::between(vec![at(&a, "/g")], local("/g"), o)).await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(std::fs::read(dir.path().join("g")).unwrap(), body);
+    assert_eq!(r.bytes, body.len() as u64);
+    assert_eq!(last_progress(&events), body.len() as u64);
+
+    // A stall: the file fails within its timeout; the final name is not
+    // made, the old file there is kept.
+    std::fs::write(dir.path().join("h"), b"old").unwrap();
+    a.put("/h", &body, 0);
+    a.set_faults(one_job(Faults {
+        stall_after: Some(700_000),
+        ..Faults::default()
+    }));
+    let o = CopyOptions {
+        timeout: Duration::from_millis(300),
+        retries: 0,
+        ..opts()
+    };
+    let (r, _) = run(Transfer::between(vec![at(&a, "/h")], local("/h"), o)).await;
+    let e = r.error.expect("a stall must fail");
+    assert!(e.to_string().contains("stalled"), "{e}");
+    assert_eq!(std::fs::read(dir.path().join("h")).unwrap(), b"old");
+}
+
+/// A copy cancelled while a file is made in one job: the job stops, its
+/// part is not renamed, the final name is not made.
+#[tokio::test]
+async fn a_cancel_stops_a_one_job_file_before_its_rename() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let a = Memory::new("a");
+    a.put("/f", &data(8_000_000, 3), 0);
+    a.set_faults(Faults {
+        one_job: true,
+        stall_after: Some(3_000_000),
+        ..Faults::default()
+    });
+    let t = Transfer::between(
+        vec![at(&a, "/f")],
+        BackendPath {
+            backend: Arc::new(ferry_engine::backend::local::Local),
+            path: dir.path().join("f").to_string_lossy().into_owned(),
+        },
+        CopyOptions {
+            timeout: Duration::from_secs(30),
+            ..opts()
+        },
+    );
+    let mut h = t.start();
+    let c = h.canceller();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        c.cancel();
+    });
+    while h.next_event().await.is_some() {}
+    let r = h.wait().await;
+    assert_eq!(r.error.expect("cancelled").kind(), ErrorKind::Cancelled);
+    assert!(!dir.path().join("f").exists());
+    let made = a
+        .counters
+        .made_local
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(made, 1);
+}

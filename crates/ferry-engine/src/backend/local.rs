@@ -69,35 +69,63 @@ pub(crate) fn write_whole(
     mode: Option<u32>,
 ) -> Result<(), TransferError> {
     use std::io::Write;
-    let w = os(part.unwrap_or(to));
+    let (w, t) = (os(part.unwrap_or(to)), os(to));
+    let part = part.is_some().then_some(w.as_path());
+    make_file(part, &t, perm, mtime, mode, |f, w| {
+        let mut f: &std::fs::File = f;
+        f.write_all(data)
+            .map_err(|e| (TransferError::local(w, "cannot write", e), false))
+    })
+    .map_err(|(e, _)| e)
+}
+
+/// A new local file in one go on the calling thread: `part` (else `to`
+/// itself) created or truncated with `perm`, filled by `fill`, given
+/// `mode` and `mtime`, renamed over `to`. A failure of `fill` leaves the
+/// part as it is (for `--resume`) and `to` untouched. `Err`'s flag is
+/// `fill`'s (a [`RangeTask`](super::RangeTask)'s: the source failed);
+/// this file's own errors have it unset.
+pub(crate) fn make_file(
+    part: Option<&std::path::Path>,
+    to: &std::path::Path,
+    perm: Option<u32>,
+    mtime: Option<i64>,
+    mode: Option<u32>,
+    fill: impl FnOnce(&Arc<std::fs::File>, &std::path::Path) -> Result<(), (TransferError, bool)>,
+) -> Result<(), (TransferError, bool)> {
+    let local = |e| (e, false);
+    let w = part.unwrap_or(to);
     let mut o = std::fs::OpenOptions::new();
     o.write(true).create(true).truncate(true);
     if let Some(p) = perm {
         o.mode(p & 0o777);
     }
-    let mut f = o
-        .open(&w)
-        .map_err(|e| TransferError::local(&w, "cannot create", e))?;
-    f.write_all(data)
-        .map_err(|e| TransferError::local(&w, "cannot write", e))?;
+    let f = Arc::new(
+        o.open(w)
+            .map_err(|e| local(TransferError::local(w, "cannot create", e)))?,
+    );
+    fill(&f, w)?;
     if let Some(m) = mode {
         f.set_permissions(std::fs::Permissions::from_mode(m & 0o7777))
-            .map_err(|e| TransferError::local(&w, "cannot set permissions", e))?;
+            .map_err(|e| local(TransferError::local(w, "cannot set permissions", e)))?;
     }
     if let Some(t) = mtime {
-        set_file_times(&f, &w, t)?;
+        set_file_times(&f, w, t).map_err(local)?;
     }
     drop(f);
-    match part {
-        Some(p) => rename_into_place(&os(p), &os(to)),
-        None => Ok(()),
+    if part.is_some() {
+        rename_into_place(w, to).map_err(local)?;
     }
+    Ok(())
 }
 
 #[async_trait]
 impl Backend for Local {
     fn scheme(&self) -> &'static str {
         "local"
+    }
+    fn stat_as_listed(&self) -> bool {
+        true
     }
     fn local_path(&self, path: &[u8]) -> Option<PathBuf> {
         Some(os(path))

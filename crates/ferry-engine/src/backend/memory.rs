@@ -25,8 +25,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::{
-    path, Backend, ByteStream, Capabilities, Entry, EntryKind, HashAlgo, LocalRange, RangeTask,
-    ReadInfo, Role, Sink, UnsizedRead, WriteMode,
+    path, Backend, ByteStream, Capabilities, Entry, EntryKind, HashAlgo, LocalRange, LocalTarget,
+    RangeTask, ReadInfo, Role, Sink, UnsizedRead, WriteMode,
 };
 use crate::error::TransferError;
 
@@ -74,6 +74,9 @@ pub struct Faults {
     /// connection's do: a copy between this backend and a local file goes
     /// whole to that thread (`ByteStream::write_into`, `Sink::read_from`).
     pub own_thread: bool,
+    /// A whole file into a local one is made in one job on a blocking
+    /// thread, as FTP's are ([`Backend::get_local`]).
+    pub one_job: bool,
     /// With `own_thread`: `homes` names a thread that has ended (an SSH
     /// connection's that closed), so work handed there must be done
     /// elsewhere.
@@ -180,6 +183,8 @@ pub struct Counters {
     pub widened: AtomicUsize,
     /// Files hashed where they lie ([`Backend::hash`]).
     pub hashed: AtomicUsize,
+    /// Local files made whole in one job ([`Backend::get_local`]).
+    pub made_local: AtomicUsize,
 }
 
 /// A tree of files in memory; clones share it (a test keeps one, the
@@ -338,6 +343,39 @@ impl Backend for Memory {
 
     fn home(&self, _p: &[u8]) -> Option<tokio::runtime::Handle> {
         lock(&self.faults).own_thread.then(own_thread)
+    }
+    fn get_local(&self, p: &[u8], to: LocalTarget) -> Option<RangeTask> {
+        if !lock(&self.faults).one_job {
+            return None;
+        }
+        let (me, p, rt) = (self.clone(), p.to_vec(), tokio::runtime::Handle::current());
+        self.counters.made_local.fetch_add(1, Ordering::Relaxed);
+        Some(tokio::task::spawn_blocking(move || {
+            let len = to.len;
+            to.make(|mut range| {
+                let mut s = rt
+                    .block_on(me.read(&p, 0, Some(len)))
+                    .map_err(|e| (e, true))?;
+                loop {
+                    // A stalled read is left once the engine lets go.
+                    let next =
+                        rt.block_on(tokio::time::timeout(Duration::from_millis(20), s.next()));
+                    if range.progress.stopped() {
+                        return Ok(());
+                    }
+                    let Ok(next) = next else { continue };
+                    let Some(piece) = next.map_err(|e| (e, true))? else {
+                        return Ok(());
+                    };
+                    range.file.write(&piece).map_err(|e| (e, false))?;
+                    range.progress.add(piece.len() as u64);
+                }
+            })
+        }))
+    }
+    fn stat_as_listed(&self) -> bool {
+        // A store that makes local files as FTP does stands in for it.
+        !lock(&self.faults).one_job
     }
     fn sizes_by_reading(&self) -> bool {
         // As HTTP's: a read says the size where the listing did not.

@@ -862,6 +862,9 @@ impl Backend for Sftp {
     fn scheme(&self) -> &'static str {
         "sftp"
     }
+    fn stat_as_listed(&self) -> bool {
+        true
+    }
     fn display(&self, p: &[u8]) -> String {
         format!("{}{}", self.prefix, String::from_utf8_lossy(p))
     }
