@@ -27,8 +27,8 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::Semaphore;
 
 use crate::backend::{
-    path, Backend, ByteStream, Entry, EntryKind, HashAlgo, LocalRange, LocalTarget, RangeProgress,
-    RangeTask, ReadInfo, Role, Sink, SourceCheck, Unfinished, WriteMode,
+    path, Backend, ByteStream, Entry, EntryKind, HashAlgo, LocalRange, LocalSource, LocalTarget,
+    RangeProgress, RangeTask, ReadInfo, Role, Sink, SourceCheck, Unfinished, WriteMode,
 };
 use crate::error::{ErrorKind, TransferError};
 use crate::journal;
@@ -797,16 +797,18 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
         }
     }
     let fresh = missing == [(0, size)];
-    // A whole file from a backend that makes local files on its own
-    // threads (FTP): one job there. Not where the source is asked again
-    // before the rename, nor for a --resume (its record and checks), nor
-    // for a big file, which a retry would send again from its start.
+    // A whole file between a local disk and a backend that moves it in
+    // one job on its own thread (FTP, both ways). Not where the engine
+    // asks a remote source again before the rename, nor for a --resume
+    // (its record and checks), nor for a big file, which a retry would
+    // send again from its start.
     let one_job = fresh
         && first.is_none()
         && !resume
         && size <= ONE_JOB_MAX
         && !may_split
-        && !(listed && checkable(src.as_ref()));
+        // A local source is asked again by the job itself (an fstat).
+        && (!(listed && checkable(src.as_ref())) || src.local_path(&f.src).is_some());
     if one_job {
         if let Some(res) = copy_in_one_job(r, f, &target, size).await {
             return res;
@@ -1494,10 +1496,11 @@ async fn copy_whole(
 /// ([`Backend::get_local`]): a lost connection sends it again whole.
 const ONE_JOB_MAX: u64 = 16 * 1024 * 1024;
 
-/// `f` made whole by its source on a thread of its own
-/// ([`Backend::get_local`]), watched for progress, stalls and a cancel
-/// as a range is; again from its start after a lost connection. `None`:
-/// the source does not, or the destination is not a local disk.
+/// `f` moved whole in one job on a thread of the remote side's own: made
+/// into a local file by its source ([`Backend::get_local`]), or sent from
+/// a local file by its destination ([`Backend::put_from_local`]). Watched
+/// for progress, stalls and a cancel as a range is; again from its start
+/// after a lost connection. `None`: neither side does.
 async fn copy_in_one_job(
     r: &Run,
     f: &FilePlan,
@@ -1507,34 +1510,61 @@ async fn copy_in_one_job(
     let src = &r.sources[f.source].backend;
     let dst = &r.dest.backend;
     let dc = dst.capabilities();
-    let to = dst.local_path(&f.dst)?;
-    let part = if target.renamed {
-        Some(dst.local_path(&target.write)?)
-    } else {
-        None
+    // Into a local file: where it goes. Else from a local file: where
+    // it is.
+    let into = match dst.local_path(&f.dst) {
+        Some(to) if target.renamed => Some((to, Some(dst.local_path(&target.write)?))),
+        Some(to) => Some((to, None)),
+        None => None,
     };
-    let shown = src.display(&f.src);
+    // From a local file only under a part name: the job's check of the
+    // source comes before the rename, and a write that appears whole as
+    // it ends (HTTP) would be there before it.
+    let from = match into {
+        Some(_) => None,
+        None if target.renamed => Some(src.local_path(&f.src)?),
+        None => return None,
+    };
+    let shown = match into {
+        Some(_) => src.display(&f.src),
+        None => dst.display(&f.dst),
+    };
+    let changed = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let res = retried(r, |_| {
         let progress = Arc::new(RangeProgress::default());
-        let job = src.get_local(
-            &f.src,
-            LocalTarget {
-                part: part.clone(),
-                to: to.clone(),
-                len: size,
-                perm: f.perm(),
-                mtime: f.mtime.filter(|_| r.opts.preserve && dc.set_times),
-                mode: f
-                    .mode
-                    .filter(|_| r.opts.preserve && dc.set_mode)
-                    .map(|m| m & 0o7777),
-                shown: shown.clone(),
-                progress: progress.clone(),
-            },
-        );
-        let shown = &shown;
+        let job = match (&into, &from) {
+            (Some((to, part)), _) => src.get_local(
+                &f.src,
+                LocalTarget {
+                    part: part.clone(),
+                    to: to.clone(),
+                    len: size,
+                    perm: f.perm(),
+                    mtime: f.mtime.filter(|_| r.opts.preserve && dc.set_times),
+                    mode: f
+                        .mode
+                        .filter(|_| r.opts.preserve && dc.set_mode)
+                        .map(|m| m & 0o7777),
+                    shown: shown.clone(),
+                    progress: progress.clone(),
+                },
+            ),
+            (None, Some(path)) => dst.put_from_local(
+                target.renamed.then_some(target.write.as_slice()),
+                &f.dst,
+                LocalSource {
+                    path: path.clone(),
+                    len: size,
+                    mtime: f.mtime,
+                    progress: progress.clone(),
+                    changed: changed.clone(),
+                },
+            ),
+            (None, None) => None,
+        };
+        let (shown, changed) = (&shown, &changed);
         async move {
-            // Asked on the first attempt: this source does not.
+            // Asked on the first attempt: this side does not.
             let Some(job) = job else {
                 return Ok(false);
             };
@@ -1544,6 +1574,9 @@ async fn copy_in_one_job(
                 Ok(Err((e, _))) | Err((e, _)) => {
                     // Sent again from its start: its bytes are counted then.
                     r.stats.bytes_done.fetch_sub(n, Ordering::Relaxed);
+                    if changed.load(Ordering::Relaxed) {
+                        return Err(changed_error(r, f));
+                    }
                     Err(e)
                 }
             }

@@ -35,6 +35,10 @@ enum Dir {
     /// A memory server into a local directory, each whole file made in
     /// one job on a blocking thread (`Backend::get_local`), as FTP's.
     OneJob,
+    /// A local directory into a memory server that takes each whole file
+    /// in one job on a blocking thread (`Backend::put_from_local`), as
+    /// FTP's.
+    OneJobUp,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -46,7 +50,7 @@ enum Shape {
     Tree,
 }
 
-const DIRS: [Dir; 4] = [Dir::Down, Dir::Up, Dir::Between, Dir::OneJob];
+const DIRS: [Dir; 5] = [Dir::Down, Dir::Up, Dir::Between, Dir::OneJob, Dir::OneJobUp];
 /// The old destination files' time, and the sources'.
 const T0: i64 = 1_600_000_000;
 
@@ -232,7 +236,7 @@ impl World {
         };
         let (src, dst) = match dir {
             Dir::Down | Dir::OneJob => (server("server"), disk()),
-            Dir::Up => (disk(), server("server")),
+            Dir::Up | Dir::OneJobUp => (disk(), server("server")),
             Dir::Between => (server("a"), server("b")),
         };
         let mut originals = BTreeMap::new();
@@ -335,6 +339,7 @@ impl World {
         let m = self.dst.mem().expect("the destination is a server");
         m.set_faults(Faults {
             own_thread: base(self.dir).own_thread,
+            one_job: base(self.dir).one_job,
             ..f
         });
     }
@@ -479,7 +484,7 @@ impl World {
 fn base(dir: Dir) -> Faults {
     Faults {
         own_thread: matches!(dir, Dir::Down | Dir::Up),
-        one_job: dir == Dir::OneJob,
+        one_job: matches!(dir, Dir::OneJob | Dir::OneJobUp),
         ..Faults::default()
     }
 }
@@ -610,7 +615,7 @@ fn faulted_on(side: &str) -> &'static [Dir] {
     if side == "source" {
         &[Dir::Down, Dir::Between, Dir::OneJob]
     } else {
-        &[Dir::Up, Dir::Between]
+        &[Dir::Up, Dir::Between, Dir::OneJobUp]
     }
 }
 
@@ -717,7 +722,7 @@ fn kill_mid_file() {
 #[test]
 fn kill_during_the_rename() {
     row("kill_rename");
-    each(&[Dir::Up, Dir::Between], |w| {
+    each(&[Dir::Up, Dir::Between, Dir::OneJobUp], |w| {
         w.dest_faults(Faults {
             hold_rename: true,
             ..Faults::default()
@@ -735,7 +740,7 @@ fn kill_during_the_rename() {
 #[test]
 fn rename_answer_lost() {
     row("rename_lost");
-    each(&[Dir::Up, Dir::Between], |w| {
+    each(&[Dir::Up, Dir::Between, Dir::OneJobUp], |w| {
         w.dest_faults(Faults {
             lose_rename_answers: 1,
             ..Faults::default()
@@ -755,7 +760,7 @@ fn rename_answer_lost() {
 #[test]
 fn rename_refused() {
     row("rename_refused");
-    each(&[Dir::Up, Dir::Between], |w| {
+    each(&[Dir::Up, Dir::Between, Dir::OneJobUp], |w| {
         w.dest_faults(Faults {
             fail_rename: true,
             ..Faults::default()
@@ -782,7 +787,7 @@ fn rename_refused() {
 #[test]
 fn disk_full() {
     row("disk_full");
-    each(&[Dir::Up, Dir::Between], |w| {
+    each(&[Dir::Up, Dir::Between, Dir::OneJobUp], |w| {
         let old: u64 = w
             .old
             .as_ref()
@@ -807,7 +812,7 @@ fn disk_full() {
 #[test]
 fn write_denied() {
     row("write_denied");
-    each(&[Dir::Up, Dir::Between], |w| {
+    each(&[Dir::Up, Dir::Between, Dir::OneJobUp], |w| {
         w.dest_faults(Faults {
             refuse_write: true,
             ..Faults::default()
@@ -916,7 +921,7 @@ fn source_rewritten_same_size() {
     row("source_rewritten");
     // Not OneJob: it stands in for FTP, whose stat cannot be compared with
     // its listing, so a same-size rewrite is not seen (reliability.md).
-    each(&[Dir::Down, Dir::Up, Dir::Between], |w| {
+    each(&[Dir::Down, Dir::Up, Dir::Between, Dir::OneJobUp], |w| {
         change_source(&w, |b| b.iter().map(|x| x ^ 0x5a).collect());
         let (r, ev) = block_on(run(w.transfer(opts())));
         w.check_finals("source rewritten");

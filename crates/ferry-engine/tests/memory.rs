@@ -1620,3 +1620,69 @@ async fn a_cancel_stops_a_one_job_file_before_its_rename() {
         .load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(made, 1);
 }
+
+/// Local files into a store that takes each whole file in one job on a
+/// thread of its own (as FTP's `put_from_local`): sent, renamed, counted;
+/// a source rewritten in place (same size, new time) while it is sent is
+/// found by the job before its rename: the file fails "changed during the
+/// copy", nothing under its name, no part left.
+#[tokio::test]
+async fn whole_files_sent_in_one_job_from_local_files() {
+    use ferry_engine::backend::memory::Hook;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path().join("d");
+    std::fs::create_dir(&src).unwrap();
+    let sizes = [20_000, 1_000_000, 3_000_000];
+    for (i, n) in sizes.iter().enumerate() {
+        std::fs::write(src.join(format!("f{i}")), data(*n, i as u8)).unwrap();
+    }
+    let local = |p: &std::path::Path| BackendPath {
+        backend: Arc::new(ferry_engine::backend::local::Local),
+        path: p.to_string_lossy().into_owned(),
+    };
+    let b = Memory::new("b");
+    b.set_faults(Faults {
+        one_job: true,
+        ..Faults::default()
+    });
+    let o = CopyOptions {
+        recursive: true,
+        ..opts()
+    };
+    let (r, _) = run(Transfer::between(vec![local(&src)], at(&b, "/up"), o)).await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    for (i, n) in sizes.iter().enumerate() {
+        assert_eq!(b.get(&format!("/up/f{i}")), Some(data(*n, i as u8)));
+    }
+    let sent = b.counters.sent_local.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(sent, 3);
+    assert_eq!(b.files().len(), 3, "{:?}", b.files());
+
+    // Rewritten in place once 500 kB are stored.
+    let f = src.join("f1");
+    let again = f.clone();
+    b.set_faults(Faults {
+        one_job: true,
+        hook: Some(Hook {
+            after: 500_000,
+            reads: false,
+            run: Arc::new(move || {
+                let body: Vec<u8> = data(1_000_000, 1).iter().map(|x| x ^ 0x5a).collect();
+                std::fs::write(&again, body).unwrap();
+                let t = std::time::SystemTime::now() + Duration::from_secs(100);
+                let h = std::fs::File::options().write(true).open(&again).unwrap();
+                h.set_modified(t).unwrap();
+            }),
+        }),
+        ..Faults::default()
+    });
+    let (r, _) = run(Transfer::between(vec![local(&f)], at(&b, "/g"), opts())).await;
+    let e = r.error.expect("a rewritten source must fail");
+    assert!(e.to_string().contains("changed during the copy"), "{e}");
+    assert_eq!(b.get("/g"), None);
+    assert!(
+        b.files().iter().all(|p| !p.contains("/.g.")),
+        "{:?}",
+        b.files()
+    );
+}

@@ -17,7 +17,7 @@ use ferry_ftp::{Conn, Endpoint, FtpError, Security, Transfer};
 
 use super::{
     path, Backend, BackendInfo, ByteStream, Capabilities, Entry, EntryKind, HashAlgo, LocalRange,
-    LocalTarget, RangeTask, Sink, SmallFile, WriteMode,
+    LocalSource, LocalTarget, RangeTask, Sink, SmallFile, WriteMode,
 };
 use crate::error::TransferError;
 use crate::location::FtpSpec;
@@ -562,6 +562,65 @@ impl Backend for Ftp {
         }))
     }
 
+    /// One blocking job a file: `STOR` by sendfile, `SIZE`, the source's
+    /// `fstat`, `RNFR`/`RNTO`, as the copy loop's worker did.
+    fn put_from_local(
+        &self,
+        part: Option<&[u8]>,
+        to: &[u8],
+        from: LocalSource,
+    ) -> Option<RangeTask> {
+        let w = s(part.unwrap_or(to));
+        let rename = part.map(|_| s(to));
+        let shown = self.display(part.unwrap_or(to));
+        let fin = part.map(|_| self.display(to));
+        let pool = self.pool.clone();
+        Some(tokio::task::spawn_blocking(move || {
+            let (range, check) = from.open(&shown).map_err(|e| (e, true))?;
+            let mut c = pool.take().map_err(|e| (e.into(), false))?;
+            let res = (|| -> Result<(), Stop> {
+                let mut t = c.stor(&w, false)?;
+                let mut end = 0;
+                match send_file(&mut t, &range, &mut end) {
+                    Ok(()) => {}
+                    Err(Sent::Network(e)) => {
+                        return Err(stor_failed(&mut c, t, &w, &shown, e).into())
+                    }
+                    // The data connection left in the middle.
+                    Err(Sent::Source(e)) => return Err(Stop::Dropped(e)),
+                    Err(Sent::Stopped) => return Err(Stop::Dropped(TransferError::cancelled())),
+                }
+                c.finish(t, &w)?;
+                check_stored(&mut c, &w, &shown, fin.as_deref(), end)?;
+                if check.check().is_err() {
+                    // Both versions' bytes: not kept for a --resume.
+                    from.changed.store(true, Ordering::Relaxed);
+                    let _ = c.remove(&w);
+                    return Err(Stop::Kept(TransferError::Remote(format!(
+                        "{}: the file changed during the copy",
+                        from.path.display()
+                    ))));
+                }
+                if let Some(to) = &rename {
+                    c.rename(&w, to)?;
+                }
+                Ok(())
+            })();
+            // The control connection is closed, not given back, after a
+            // lost connection or a transfer left in the middle.
+            let (lost, res) = match res {
+                Ok(()) => (false, Ok(())),
+                Err(Stop::Ftp(e)) => (e.is_network(), Err(e.into())),
+                Err(Stop::Dropped(e)) => (true, Err(e)),
+                Err(Stop::Kept(e)) => (false, Err(e)),
+            };
+            if !lost {
+                pool.give_back(c);
+            }
+            res.map_err(|e| (e, false))
+        }))
+    }
+
     async fn remove(&self, p: &[u8]) -> Result<(), TransferError> {
         let ps = s(p);
         self.with(move |c| c.remove(&ps)).await
@@ -1064,6 +1123,22 @@ enum Piece {
         tokio::sync::oneshot::Sender<Result<(), (TransferError, bool)>>,
     ),
     End,
+}
+
+/// Why an upload job ([`Ftp::put_from_local`]) stopped, and whether its
+/// control connection is still in step.
+enum Stop {
+    Ftp(FtpError),
+    /// A transfer left in the middle: the connection is closed.
+    Dropped(TransferError),
+    /// Failed, the connection in step.
+    Kept(TransferError),
+}
+
+impl From<FtpError> for Stop {
+    fn from(e: FtpError) -> Self {
+        Stop::Ftp(e)
+    }
 }
 
 /// Why [`send_file`] stopped early.

@@ -25,8 +25,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::{
-    path, Backend, ByteStream, Capabilities, Entry, EntryKind, HashAlgo, LocalRange, LocalTarget,
-    RangeTask, ReadInfo, Role, Sink, UnsizedRead, WriteMode,
+    path, Backend, ByteStream, Capabilities, Entry, EntryKind, HashAlgo, LocalRange, LocalSource,
+    LocalTarget, RangeProgress, RangeTask, ReadInfo, Role, Sink, UnsizedRead, WriteMode,
 };
 use crate::error::TransferError;
 
@@ -135,6 +135,26 @@ impl std::fmt::Debug for Hook {
     }
 }
 
+/// `f` run to its end from a blocking thread, or left (cancelled) once
+/// the engine told the job to stop: a held or stalled call never keeps
+/// the thread.
+fn until_stopped<T>(
+    rt: &tokio::runtime::Handle,
+    progress: &RangeProgress,
+    f: impl std::future::Future<Output = Result<T, TransferError>>,
+) -> Result<T, TransferError> {
+    rt.block_on(async {
+        tokio::select! {
+            r = f => r,
+            _ = async {
+                while !progress.stopped() {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            } => Err(TransferError::cancelled()),
+        }
+    })
+}
+
 /// The thread of every in-memory backend with `own_thread`: a
 /// current-thread runtime, as an SSH connection has.
 fn own_thread() -> tokio::runtime::Handle {
@@ -185,6 +205,8 @@ pub struct Counters {
     pub hashed: AtomicUsize,
     /// Local files made whole in one job ([`Backend::get_local`]).
     pub made_local: AtomicUsize,
+    /// Local files taken whole in one job ([`Backend::put_from_local`]).
+    pub sent_local: AtomicUsize,
 }
 
 /// A tree of files in memory; clones share it (a test keeps one, the
@@ -343,6 +365,49 @@ impl Backend for Memory {
 
     fn home(&self, _p: &[u8]) -> Option<tokio::runtime::Handle> {
         lock(&self.faults).own_thread.then(own_thread)
+    }
+    fn put_from_local(
+        &self,
+        part: Option<&[u8]>,
+        to: &[u8],
+        from: LocalSource,
+    ) -> Option<RangeTask> {
+        if !lock(&self.faults).one_job {
+            return None;
+        }
+        let me = self.clone();
+        let (w, to, renamed) = (part.unwrap_or(to).to_vec(), to.to_vec(), part.is_some());
+        let rt = tokio::runtime::Handle::current();
+        self.counters.sent_local.fetch_add(1, Ordering::Relaxed);
+        Some(tokio::task::spawn_blocking(move || {
+            let (range, check) = from.open(&me.display(&w)).map_err(|e| (e, true))?;
+            let progress = range.progress.clone();
+            let local = |e| (e, false);
+            let create = me.write(&w, WriteMode::Create { perm: None }, Some(from.len));
+            let mut sink = until_stopped(&rt, &progress, create).map_err(local)?;
+            let mut at = 0;
+            while at < from.len {
+                let n = (from.len - at).min(256 * 1024);
+                let buf = range
+                    .file
+                    .append(range.file.at + at, n, Vec::new())
+                    .map_err(|e| (e, true))?;
+                until_stopped(&rt, &progress, sink.write(Bytes::from(buf))).map_err(local)?;
+                at += n;
+                range.progress.add(n);
+            }
+            until_stopped(&rt, &progress, sink.finish()).map_err(local)?;
+            if check.check().is_err() {
+                from.changed.store(true, Ordering::Relaxed);
+                let _ = rt.block_on(me.remove(&w));
+                let msg = format!("{}: the file changed during the copy", from.path.display());
+                return Err((TransferError::Remote(msg), false));
+            }
+            if renamed {
+                until_stopped(&rt, &progress, me.rename_over(&w, &to)).map_err(local)?;
+            }
+            Ok(())
+        }))
     }
     fn get_local(&self, p: &[u8], to: LocalTarget) -> Option<RangeTask> {
         if !lock(&self.faults).one_job {

@@ -242,6 +242,39 @@ pub struct LocalRange {
     pub(crate) check: Option<Arc<SourceCheck>>,
 }
 
+/// A whole local file that a backend sends on its own thread
+/// ([`Backend::put_from_local`]).
+pub struct LocalSource {
+    pub(crate) path: std::path::PathBuf,
+    pub(crate) len: u64,
+    /// The plan's time of the file, for the check before the rename.
+    pub(crate) mtime: Option<i64>,
+    pub(crate) progress: Arc<RangeProgress>,
+    /// Set by the job when the file changed during the copy.
+    pub(crate) changed: Arc<AtomicBool>,
+}
+
+impl LocalSource {
+    /// Open the file: its range to send, and the check to ask after its
+    /// last byte went ([`SourceCheck`]).
+    pub(crate) fn open(&self, shown: &str) -> Result<(LocalRange, SourceCheck), TransferError> {
+        let file = std::fs::File::open(&self.path)
+            .map_err(|e| TransferError::local(&self.path, "cannot open", e))?;
+        let file = Arc::new(file);
+        let check = SourceCheck::new(file.clone(), self.len, self.mtime);
+        let at = LocalFile {
+            file,
+            path: self.path.clone(),
+            at: 0,
+        };
+        let range = LocalRange {
+            progress: self.progress.clone(),
+            ..LocalRange::new(at, self.len, shown.to_string())
+        };
+        Ok((range, check))
+    }
+}
+
 /// A new local file that a backend makes whole on its own thread
 /// ([`Backend::get_local`]).
 pub struct LocalTarget {
@@ -661,10 +694,27 @@ pub trait Backend: Send + Sync {
     /// name ([`LocalTarget::make`]). A file then costs one hand-off
     /// between threads, not four (the part's open, the transfer, the
     /// rename, each a trip to the blocking pool and back: 100 x 1 MB
-    /// from vsftpd took 1.25x the copy loop's time). The task's end is
+    /// from vsftpd took 1.24x the copy loop's time). The task's end is
     /// the file's; a failure leaves the part, never the final name. `None`:
     /// this backend does not; the engine reads and writes the file.
     fn get_local(&self, _path: &[u8], _to: LocalTarget) -> Option<RangeTask> {
+        None
+    }
+
+    /// The upload's mirror of [`Backend::get_local`]: the whole local
+    /// file `from.path` (`from.len` bytes) into `part` (else `to`
+    /// itself) and renamed over `to`, in one job on a thread of this
+    /// backend's own. After its last byte went and before the rename the
+    /// job asks the local file again (`fstat`: size and time as the plan
+    /// saw them, time unchanged since it was opened); a change removes
+    /// the part, sets `from.changed` and fails the job. `None`: this
+    /// backend does not; the engine reads and writes the file.
+    fn put_from_local(
+        &self,
+        _part: Option<&[u8]>,
+        _to: &[u8],
+        _from: LocalSource,
+    ) -> Option<RangeTask> {
         None
     }
 
