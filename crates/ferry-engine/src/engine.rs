@@ -1492,8 +1492,9 @@ async fn copy_whole(
     Ok(size)
 }
 
-/// The largest file made in one job on the source's thread
-/// ([`Backend::get_local`]): a lost connection sends it again whole.
+/// The largest file moved in one job on a backend's thread
+/// ([`Backend::get_local`], [`Backend::put_from_local`]): a lost
+/// connection sends it again whole.
 const ONE_JOB_MAX: u64 = 16 * 1024 * 1024;
 
 /// `f` moved whole in one job on a thread of the remote side's own: made

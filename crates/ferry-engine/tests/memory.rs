@@ -1654,7 +1654,10 @@ async fn whole_files_sent_in_one_job_from_local_files() {
     for (i, n) in sizes.iter().enumerate() {
         assert_eq!(b.get(&format!("/up/f{i}")), Some(data(*n, i as u8)));
     }
-    let sent = b.counters.sent_local.load(std::sync::atomic::Ordering::Relaxed);
+    let sent = b
+        .counters
+        .sent_local
+        .load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(sent, 3);
     assert_eq!(b.files().len(), 3, "{:?}", b.files());
 

@@ -548,7 +548,7 @@ impl Backend for Ftp {
     }
 
     /// One blocking job a file (read by `RETR` into the part, renamed),
-    /// as the copy loop's worker did: run ftp-one-job-1.
+    /// as the copy loop's worker did (BENCHMARKS.md run ftp-one-job-1).
     fn get_local(&self, p: &[u8], to: LocalTarget) -> Option<RangeTask> {
         let retr = Retr {
             pool: self.pool.clone(),
