@@ -14,6 +14,16 @@ use std::time::Duration;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use ferry_engine::{CopyOptions, Event, Location, Stats, Transfer, TransferError};
 
+/// A line on stderr, as `eprintln!`, but a stderr whose reader went away
+/// (`ferry cp ... 2>&1 | head`) loses the line instead of panicking: the
+/// copy goes on and its exit code stays its own.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod ftp_args;
 mod http_args;
 mod prompt;
@@ -347,7 +357,7 @@ fn man_pages(dir: Option<PathBuf>) -> i32 {
         return match clap_mangen::Man::new(cmd).render(&mut std::io::stdout()) {
             Ok(()) => 0,
             Err(e) => {
-                eprintln!("ferry: cannot write the man page: {e}");
+                say!("ferry: cannot write the man page: {e}");
                 1
             }
         };
@@ -365,7 +375,7 @@ fn man_pages(dir: Option<PathBuf>) -> i32 {
             .render(&mut buf)
             .and_then(|()| std::fs::write(&file, &buf));
         if let Err(e) = written {
-            eprintln!("ferry: {}: cannot write the man page: {e}", file.display());
+            say!("ferry: {}: cannot write the man page: {e}", file.display());
             return 1;
         }
     }
@@ -442,7 +452,7 @@ where
 
 fn run_cp(args: CpArgs, matches: Option<&clap::ArgMatches>) -> i32 {
     let Some((dst, srcs)) = args.paths.split_last() else {
-        eprintln!("ferry: usage: ferry cp SRC... DST");
+        say!("ferry: usage: ferry cp SRC... DST");
         return 2;
     };
     let mut sources = Vec::new();
@@ -484,11 +494,11 @@ fn run_cp(args: CpArgs, matches: Option<&clap::ArgMatches>) -> i32 {
                 Event::FileDone(f) => {
                     if let Some(e) = &f.error {
                         if e.kind != ferry_engine::ErrorKind::Cancelled {
-                            eprintln!("ferry: {}", e.message);
+                            say!("ferry: {}", e.message);
                         }
                     }
                 }
-                Event::Warning(w) => eprintln!("ferry: warning: {w}"),
+                Event::Warning(w) => say!("ferry: warning: {w}"),
                 _ => {}
             }
             !interrupted.load(Ordering::Relaxed)
@@ -513,7 +523,7 @@ fn run_cp(args: CpArgs, matches: Option<&clap::ArgMatches>) -> i32 {
             // One file's failure was said as it failed; a count adds
             // nothing to it.
             if planned > 1 {
-                eprintln!("ferry: {failed} of {planned} files failed");
+                say!("ferry: {failed} of {planned} files failed");
             }
             return e.exit_code();
         }
@@ -656,7 +666,7 @@ fn on_interrupt() -> Arc<AtomicBool> {
                     if n > 0 {
                         std::process::exit(130);
                     }
-                    eprintln!("\nferry: stopping; part files are kept for --resume (again to quit at once)");
+                    say!("\nferry: stopping; part files are kept for --resume (again to quit at once)");
                     f.store(true, Ordering::Relaxed);
                 }
             });
@@ -742,13 +752,13 @@ fn compression_line(c: &ferry_ssh::CompressionReport) -> String {
 }
 
 fn usage(msg: &str) -> i32 {
-    eprintln!("ferry: {msg}");
-    eprintln!("usage: ferry cp [OPTIONS] SRC... DST   (ferry cp --help for more)");
+    say!("ferry: {msg}");
+    say!("usage: ferry cp [OPTIONS] SRC... DST   (ferry cp --help for more)");
     2
 }
 
 fn report(e: &TransferError) {
-    eprintln!("ferry: {e}");
+    say!("ferry: {e}");
 }
 
 fn spawn_progress(stats: Arc<Stats>, done: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {

@@ -48,6 +48,6 @@ impl ferry_engine::Prompt for Terminal {
     }
 
     fn notice(&self, message: &str) {
-        eprintln!("ferry: {message}");
+        say!("ferry: {message}");
     }
 }

@@ -153,7 +153,7 @@ pub fn run(args: ServeArgs) -> i32 {
     }
     opts.user = args.user;
     if args.token.as_deref().is_some_and(|t| t.trim().is_empty()) {
-        eprintln!(
+        say!(
             "ferry serve: --token is empty; give a real token or leave it out to use the generated one"
         );
         return 2;
@@ -170,13 +170,11 @@ pub fn run(args: ServeArgs) -> i32 {
     opts.auth_fail_delay = args.auth_fail_delay.map(Duration::from_millis);
     opts.ssh_compression = args.compress;
     if opts.sftp.is_none() && opts.https.is_none() && opts.http.is_none() && opts.ftp.is_none() {
-        eprintln!(
-            "ferry serve: nothing to serve (--no-sftp and --no-https without --http or --ftp)"
-        );
+        say!("ferry serve: nothing to serve (--no-sftp and --no-https without --http or --ftp)");
         return 2;
     }
     if opts.sftp.is_some() && !opts.authorized_keys.exists() {
-        eprintln!(
+        say!(
             "ferry serve: warning: {} does not exist, so no one can log in over SFTP (use --authorized-keys FILE)",
             opts.authorized_keys.display()
         );
@@ -184,7 +182,7 @@ pub fn run(args: ServeArgs) -> i32 {
     let server = match ferry_server::Server::start(opts) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("ferry serve: {e}");
+            say!("ferry serve: {e}");
             return 2;
         }
     };
@@ -200,7 +198,7 @@ pub fn run(args: ServeArgs) -> i32 {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("ferry serve: {e}");
+            say!("ferry serve: {e}");
             return 1;
         }
     };
@@ -216,13 +214,13 @@ pub fn run(args: ServeArgs) -> i32 {
         }
     });
     let open = server.live_connections();
-    eprintln!(
+    say!(
         "ferry serve: {sig}: no new connections; waiting up to {} s for {open} open connection(s)",
         args.grace
     );
     let left = server.shutdown(Duration::from_secs(args.grace));
     if left > 0 {
-        eprintln!("ferry serve: closing {left} connection(s) still open");
+        say!("ferry serve: closing {left} connection(s) still open");
     }
     0
 }

@@ -183,7 +183,7 @@ pub struct LsArgs {
 
 fn parse(arg: &str) -> Result<Location, i32> {
     Location::parse(arg).map_err(|e| {
-        eprintln!("ferry: {arg}: {e}");
+        say!("ferry: {arg}: {e}");
         2
     })
 }
@@ -195,7 +195,7 @@ fn sync_options(
 ) -> Result<SyncOptions, i32> {
     let mut o = SyncOptions::default();
     let copy = conn.options().map_err(|e| {
-        eprintln!("ferry: {e}");
+        say!("ferry: {e}");
         2
     })?;
     o.copy = ferry_engine::CopyOptions {
@@ -207,7 +207,7 @@ fn sync_options(
     o.compare = compare.compare();
     o.modify_window = compare.modify_window;
     o.filter = compare.filter(m).map_err(|e| {
-        eprintln!("ferry: {e}");
+        say!("ferry: {e}");
         2
     })?;
     Ok(o)
@@ -239,13 +239,13 @@ fn drive(sync: Sync, show: bool, verbose: bool, check: bool) -> SyncReport {
                 Event::FileDone(f) => {
                     if let Some(e) = &f.error {
                         if e.kind != ErrorKind::Cancelled {
-                            eprintln!("ferry: {}", e.message);
+                            say!("ferry: {}", e.message);
                         }
                     } else if verbose {
                         let _ = writeln!(o, "copied: {} ({} bytes)", f.dest, f.bytes);
                     }
                 }
-                Event::Warning(w) => eprintln!("ferry: warning: {w}"),
+                Event::Warning(w) => say!("ferry: warning: {w}"),
                 _ => {}
             }
             !interrupted.load(Ordering::Relaxed)
@@ -287,7 +287,7 @@ fn summary_json(r: &SyncReport, dry_run: bool) -> serde_json::Value {
 
 fn exit_code(e: &TransferError) -> i32 {
     if e.kind() != ErrorKind::Cancelled {
-        eprintln!("ferry: {e}");
+        say!("ferry: {e}");
     }
     e.exit_code()
 }
@@ -298,7 +298,7 @@ pub fn run_sync(a: SyncArgs, m: Option<&ArgMatches>, verbose: u8) -> i32 {
         (Err(c), _) | (_, Err(c)) => return c,
     };
     if a.max_delete.is_some() && !a.delete {
-        eprintln!("ferry: --max-delete only means something with --delete");
+        say!("ferry: --max-delete only means something with --delete");
         return 2;
     }
     let show = a.show.visible() && !a.dry_run;
@@ -330,7 +330,7 @@ pub fn run_sync(a: SyncArgs, m: Option<&ArgMatches>, verbose: u8) -> i32 {
         } else {
             r.copied
         };
-        eprintln!(
+        say!(
             "ferry: {} files checked, {} same, {verb} {} ({}), {del} {}, {} error{} in {:.2} s",
             r.checked,
             r.same,
@@ -364,7 +364,7 @@ pub fn run_check(a: CheckArgs, m: Option<&ArgMatches>, _verbose: u8) -> i32 {
         println!("{}", summary_json(&r, true));
     }
     if !a.quiet {
-        eprintln!(
+        say!(
             "ferry: {} files checked: {} same, {} differ, {} only in SRC, {} only in DST{}",
             r.checked,
             r.same,
@@ -391,7 +391,7 @@ pub fn run_ls(a: LsArgs) -> i32 {
     let opts = match a.conn.options() {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("ferry: {e}");
+            say!("ferry: {e}");
             return 2;
         }
     };
@@ -402,7 +402,7 @@ pub fn run_ls(a: LsArgs) -> i32 {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("ferry: cannot start a runtime: {e}");
+            say!("ferry: cannot start a runtime: {e}");
             return 1;
         }
     };

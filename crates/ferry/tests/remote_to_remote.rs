@@ -240,6 +240,19 @@ fn a_closed_stderr_does_not_stop_the_copy() {
         },
         "local copy with a closed stderr",
     );
+    // A failure said on a closed stderr keeps its own exit code (5: a
+    // local error), not a panic's 101.
+    let mut child = Command::new(ferry_bin())
+        .args(args!["cp", d.path().join("missing"), d.path().join("dst2")])
+        .env("HOME", d.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stderr.take());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(5), "{status:?}");
 }
 
 /// The library example: one JSON event per line, cancelled after 8 MiB of
