@@ -418,23 +418,15 @@ impl Backend for Memory {
         Some(tokio::task::spawn_blocking(move || {
             let len = to.len;
             to.make(|mut range| {
-                let mut s = rt
-                    .block_on(me.read(&p, 0, Some(len)))
-                    .map_err(|e| (e, true))?;
-                loop {
-                    // A stalled read is left once the engine lets go.
-                    let next =
-                        rt.block_on(tokio::time::timeout(Duration::from_millis(20), s.next()));
-                    if range.progress.stopped() {
-                        return Ok(());
-                    }
-                    let Ok(next) = next else { continue };
-                    let Some(piece) = next.map_err(|e| (e, true))? else {
-                        return Ok(());
-                    };
+                let progress = range.progress.clone();
+                let source = |e| (e, true);
+                let read = me.read(&p, 0, Some(len));
+                let mut s = until_stopped(&rt, &progress, read).map_err(source)?;
+                while let Some(piece) = until_stopped(&rt, &progress, s.next()).map_err(source)? {
                     range.file.write(&piece).map_err(|e| (e, false))?;
                     range.progress.add(piece.len() as u64);
                 }
+                Ok(())
             })
         }))
     }
