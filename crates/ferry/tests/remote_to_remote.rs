@@ -208,28 +208,8 @@ fn a_closed_stderr_does_not_stop_the_copy() {
     let d = tempdir();
     let src = d.path().join("src");
     make_odd_tree(&src, 20);
-    let mut child = Command::new(ferry_bin())
-        .args(args!["cp", "-q", "-r", &src, d.path().join("dst")])
-        .env("FERRY_LOG", "trace")
-        .env("HOME", d.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Closed before ferry writes its first line.
-    drop(child.stderr.take());
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("ferry cp with a closed stderr did not end within 60 s");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
+    let args = args!["cp", "-q", "-r", &src, d.path().join("dst")];
+    let status = ferry_closed_stderr(d.path(), &args, &[("FERRY_LOG", "trace")]).status;
     assert!(status.success(), "{status:?}");
     assert_same_tree(
         &src,
@@ -242,16 +222,8 @@ fn a_closed_stderr_does_not_stop_the_copy() {
     );
     // A failure said on a closed stderr keeps its own exit code (5: a
     // local error), not a panic's 101.
-    let mut child = Command::new(ferry_bin())
-        .args(args!["cp", d.path().join("missing"), d.path().join("dst2")])
-        .env("HOME", d.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    drop(child.stderr.take());
-    let status = child.wait().unwrap();
+    let args = args!["cp", d.path().join("missing"), d.path().join("dst2")];
+    let status = ferry_closed_stderr(d.path(), &args, &[]).status;
     assert_eq!(status.code(), Some(5), "{status:?}");
 }
 

@@ -454,6 +454,28 @@ pub fn ferry_in<S: AsRef<OsStr>>(home: &Path, args: &[S], envs: &[(&str, &str)])
     wait_with_timeout(&mut child, out, err, FERRY_TIMEOUT, &what)
 }
 
+/// [`ferry_in`] with its stderr closed before ferry writes to it (`ferry
+/// ... 2>&1 | head` once `head` exited); the `Output`'s stderr is empty.
+pub fn ferry_closed_stderr<S: AsRef<OsStr>>(
+    home: &Path,
+    args: &[S],
+    envs: &[(&str, &str)],
+) -> Output {
+    let what = describe_args(args);
+    let mut child = ferry_command(home, args, envs)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+    drop(child.stderr.take());
+    let out = drain(child.stdout.take());
+    wait_with_timeout(
+        &mut child,
+        out,
+        drain(None::<std::process::ChildStderr>),
+        FERRY_TIMEOUT,
+        &what,
+    )
+}
+
 /// Run ferry without an sshd (usage errors etc.), with a fresh empty HOME.
 pub fn ferry<S: AsRef<OsStr>>(args: &[S]) -> Output {
     let home = tempdir();
