@@ -614,7 +614,8 @@ fn explain(r: &Run, f: &FilePlan, e: TransferError) -> TransferError {
     let kept = matches!(kind, ErrorKind::Network)
         && dc.rename_over
         && f.size.is_some_and(|s| s > WHOLE_FILE)
-        && !msg.contains("--resume");
+        && !msg.contains("--resume")
+        && !msg.contains("run the same command");
     if kept {
         msg.push_str(match (r.opts.resume, sc.ranged_read && dc.continues()) {
             (true, _) => {
@@ -1587,6 +1588,14 @@ async fn copy_in_one_job(
     match res {
         Ok(false) => None,
         Ok(true) => Some(Ok(size)),
+        // A local file made in one job is unnamed until whole
+        // (`local::make_file`): nothing is kept for a --resume.
+        Err(e) if into.is_some() && e.kind() == ErrorKind::Network => {
+            Some(Err(TransferError::from_kind(
+                ErrorKind::Network,
+                format!("{e}; run the same command again to copy it from its start"),
+            )))
+        }
         Err(e) => Some(Err(e)),
     }
 }

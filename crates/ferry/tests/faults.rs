@@ -1150,14 +1150,16 @@ fn part_of(final_path: &Path) -> PathBuf {
 
 /// The client killed once a part file is complete and its rename to the
 /// final name is held 3 s by strace: for a download the client renames
-/// (strace runs it), for an upload over SFTP or FTP the server does, as
+/// (strace runs it), or links in a file it made unnamed (a file made in
+/// one job: `linkat` held, the unnamed file found by its open
+/// descriptor), for an upload over SFTP or FTP the server does, as
 /// ferry asks (strace attached to the server; the held rename may still
 /// finish after the client died, whole). Nothing under a final name
 /// differs, and `--resume` completes. An HTTP PUT has no part file of
 /// ferry's (the server keeps the body under its own name until the
 /// request ends): mid-copy kills cover it.
 fn kill_before_rename(peer: &Peer, cell: &Cell, ctx: &str) {
-    let calls = "rename,renameat,renameat2";
+    let calls = "rename,renameat,renameat2,linkat";
     let (mut child, mut tracer) = match cell.dir {
         Dir::Down => {
             let Some(via) = strace_hold(calls, &[]) else {
@@ -1187,10 +1189,15 @@ fn kill_before_rename(peer: &Peer, cell: &Cell, ctx: &str) {
     // A part file as long as its source (not empty: an empty file's part
     // is complete at once), its final name not there yet.
     let complete = loop {
+        let unnamed = match cell.dir {
+            Dir::Down => unnamed_file_lengths(child.pid()),
+            Dir::Up => Vec::new(),
+        };
         let found = rels.iter().find(|r| {
             let want = file_len(&src_of(r));
             let d = cell.dst_dir.join(r);
-            want > 0 && fs::metadata(part_of(&d)).is_ok_and(|m| m.len() == want) && !d.exists()
+            let part = fs::metadata(part_of(&d)).is_ok_and(|m| m.len() == want);
+            want > 0 && (part || unnamed.contains(&want)) && !d.exists()
         });
         if let Some(r) = found {
             break r.clone();
@@ -1231,6 +1238,33 @@ fn kill_before_rename(peer: &Peer, cell: &Cell, ctx: &str) {
     );
     assert_no_bad_finals(&cell.src, &cell.dst(), ctx);
     resume_ends_identical(peer, cell, ctx);
+}
+
+/// The lengths of the files without a name (`O_TMPFILE`, not linked in
+/// yet) that the ferry under `under` (strace) has open: its descriptors
+/// read as `/dir/#inode (deleted)`. The tree's files differ in length,
+/// so a length says which file it is.
+fn unnamed_file_lengths(under: u32) -> Vec<u64> {
+    let children =
+        fs::read_to_string(format!("/proc/{under}/task/{under}/children")).unwrap_or_default();
+    let mut out = Vec::new();
+    for c in children.split_whitespace() {
+        let Ok(fds) = fs::read_dir(format!("/proc/{c}/fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            let to = fs::read_link(fd.path()).unwrap_or_default();
+            let to = to.to_string_lossy();
+            let unnamed = to.ends_with(" (deleted)")
+                && to.rsplit('/').next().is_some_and(|n| n.starts_with('#'));
+            if unnamed {
+                if let Ok(m) = fs::metadata(fd.path()) {
+                    out.push(m.len());
+                }
+            }
+        }
+    }
+    out
 }
 
 /// strace attached to the server's processes (sshd and its children,

@@ -79,12 +79,16 @@ pub(crate) fn write_whole(
     .map_err(|(e, _)| e)
 }
 
-/// A new local file in one go on the calling thread: `part` (else `to`
-/// itself) created or truncated with `perm`, filled by `fill`, given
-/// `mode` and `mtime`, renamed over `to`. A failure of `fill` leaves the
-/// part as it is (for `--resume`) and `to` untouched. `Err`'s flag is
-/// `fill`'s (a [`RangeTask`](super::RangeTask)'s: the source failed);
-/// this file's own errors have it unset.
+/// A new local file in one go on the calling thread: filled by `fill`,
+/// given `mode` and `mtime`, then put in place as `to`. With a `part`
+/// name it is first an unnamed file in `to`'s directory ([`Unnamed`]),
+/// linked in as `to` once whole (where the file system has no unnamed
+/// files, `part` itself, created or truncated, renamed over `to`);
+/// without one, `to` itself. A failure of `fill` never touches `to`: an
+/// unnamed file vanishes, a part with bytes in it is kept (for
+/// `--resume`), an empty one removed. `Err`'s flag is `fill`'s (a
+/// [`RangeTask`](super::RangeTask)'s: the source failed); this file's
+/// own errors have it unset.
 pub(crate) fn make_file(
     part: Option<&std::path::Path>,
     to: &std::path::Path,
@@ -94,17 +98,34 @@ pub(crate) fn make_file(
     fill: impl FnOnce(&Arc<std::fs::File>, &std::path::Path) -> Result<(), (TransferError, bool)>,
 ) -> Result<(), (TransferError, bool)> {
     let local = |e| (e, false);
-    let w = part.unwrap_or(to);
-    let mut o = std::fs::OpenOptions::new();
-    o.write(true).create(true).truncate(true);
-    if let Some(p) = perm {
-        o.mode(p & 0o777);
+    let unnamed = part.and_then(|_| Unnamed::open(to, perm));
+    // What errors name: the part, or for an unnamed file its final name.
+    let w = match (&unnamed, part) {
+        (None, Some(p)) => p,
+        _ => to,
+    };
+    let f = match &unnamed {
+        Some(u) => u.file.clone(),
+        None => {
+            let mut o = std::fs::OpenOptions::new();
+            o.write(true).create(true).truncate(true);
+            if let Some(p) = perm {
+                o.mode(p & 0o777);
+            }
+            Arc::new(
+                o.open(w)
+                    .map_err(|e| local(TransferError::local(w, "cannot create", e)))?,
+            )
+        }
+    };
+    if let Err(e) = fill(&f, w) {
+        // Refused before its first byte (the file went away since the
+        // listing): no empty part file left behind.
+        if unnamed.is_none() && part.is_some() && f.metadata().is_ok_and(|m| m.len() == 0) {
+            let _ = std::fs::remove_file(w);
+        }
+        return Err(e);
     }
-    let f = Arc::new(
-        o.open(w)
-            .map_err(|e| local(TransferError::local(w, "cannot create", e)))?,
-    );
-    fill(&f, w)?;
     if let Some(m) = mode {
         f.set_permissions(std::fs::Permissions::from_mode(m & 0o7777))
             .map_err(|e| local(TransferError::local(w, "cannot set permissions", e)))?;
@@ -112,11 +133,108 @@ pub(crate) fn make_file(
     if let Some(t) = mtime {
         set_file_times(&f, w, t).map_err(local)?;
     }
-    drop(f);
-    if part.is_some() {
-        rename_into_place(w, to).map_err(local)?;
+    match (unnamed, part) {
+        (Some(u), Some(p)) => u.link_as(p, to).map_err(local),
+        (None, Some(p)) => {
+            drop(f);
+            rename_into_place(p, to).map_err(local)
+        }
+        _ => Ok(()),
     }
-    Ok(())
+}
+
+/// A file without a name yet (`O_TMPFILE`) in the directory of the name
+/// it will have, linked in under that name once it is whole. Against a
+/// named part file renamed over the final name this is one change to the
+/// directory a file instead of two, and a failed or killed copy leaves
+/// nothing behind. On ext4 it halved the system time of making 1,000
+/// files of 100 kB with eight threads in one directory (0.25-0.30 s
+/// against 0.46-0.59 s; creating and renaming there both take the
+/// directory's lock, which the threads then wait for); on tmpfs the two
+/// cost the same (docs/internals/engine.md, "Local files").
+struct Unnamed {
+    file: Arc<std::fs::File>,
+}
+
+/// Off once a file system here has refused an unnamed file.
+#[cfg(target_os = "linux")]
+static UNNAMED_OFF: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+impl Unnamed {
+    /// `None` where it cannot be made: no `O_TMPFILE` on this system or
+    /// file system, or no `/proc` to link it by (the caller then writes a
+    /// named part, whose errors say what is wrong).
+    #[cfg(target_os = "linux")]
+    fn open(to: &std::path::Path, perm: Option<u32>) -> Option<Unnamed> {
+        use rustix::fs::{Mode, OFlags};
+        use std::sync::atomic::Ordering;
+        static PROC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        if UNNAMED_OFF.load(Ordering::Relaxed)
+            || !*PROC.get_or_init(|| std::path::Path::new("/proc/self/fd").is_dir())
+        {
+            return None;
+        }
+        let dir = match to.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => std::path::Path::new("."),
+        };
+        let flags = OFlags::TMPFILE | OFlags::WRONLY | OFlags::CLOEXEC;
+        let mode = Mode::from_raw_mode(perm.unwrap_or(0o666) & 0o777);
+        match rustix::fs::open(dir, flags, mode) {
+            Ok(fd) => Some(Unnamed {
+                file: Arc::new(std::fs::File::from(fd)),
+            }),
+            Err(e) => {
+                // Not this file system's (or this kernel's) to give;
+                // other errors (no directory, no permission) the named
+                // part reports itself.
+                use rustix::io::Errno;
+                if matches!(e, Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) {
+                    UNNAMED_OFF.store(true, Ordering::Relaxed);
+                }
+                None
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    fn open(_to: &std::path::Path, _perm: Option<u32>) -> Option<Unnamed> {
+        None
+    }
+
+    /// Give the file its name `to`. Where something is there already, the
+    /// file is linked as `part` and renamed over it, so what was there is
+    /// replaced in one step, as a named part would have been.
+    #[cfg(target_os = "linux")]
+    fn link_as(self, part: &std::path::Path, to: &std::path::Path) -> Result<(), TransferError> {
+        use rustix::fs::{AtFlags, CWD};
+        use rustix::io::Errno;
+        use std::os::fd::AsRawFd;
+        let me = format!("/proc/self/fd/{}", self.file.as_raw_fd());
+        let link =
+            |at: &std::path::Path| rustix::fs::linkat(CWD, &me, CWD, at, AtFlags::SYMLINK_FOLLOW);
+        let cannot = |at: &std::path::Path, e: Errno| {
+            TransferError::local(at, "cannot link the finished file into place", e.into())
+        };
+        match link(to) {
+            Ok(()) => return Ok(()),
+            Err(Errno::EXIST) => {}
+            Err(e) => return Err(cannot(to, e)),
+        }
+        // A part left by an earlier copy is replaced, as a named part's
+        // open would have truncated it.
+        match link(part) {
+            Err(Errno::EXIST) => {
+                let _ = std::fs::remove_file(part);
+                link(part).map_err(|e| cannot(part, e))?;
+            }
+            r => r.map_err(|e| cannot(part, e))?,
+        }
+        rename_into_place(part, to)
+    }
+    #[cfg(not(target_os = "linux"))]
+    fn link_as(self, _part: &std::path::Path, _to: &std::path::Path) -> Result<(), TransferError> {
+        unreachable!("no unnamed files here")
+    }
 }
 
 #[async_trait]
@@ -637,4 +755,89 @@ fn set_file_times(f: &std::fs::File, p: &std::path::Path, t: i64) -> Result<(), 
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(t.max(0) as u64);
     f.set_times(std::fs::FileTimes::new().set_accessed(t).set_modified(t))
         .map_err(|e| TransferError::local(p, "cannot set times", e))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn names(d: &std::path::Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    fn whole(d: &std::path::Path, name: &str, data: &[u8]) -> Result<(), TransferError> {
+        let to = d.join(name);
+        let part = d.join(format!(".{name}.ferry-part"));
+        write_whole(
+            Some(part.as_os_str().as_bytes()),
+            to.as_os_str().as_bytes(),
+            data,
+            Some(0o640),
+            Some(1_000_000_000),
+            None,
+        )
+    }
+
+    #[test]
+    fn a_whole_file_appears_under_its_name_only() {
+        let d = tempfile::tempdir().unwrap();
+        whole(d.path(), "new.bin", b"fresh").unwrap();
+        // Over a file that was there, and over a part an earlier copy left.
+        std::fs::write(d.path().join("old.bin"), b"what was there").unwrap();
+        std::fs::write(d.path().join(".old.bin.ferry-part"), b"stale part").unwrap();
+        whole(d.path(), "old.bin", b"replaced").unwrap();
+        assert_eq!(names(d.path()), ["new.bin", "old.bin"]);
+        assert_eq!(std::fs::read(d.path().join("new.bin")).unwrap(), b"fresh");
+        assert_eq!(
+            std::fs::read(d.path().join("old.bin")).unwrap(),
+            b"replaced"
+        );
+        let m = std::fs::metadata(d.path().join("new.bin")).unwrap();
+        assert_eq!(m.mtime(), 1_000_000_000);
+        assert_eq!(m.mode() & 0o077, 0o040 & !umask() & 0o077);
+    }
+
+    fn umask() -> u32 {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("probe");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o777)
+            .open(&p)
+            .unwrap();
+        !std::fs::metadata(&p).unwrap().mode() & 0o777
+    }
+
+    #[test]
+    fn a_failed_fill_leaves_nothing_and_keeps_what_was_there() {
+        let d = tempfile::tempdir().unwrap();
+        let to = d.path().join("f.bin");
+        let part = d.path().join(".f.bin.ferry-part");
+        std::fs::write(&to, b"keep me").unwrap();
+        let r = make_file(Some(&part), &to, None, None, None, |f, _| {
+            let mut f: &std::fs::File = f;
+            std::io::Write::write_all(&mut f, b"half of it").unwrap();
+            Err((TransferError::Network("lost".into()), true))
+        });
+        assert!(r.is_err());
+        assert_eq!(names(d.path()), ["f.bin"]);
+        assert_eq!(std::fs::read(&to).unwrap(), b"keep me");
+    }
+
+    #[test]
+    fn a_directory_in_the_way_is_said_and_nothing_is_left() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("dir.bin")).unwrap();
+        let e = whole(d.path(), "dir.bin", b"data").unwrap_err();
+        assert!(e.to_string().contains("a directory is in the way"), "{e}");
+        assert_eq!(names(d.path()), ["dir.bin"]);
+    }
 }

@@ -278,7 +278,9 @@ impl LocalSource {
 /// A new local file that a backend makes whole on its own thread
 /// ([`Backend::get_local`]).
 pub struct LocalTarget {
-    /// Written first and renamed over `to`; `None`: `to` itself.
+    /// `Some`: the file is put in place as `to` only when whole, unnamed
+    /// until then or written under this part name (`local::make_file`);
+    /// `None`: written as `to` itself.
     pub(crate) part: Option<std::path::PathBuf>,
     pub(crate) to: std::path::PathBuf,
     pub(crate) len: u64,
@@ -307,7 +309,6 @@ impl LocalTarget {
             shown,
             progress,
         } = self;
-        let is_part = part.is_some();
         local::make_file(part.as_deref(), &to, perm, mtime, mode, |file, path| {
             let at = LocalFile {
                 file: file.clone(),
@@ -318,17 +319,10 @@ impl LocalTarget {
                 progress: progress.clone(),
                 ..LocalRange::new(at, len, shown)
             });
+            filled?;
             let wrote = progress.bytes.load(Ordering::Relaxed);
-            if let Err(e) = filled {
-                // Refused before its first byte (the file went away since
-                // the listing): no empty part file left behind.
-                if wrote == 0 && is_part {
-                    let _ = std::fs::remove_file(path);
-                }
-                return Err(e);
-            }
             // A writer told to stop ends early without an error: the
-            // part is kept, never renamed.
+            // file is never put in place.
             if progress.stopped() {
                 return Err((TransferError::cancelled(), false));
             }
