@@ -157,6 +157,13 @@ def main():
             shutil.rmtree(d("gw/bench/.sgwtmp"), ignore_errors=True)
             shutil.rmtree(d("down"), ignore_errors=True)
             os.makedirs(d("down"))
+            # Write the deletions back before the next run: ext4 without a
+            # journal (this VM's disk) skips inodes deleted within the last
+            # 30 s whose inode-table block is still dirty, and that walk
+            # (`recently_deleted`, ~30% of a small download's samples) made
+            # each run slower than the one before (BENCHMARKS.md, run
+            # tmpfile-1).
+            os.sync()
         cases = a.only.split(",")
         variants = [(c, t) for c in cases for t in tools if have.get(t) and cmds(c, t)]
         print(f"# {len(variants)} variants, {a.runs} runs each (+1 warm-up); load: {os.getloadavg()}", flush=True)
