@@ -147,9 +147,9 @@ pub(crate) fn make_file(
 /// it will have, linked in under that name once it is whole. Against a
 /// named part file renamed over the final name this is one change to the
 /// directory a file instead of two, and a failed or killed copy leaves
-/// nothing behind. On ext4 it halved the system time of making 1,000
-/// files of 100 kB with eight threads in one directory (0.25-0.30 s
-/// against 0.46-0.59 s; creating and renaming there both take the
+/// nothing behind. On ext4 it about halved the system time of making
+/// 1,000 files of 100 kB with eight threads in one directory (medians
+/// 0.28 s against 0.52 s; creating and renaming there both take the
 /// directory's lock, which the threads then wait for); on tmpfs the two
 /// cost the same (docs/internals/engine.md, "Local files").
 struct Unnamed {
