@@ -210,9 +210,10 @@ def main():
                 for t in order:
                     shutil.rmtree(dst(t), ignore_errors=True)
                     # Deletions written back first: ext4 without a journal
-                    # makes a file more slowly while inodes deleted in the
-                    # last 30 s sit in dirty blocks (BENCHMARKS.md, run
-                    # tmpfile-1), and the last tool's tree just went.
+                    # skips free inodes deleted in the last 60 s, or 300 s
+                    # while their blocks are not written back, when it
+                    # makes a file (BENCHMARKS.md, run tmpfile-1), and the
+                    # last tool's tree just went.
                     os.sync()
                     timed("initial", t, cmd(t), r)
             syncs = [t for t in order if t != "ferry-cp"]

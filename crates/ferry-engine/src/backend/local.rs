@@ -147,11 +147,12 @@ pub(crate) fn make_file(
 /// it will have, linked in under that name once it is whole. Against a
 /// named part file renamed over the final name this is one change to the
 /// directory a file instead of two, and a failed or killed copy leaves
-/// nothing behind. On ext4 it about halved the system time of making
-/// 1,000 files of 100 kB with eight threads in one directory (medians
-/// 0.28 s against 0.52 s; creating and renaming there both take the
-/// directory's lock, which the threads then wait for); on tmpfs the two
-/// cost the same (docs/internals/engine.md, "Local files").
+/// nothing behind. Where making an inode is slow (this project's VMs:
+/// ext4 without a journal, just after many deletions) the threads stop
+/// waiting for the directory's lock, which creating a name and renaming
+/// both take: 1,000 files of 100 kB by eight threads, medians of 0.28 s
+/// of system time against 0.52 s. On a journaled ext4 and on tmpfs the
+/// two cost the same (docs/internals/engine.md, "Local files").
 struct Unnamed {
     file: Arc<std::fs::File>,
 }
