@@ -44,6 +44,50 @@ pub fn fs_type(path: &Path) -> String {
     }
 }
 
+/// Whether `path` is on an ext4 without a journal: its mount's device
+/// (`/proc/self/mountinfo`, the longest mount point above `path`) has no
+/// `/proc/fs/jbd2/DEV-*`. There ext4 skips, when it makes a file, the
+/// inodes freed in the last minutes, so a many-file cell pays for the
+/// deletions before it (docs/internals/bench.md, "Cells").
+pub fn ext4_without_journal(path: &Path) -> bool {
+    if fs_type(path) != "ext4" {
+        return false;
+    }
+    let Ok(path) = fs::canonicalize(path) else {
+        return false;
+    };
+    let Ok(info) = fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    // mountinfo: ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS... - TYPE SOURCE SUPER
+    let mut best: Option<(usize, String)> = None;
+    for line in info.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let (Some(point), Some(dash)) = (f.get(4), f.iter().position(|x| *x == "-")) else {
+            continue;
+        };
+        let (Some(&"ext4"), Some(source)) = (f.get(dash + 1), f.get(dash + 2)) else {
+            continue;
+        };
+        let point = point.replace("\\040", " ");
+        if path.starts_with(&point) && best.as_ref().is_none_or(|(n, _)| point.len() > *n) {
+            best = Some((point.len(), source.to_string()));
+        }
+    }
+    let Some((_, source)) = best else {
+        return false;
+    };
+    let dev = source.rsplit('/').next().unwrap_or_default().to_string();
+    let journals = fs::read_dir("/proc/fs/jbd2")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    !journals.iter().any(|j| j.starts_with(&format!("{dev}-")))
+}
+
 /// MB/s (10^6 bytes of file payload per second) of a plain copy of the
 /// set's files into a fresh directory under `scratch`, the faster of two;
 /// the copy is removed after each.
@@ -75,4 +119,24 @@ pub fn local_copy_mb_per_s(ds: &DataSet, scratch: &Path) -> Result<f64> {
         fs::remove_dir_all(&dest)?;
     }
     Ok((best * 10.0).round() / 10.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_ext4_can_lack_a_journal() {
+        assert!(!ext4_without_journal(Path::new("/proc")));
+        if fs_type(Path::new("/dev/shm")) == "tmpfs" {
+            assert!(!ext4_without_journal(Path::new("/dev/shm")));
+        }
+        // Said for the record: which it is depends on the host.
+        for p in ["/var/tmp", "/mnt/jext4"] {
+            eprintln!(
+                "{p}: ext4 without a journal: {}",
+                ext4_without_journal(Path::new(p))
+            );
+        }
+    }
 }

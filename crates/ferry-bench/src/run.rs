@@ -446,6 +446,14 @@ pub fn run_local(args: &BenchArgs) -> Result<Report> {
             fs_ceiling.insert(ds.name.clone(), v);
         }
     }
+    if ceiling::ext4_without_journal(&work) {
+        notes.push(
+            "the work directory is on an ext4 without a journal: making a file there skips the \
+             inodes freed in the last minutes, so many-file cells pay for the runs before them; \
+             use a journaled ext4 (docs/internals/bench.md)"
+                .into(),
+        );
+    }
     notes.push(format!(
         "work directory {} on {work_fs}; a plain local copy into it (the file system's ceiling, \
          best of 2): {}",
