@@ -158,12 +158,12 @@ def main():
             shutil.rmtree(d("down"), ignore_errors=True)
             os.makedirs(d("down"))
             # Write the deletions back before the next run: ext4 without a
-            # journal (this VM's disk) skips free inodes deleted in the
-            # last 60 s, or 300 s while their inode-table block is not
+            # journal (this VM's disk) skips the free inodes deleted in the
+            # last minutes, longer while their inode-table block is not
             # written back, and that walk (`recently_deleted`, ~30% of a
             # small download's samples) made each run slower than the one
-            # before (BENCHMARKS.md, run tmpfile-1). Written back, the
-            # window is shorter, not gone: use a journaled ext4 for --dir
+            # before (BENCHMARKS.md, run tmpfile-1). Written back it is
+            # shorter, not gone: use a journaled ext4 for --dir
             # (docs/internals/bench.md).
             os.sync()
         cases = a.only.split(",")

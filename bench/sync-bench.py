@@ -210,10 +210,10 @@ def main():
                 for t in order:
                     shutil.rmtree(dst(t), ignore_errors=True)
                     # Deletions written back first: ext4 without a journal
-                    # skips free inodes deleted in the last 60 s, or 300 s
-                    # while their blocks are not written back, when it
-                    # makes a file (BENCHMARKS.md, run tmpfile-1), and the
-                    # last tool's tree just went.
+                    # skips the free inodes deleted in the last minutes
+                    # when it makes a file, longer while their blocks are
+                    # not written back (BENCHMARKS.md, run tmpfile-1), and
+                    # the last tool's tree just went.
                     os.sync()
                     timed("initial", t, cmd(t), r)
             syncs = [t for t in order if t != "ferry-cp"]

@@ -282,15 +282,14 @@ fn empty_dir(d: &Path) -> Result<()> {
 
 /// Write `d`'s file system back (`syncfs`) before a run, outside its
 /// time. ext4 without a journal (this project's VMs) skips, when it
-/// makes a file, every free inode deleted in the last 60 s, or in the
-/// last 300 s while its inode-table block is not written back
-/// (`recently_deleted` in fs/ext4/ialloc.c): that walk was about 30% of
-/// a small download's samples after the run before it was emptied, each
-/// run slower than the last (BENCHMARKS.md, run tmpfile-1). Written
-/// back, the window is 60 s instead of 300 by the kernel's source; in
-/// run tmpfile-1 10,000 files still cost 25 times their system time
-/// 70 s after 10,000 were deleted, so measure many small files on a
-/// journaled ext4 (docs/internals/bench.md). tmpfs has nothing to write.
+/// makes a file, the free inodes deleted in the last minutes (longer
+/// while their inode-table block is not written back: `recently_deleted`
+/// in fs/ext4/ialloc.c). That walk was about 30% of a small download's
+/// samples after the run before it was emptied, each run slower than
+/// the last (BENCHMARKS.md, run tmpfile-1). Written back, 10,000 files
+/// still cost 25 times their system time 70 s after 10,000 were
+/// deleted, so many small files are measured on a journaled ext4
+/// (docs/internals/bench.md). tmpfs has nothing to write.
 fn write_back(d: &Path) {
     use std::os::fd::AsRawFd;
     if let Ok(f) = fs::File::open(d) {
