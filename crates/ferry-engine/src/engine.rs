@@ -809,7 +809,7 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
         && size <= ONE_JOB_MAX
         && !may_split
         // A local source is asked again by the job itself (an fstat).
-        && (!(listed && checkable(src.as_ref())) || src.local_path(&f.src).is_some());
+        && (!(listed && src.stat_as_listed()) || src.local_path(&f.src).is_some());
     if one_job {
         if let Some(res) = copy_in_one_job(r, f, &target, size).await {
             return res;
@@ -823,7 +823,7 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
     // again before that byte goes (a file of WHOLE_FILE or less is one
     // read, and not asked). `checked`: it was, and had not changed.
     let checked = std::sync::atomic::AtomicBool::new(false);
-    let end_check = (listed && !target.renamed && checkable(src.as_ref())).then_some(&checked);
+    let end_check = (listed && !target.renamed && src.stat_as_listed()).then_some(&checked);
     let todo = span(&missing);
     let asked = r.opts.streams.is_some() && todo >= 2 * MIN_RANGE;
     let widening = widening && info.ranges && todo >= widen::WIDEN_MIN;
@@ -1308,7 +1308,7 @@ async fn source_unchanged(
     asked_before_the_end: bool,
 ) -> Result<(), TransferError> {
     let src = &r.sources[f.source].backend;
-    if !checkable(src.as_ref()) || !source_changed(r, f).await? {
+    if !src.stat_as_listed() || !source_changed(r, f).await? {
         return Ok(());
     }
     let why = changed_why(r, f);
@@ -1325,11 +1325,6 @@ async fn source_unchanged(
     }
     discard(r.dest.backend.as_ref(), &target.write, record).await;
     Err(changed_error(r, f))
-}
-
-/// A source whose listing and stat say its time alike ([`source_unchanged`]).
-fn checkable(src: &dyn Backend) -> bool {
-    src.stat_as_listed()
 }
 
 /// The source's size or time is not the plan's any more (or it is gone).
@@ -1393,12 +1388,7 @@ async fn copy_whole(
 ) -> Result<u64, TransferError> {
     let src = &r.sources[f.source].backend;
     let dst = &r.dest.backend;
-    let dc = dst.capabilities();
-    let mtime = f.mtime.filter(|_| r.opts.preserve && dc.set_times);
-    let mode = f
-        .mode
-        .filter(|_| r.opts.preserve && dc.set_mode)
-        .map(|m| m & 0o7777);
+    let (mtime, mode) = kept_attrs(r, f);
     let part = target.renamed.then_some(target.write.as_slice());
     let stall = r.opts.timeout;
     let to_local = dst.local_path(&f.dst).is_some();
@@ -1493,6 +1483,18 @@ async fn copy_whole(
     Ok(size)
 }
 
+/// The time and mode `f`'s copy is given: with `-p`, where the
+/// destination keeps them.
+fn kept_attrs(r: &Run, f: &FilePlan) -> (Option<i64>, Option<u32>) {
+    if !r.opts.preserve {
+        return (None, None);
+    }
+    let dc = r.dest.backend.capabilities();
+    let mtime = f.mtime.filter(|_| dc.set_times);
+    let mode = f.mode.filter(|_| dc.set_mode).map(|m| m & 0o7777);
+    (mtime, mode)
+}
+
 /// The largest file moved in one job on a backend's thread
 /// ([`Backend::get_local`], [`Backend::put_from_local`]): a lost
 /// connection sends it again whole.
@@ -1511,7 +1513,7 @@ async fn copy_in_one_job(
 ) -> Option<Result<u64, TransferError>> {
     let src = &r.sources[f.source].backend;
     let dst = &r.dest.backend;
-    let dc = dst.capabilities();
+    let (mtime, mode) = kept_attrs(r, f);
     // Into a local file: where it goes. Else from a local file: where
     // it is.
     let into = match dst.local_path(&f.dst) {
@@ -1542,11 +1544,8 @@ async fn copy_in_one_job(
                     to: to.clone(),
                     len: size,
                     perm: f.perm(),
-                    mtime: f.mtime.filter(|_| r.opts.preserve && dc.set_times),
-                    mode: f
-                        .mode
-                        .filter(|_| r.opts.preserve && dc.set_mode)
-                        .map(|m| m & 0o7777),
+                    mtime,
+                    mode,
                     shown: shown.clone(),
                     progress: progress.clone(),
                 },
@@ -2155,7 +2154,6 @@ async fn finalize_once(
     size_known: bool,
 ) -> Result<(), TransferError> {
     let dst = &r.dest.backend;
-    let dc = dst.capabilities();
     if target.renamed && !size_known {
         if let Some(e) = dst.stat(&target.write).await? {
             if e.size.is_some_and(|s| s != size) {
@@ -2167,12 +2165,9 @@ async fn finalize_once(
             }
         }
     }
-    if r.opts.preserve {
-        let mtime = f.mtime.filter(|_| dc.set_times);
-        let mode = f.mode.filter(|_| dc.set_mode).map(|m| m & 0o7777);
-        if mtime.is_some() || mode.is_some() {
-            dst.set_attrs(&target.write, mtime, mode).await?;
-        }
+    let (mtime, mode) = kept_attrs(r, f);
+    if mtime.is_some() || mode.is_some() {
+        dst.set_attrs(&target.write, mtime, mode).await?;
     }
     if target.renamed {
         if r.cancel.is_cancelled() {

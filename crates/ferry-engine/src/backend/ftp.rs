@@ -547,7 +547,8 @@ impl Backend for Ftp {
         Some(self.put_small(part, to, from).await)
     }
 
-    /// One blocking job a file (read by `RETR` into the part, renamed),
+    /// One blocking job a file (read by `RETR` into the new file, put in
+    /// place: [`LocalTarget::make`]),
     /// as the copy loop's worker did (BENCHMARKS.md run ftp-one-job-1).
     fn get_local(&self, p: &[u8], to: LocalTarget) -> Option<RangeTask> {
         let retr = Retr {

@@ -262,15 +262,13 @@ impl LocalSource {
             .map_err(|e| TransferError::local(&self.path, "cannot open", e))?;
         let file = Arc::new(file);
         let check = SourceCheck::new(file.clone(), self.len, self.mtime);
-        let at = LocalFile {
+        let range = LocalRange::whole(
             file,
-            path: self.path.clone(),
-            at: 0,
-        };
-        let range = LocalRange {
-            progress: self.progress.clone(),
-            ..LocalRange::new(at, self.len, shown.to_string())
-        };
+            &self.path,
+            self.len,
+            shown.to_string(),
+            &self.progress,
+        );
         Ok((range, check))
     }
 }
@@ -310,16 +308,7 @@ impl LocalTarget {
             progress,
         } = self;
         local::make_file(part.as_deref(), &to, perm, mtime, mode, |file, path| {
-            let at = LocalFile {
-                file: file.clone(),
-                path: path.to_path_buf(),
-                at: 0,
-            };
-            let filled = fill(LocalRange {
-                progress: progress.clone(),
-                ..LocalRange::new(at, len, shown)
-            });
-            filled?;
+            fill(LocalRange::whole(file.clone(), path, len, shown, &progress))?;
             let wrote = progress.bytes.load(Ordering::Relaxed);
             // A writer told to stop ends early without an error: the
             // file is never put in place.
@@ -343,6 +332,26 @@ impl LocalRange {
             shown,
             progress: Arc::default(),
             check: None,
+        }
+    }
+
+    /// All `len` bytes of a file opened for one job, counted in
+    /// `progress`.
+    fn whole(
+        file: Arc<std::fs::File>,
+        path: &std::path::Path,
+        len: u64,
+        shown: String,
+        progress: &Arc<RangeProgress>,
+    ) -> LocalRange {
+        let at = LocalFile {
+            file,
+            path: path.to_path_buf(),
+            at: 0,
+        };
+        LocalRange {
+            progress: progress.clone(),
+            ..LocalRange::new(at, len, shown)
         }
     }
 
@@ -683,13 +692,14 @@ pub trait Backend: Send + Sync {
     }
 
     /// The whole of `path` (`to.len` bytes) into a new local file, in one
-    /// job on a thread of this backend's own: the part file made, every
-    /// byte written, its mode and time set, the rename over the final
+    /// job on a thread of this backend's own: the file made, every byte
+    /// written, its mode and time set, then put in place under its final
     /// name ([`LocalTarget::make`]). A file then costs one hand-off
     /// between threads, not four (the part's open, the transfer, the
     /// rename, each a trip to the blocking pool and back: 100 x 1 MB
     /// from vsftpd took 1.24x the copy loop's time). The task's end is
-    /// the file's; a failure leaves the part, never the final name. `None`:
+    /// the file's; a failure never touches the final name (and leaves no
+    /// part where the file was unnamed, `local::make_file`). `None`:
     /// this backend does not; the engine reads and writes the file.
     fn get_local(&self, _path: &[u8], _to: LocalTarget) -> Option<RangeTask> {
         None
