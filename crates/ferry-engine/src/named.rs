@@ -86,7 +86,9 @@ impl CopyOptions {
                 self.chunk = Some(c as u32);
             }
             "depth" => self.max_depth = count(name, v)?,
-            "window" => self.connect.window_size = size(name, v)?.min(u64::from(u32::MAX)) as u32,
+            "window" => {
+                self.connect.window_size = Some(size(name, v)?.min(u64::from(u32::MAX)) as u32)
+            }
             "inflight" => self.max_inflight = Some(size(name, v)?),
             "ssh_config" | "F" => self.connect.config_file = Some(PathBuf::from(v)),
             "identity" | "identity_file" | "i" => {

@@ -37,6 +37,32 @@ use crate::proxy_command::ProxyCommand;
 use crate::sftp::SftpClient;
 
 /// What the command line says about SSH, on top of `ssh_config`.
+/// Our receive window per channel by default: 670 MB/s at 100 ms for
+/// one connection, where the server can send that much
+/// (docs/internals/wan.md, "Windows and buffers").
+pub const WINDOW: u32 = 64 * 1024 * 1024;
+
+/// Our receive window per channel with an OpenSSH server: what a Linux
+/// sshd's socket can hold by default (`tcp_wmem`'s maximum, 4 MiB). sshd
+/// reads what the window allows from sftp-server at once, and what its
+/// socket cannot take waits in its channel buffer, which it grows by
+/// copying and moves down as it sends: with 64 MiB, sshd spent 2.4x the
+/// CPU (and 3.4x the page faults) of a 4 MiB window on one connection at
+/// 100 ms, at the same 16 MB/s; on loopback the two were alike
+/// (BENCHMARKS.md, run sshd-window-1).
+pub const OPENSSH_WINDOW: u32 = 4 * 1024 * 1024;
+
+/// Our receive window per channel with the server that sent `server_id`
+/// (its `SSH-2.0-...` line): `--window` when given, else [`WINDOW`], or
+/// [`OPENSSH_WINDOW`] with OpenSSH.
+fn channel_window(server_id: &[u8], chosen: Option<u32>) -> u32 {
+    match chosen {
+        Some(w) => w,
+        None if server_id.starts_with(b"SSH-2.0-OpenSSH_") => OPENSSH_WINDOW,
+        None => WINDOW,
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct ConnectOptions {
     /// `-F`: use only this config file.
@@ -48,10 +74,11 @@ pub struct ConnectOptions {
     /// User and port from the URL (they beat the config, as with ssh).
     pub user: Option<String>,
     pub port: Option<u16>,
-    /// Our receive window per channel. OpenSSH uses 2 MiB, which caps a
-    /// download at window/RTT (about 100 MB/s at 20 ms); see
-    /// docs/internals/sftp.md for how the default was chosen.
-    pub window_size: u32,
+    /// Our receive window per channel (`--window`). `None`: [`WINDOW`],
+    /// or [`OPENSSH_WINDOW`] with an OpenSSH server. OpenSSH's own client
+    /// uses 2 MiB, which caps a download at window/RTT (about 100 MB/s at
+    /// 20 ms); docs/internals/sftp.md says how the defaults were chosen.
+    pub window_size: Option<u32>,
     /// Largest SSH channel packet we accept (default 255 KiB: a READ reply
     /// then fits one packet; docs/internals/sftp.md).
     pub max_packet: u32,
@@ -79,7 +106,7 @@ impl Default for ConnectOptions {
             options: Vec::new(),
             user: None,
             port: None,
-            window_size: 64 * 1024 * 1024,
+            window_size: None,
             max_packet: crate::MAX_CHANNEL_PACKET,
             interactive: false,
             prompt: crate::PromptHandle::default(),
@@ -496,7 +523,7 @@ impl Connector {
             ..Preferred::default()
         };
         Ok(client::Config {
-            window_size: self.opts.window_size,
+            window_size: self.opts.window_size.unwrap_or(WINDOW),
             maximum_packet_size: self.opts.max_packet,
             channel_buffer_size: 1024,
             preferred,
@@ -738,6 +765,7 @@ impl Connector {
             prompted: prompted.clone(),
             cipher: cipher.clone(),
             compress: compress.clone(),
+            window: self.opts.window_size,
         };
         let handshake = client::connect_stream(config, stream, handler);
         // ConnectTimeout also bounds the handshake, as ssh bounds its
@@ -1168,6 +1196,8 @@ pub(crate) struct ClientHandler {
     cipher: Arc<Mutex<Option<String>>>,
     /// The negotiated compression, likewise.
     compress: Arc<ConnectionCompression>,
+    /// `--window`, when given: it holds with every server.
+    window: Option<u32>,
 }
 
 impl ClientHandler {
@@ -1387,6 +1417,12 @@ impl ClientHandler {
 }
 
 impl client::Handler for ClientHandler {
+    fn channel_window(&mut self, server_id: &[u8], _configured: u32) -> u32 {
+        let w = channel_window(server_id, self.window);
+        tracing::debug!("{}: a channel window of {} KiB", self.host, w / 1024);
+        w
+    }
+
     type Error = russh::Error;
 
     async fn check_server_key(
@@ -1414,5 +1450,23 @@ impl client::Handler for ClientHandler {
             method_name(&names.server_compression).to_string(),
         ));
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn openssh_gets_the_window_its_socket_holds_unless_one_was_asked() {
+        let openssh = b"SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u3";
+        assert_eq!(channel_window(openssh, None), OPENSSH_WINDOW);
+        assert_eq!(channel_window(b"SSH-2.0-russh_0.65.1", None), WINDOW);
+        assert_eq!(channel_window(b"SSH-2.0-dropbear_2022.83", None), WINDOW);
+        assert_eq!(channel_window(openssh, Some(64 << 20)), 64 << 20);
+        assert_eq!(
+            channel_window(b"SSH-2.0-russh_0.65.1", Some(1 << 20)),
+            1 << 20
+        );
     }
 }

@@ -155,7 +155,8 @@ struct ConnArgs {
     /// Most requests in flight per file (the window adapts below this).
     #[arg(long, value_name = "N", default_value_t = CopyOptions::default().max_depth)]
     depth: usize,
-    /// SSH receive window per connection (e.g. 2M, 64M).
+    /// SSH receive window per connection (e.g. 2M, 64M; default 64M, 4M
+    /// with OpenSSH servers, whose sshd buffers what its socket cannot take).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     window: Option<u64>,
     /// Most bytes in flight per SFTP stream (tuning; default 32M, the
@@ -290,7 +291,7 @@ impl ConnArgs {
             opts.connect.max_packet = p.min(u64::from(ferry_engine::MAX_CHANNEL_PACKET)) as u32;
         }
         if let Some(w) = self.window {
-            opts.connect.window_size = w.min(u32::MAX as u64) as u32;
+            opts.connect.window_size = Some(w.min(u32::MAX as u64) as u32);
         }
 
         Ok(opts)

@@ -606,7 +606,8 @@ impl Session {
                 if !self.common.is_established_channel(channel_num) {
                     return Ok(());
                 }
-                let target = self.common.config.window_size;
+                // ferry: the session's window, as the server side does.
+                let target = self.target_window_size;
                 #[allow(clippy::collapsible_if)]
                 if let Some(ref mut enc) = self.common.encrypted {
                     if enc.adjust_window_size(channel_num, &data, target)? {
@@ -633,7 +634,8 @@ impl Session {
                 if !self.common.is_established_channel(channel_num) {
                     return Ok(());
                 }
-                let target = self.common.config.window_size;
+                // ferry: the session's window, as the server side does.
+                let target = self.target_window_size;
                 #[allow(clippy::collapsible_if)]
                 if let Some(ref mut enc) = self.common.encrypted {
                     if enc.adjust_window_size(channel_num, &data, target)? {
@@ -858,7 +860,7 @@ impl Session {
                     recipient_channel: msg.recipient_channel,
                     sender_channel: id,
                     recipient_window_size: msg.recipient_window_size,
-                    sender_window_size: self.common.config.window_size,
+                    sender_window_size: self.target_window_size,
                     recipient_maximum_packet_size: msg.recipient_maximum_packet_size,
                     sender_maximum_packet_size: self.common.config.maximum_packet_size,
                     confirmed: true,
@@ -879,7 +881,7 @@ impl Session {
                 let pending = crate::PendingChannelOpen {
                     recipient_channel: msg.recipient_channel,
                     sender_channel: id,
-                    window_size: self.common.config.window_size,
+                    window_size: self.target_window_size,
                     packet_size: self.common.config.maximum_packet_size,
                     channel_ref,
                     channel_params,

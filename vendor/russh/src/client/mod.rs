@@ -1245,7 +1245,7 @@ pub async fn connect<H: Handler + Send + 'static, A: tokio::net::ToSocketAddrs>(
 pub async fn connect_stream<H, R>(
     config: Arc<Config>,
     mut stream: R,
-    handler: H,
+    mut handler: H,
 ) -> Result<Handle<H>, H::Error>
 where
     H: Handler + Send + 'static,
@@ -1268,8 +1268,11 @@ where
     // ferry: no error for packets over 64 KiB. An SSH packet is not a TCP
     // packet; OpenSSH accepts up to 256 KiB and ferry asks for 255 KiB.
     let channel_buffer_size = config.channel_buffer_size;
+    // ferry: the handler may choose the channel window from the server's
+    // identification (Handler::channel_window).
+    let window = handler.channel_window(&sshid, config.window_size);
     let mut session = Session::new(
-        config.window_size,
+        window,
         CommonSession {
             packet_writer: PacketWriter::clear(),
             auth_user: String::new(),
@@ -3206,6 +3209,15 @@ pub trait Handler: Sized + Send {
         session: &mut Session,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send {
         async { Ok(()) }
+    }
+
+    /// ferry: called once, with the server's identification string
+    /// (`SSH-2.0-...`) as soon as it is read: the receive window this
+    /// session's channels are opened with and topped up to. The default
+    /// is the config's `window_size`.
+    #[allow(unused_variables)]
+    fn channel_window(&mut self, server_id: &[u8], configured: u32) -> u32 {
+        configured
     }
 
     /// Called when this client adjusts the network window. Return the

@@ -18,8 +18,9 @@ impl Session {
         let result = if let Some(ref mut enc) = self.common.encrypted {
             match enc.state {
                 EncryptedState::Authenticated => {
+                    // ferry: the session's window (Handler::channel_window).
                     let sender_channel = enc.new_channel(
-                        self.common.config.window_size,
+                        self.target_window_size,
                         self.common.config.maximum_packet_size,
                     );
                     push_packet!(enc.write, {
@@ -29,12 +30,8 @@ impl Session {
                         // sender channel id.
                         sender_channel.encode(&mut enc.write)?;
 
-                        // window.
-                        self.common
-                            .config
-                            .as_ref()
-                            .window_size
-                            .encode(&mut enc.write)?;
+                        // window (ferry: the session's).
+                        self.target_window_size.encode(&mut enc.write)?;
 
                         // max packet size.
                         self.common
