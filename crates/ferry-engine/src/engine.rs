@@ -580,6 +580,23 @@ struct Target {
     renamed: bool,
 }
 
+/// A file's copy that failed, and what it knows it left behind.
+struct Failed {
+    error: TransferError,
+    /// No part file is left for a `--resume` to continue, whatever the
+    /// destination: said by the copy that knows it (`copy_in_one_job`).
+    nothing_kept: bool,
+}
+
+impl From<TransferError> for Failed {
+    fn from(error: TransferError) -> Self {
+        Failed {
+            error,
+            nothing_kept: false,
+        }
+    }
+}
+
 pub(crate) async fn copy_file(r: &Arc<Run>, f: &FilePlan) -> FileReport {
     r.events.emit(Event::FileStarted {
         source: r.sources[f.source].backend.display(&f.src),
@@ -599,7 +616,11 @@ pub(crate) async fn copy_file(r: &Arc<Run>, f: &FilePlan) -> FileReport {
 /// A file's failure as the user reads it: naming the file (a lost
 /// connection names only the server), and saying that `--resume`
 /// continues where a part file was kept.
-fn explain(r: &Run, f: &FilePlan, e: TransferError) -> TransferError {
+fn explain(r: &Run, f: &FilePlan, failed: Failed) -> TransferError {
+    let Failed {
+        error: e,
+        nothing_kept,
+    } = failed;
     let kind = e.kind();
     if matches!(kind, ErrorKind::Cancelled | ErrorKind::Usage) {
         return e;
@@ -611,11 +632,13 @@ fn explain(r: &Run, f: &FilePlan, e: TransferError) -> TransferError {
         msg = format!("{sd}: {msg}");
     }
     let (sc, dc) = (src.capabilities(), dst.capabilities());
+    // Not where a backend's message says what --resume does in its own
+    // words (SFTP's lost connection: `TransferError::sftp`).
     let kept = matches!(kind, ErrorKind::Network)
+        && !nothing_kept
         && dc.rename_over
         && f.size.is_some_and(|s| s > WHOLE_FILE)
-        && !msg.contains("--resume")
-        && !msg.contains("run the same command");
+        && !msg.contains("--resume");
     if kept {
         msg.push_str(match (r.opts.resume, sc.ranged_read && dc.continues()) {
             (true, _) => {
@@ -630,7 +653,7 @@ fn explain(r: &Run, f: &FilePlan, e: TransferError) -> TransferError {
     TransferError::from_kind(kind, msg)
 }
 
-async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferError> {
+async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, Failed> {
     let src = &r.sources[f.source].backend;
     let dst = &r.dest.backend;
     let (sc, dc) = (src.capabilities(), dst.capabilities());
@@ -692,12 +715,13 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
                     }
                 }
                 None => match retried(r, |_| src.stat(&f.src)).await? {
-                    None => return Err(src.missing(&f.src)),
+                    None => return Err(src.missing(&f.src).into()),
                     Some(e) if e.kind != EntryKind::File => {
                         return Err(TransferError::Remote(format!(
                             "{}: not a regular file any more",
                             src.display(&f.src)
-                        )))
+                        ))
+                        .into())
                     }
                     Some(e) => FilePlan {
                         size: e.size,
@@ -716,7 +740,7 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
         }
     };
     let Some(size) = f.size else {
-        return copy_unsized(r, f, &target, first).await;
+        return Ok(copy_unsized(r, f, &target, first).await?);
     };
 
     // One server holds both ends and can copy by itself (into a part
@@ -816,7 +840,7 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
         }
     }
     if fresh && size <= WHOLE_FILE {
-        return copy_whole(r, f, &target, size, first).await;
+        return Ok(copy_whole(r, f, &target, size, first).await?);
     }
     // Where files appear whole (an HTTP PUT), the server puts the file
     // under its final name as its last byte arrives: the source is asked
@@ -874,7 +898,7 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
                 if info.digest.is_some() && e.kind() == ErrorKind::Remote {
                     discard(dst.as_ref(), &target.write, &record).await;
                 }
-                return Err(e);
+                return Err(e.into());
             }
             if in_order_record {
                 let _ = dst.remove(&record).await;
@@ -1015,7 +1039,7 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, TransferErro
             }
         }
         if let Some(e) = failed {
-            return Err(e);
+            return Err(e.into());
         }
         known_crc32 = range_crcs.and_then(|v| whole_crc32(v, size));
     }
@@ -1510,7 +1534,7 @@ async fn copy_in_one_job(
     f: &FilePlan,
     target: &Target,
     size: u64,
-) -> Option<Result<u64, TransferError>> {
+) -> Option<Result<u64, Failed>> {
     let src = &r.sources[f.source].backend;
     let dst = &r.dest.backend;
     let (mtime, mode) = kept_attrs(r, f);
@@ -1589,13 +1613,21 @@ async fn copy_in_one_job(
         Ok(true) => Some(Ok(size)),
         // A local file made in one job is unnamed until whole
         // (`local::make_file`): nothing is kept for a --resume.
-        Err(e) if into.is_some() && e.kind() == ErrorKind::Network => {
-            Some(Err(TransferError::from_kind(
-                ErrorKind::Network,
-                format!("{e}; run the same command again to copy it from its start"),
-            )))
+        Err(e) if into.is_some() => {
+            let error = if e.kind() == ErrorKind::Network {
+                TransferError::from_kind(
+                    ErrorKind::Network,
+                    format!("{e}; run the same command again to copy it from its start"),
+                )
+            } else {
+                e
+            };
+            Some(Err(Failed {
+                error,
+                nothing_kept: true,
+            }))
         }
-        Err(e) => Some(Err(e)),
+        Err(e) => Some(Err(e.into())),
     }
 }
 

@@ -1621,6 +1621,64 @@ async fn a_cancel_stops_a_one_job_file_before_its_rename() {
     assert_eq!(made, 1);
 }
 
+/// A lost connection that fails a file into a local one: made in one
+/// job, nothing of it is kept (an unnamed file until whole), and the
+/// message says to copy it again from its start, never that a part file
+/// is kept; copied in ranges into a part file, it says --resume
+/// continues that part.
+#[tokio::test]
+async fn only_a_kept_part_file_is_offered_to_resume() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let local = |p: &str| BackendPath {
+        backend: Arc::new(ferry_engine::backend::local::Local),
+        path: dir.path().join(p).to_string_lossy().into_owned(),
+    };
+    let a = Memory::new("a");
+    a.put("/f", &data(2_000_000, 4), 0);
+    let cut = Faults {
+        fail_read_after: Some(500_000),
+        ..Faults::default()
+    };
+    let once = CopyOptions {
+        retries: 1,
+        ..opts()
+    };
+
+    a.set_faults(Faults {
+        one_job: true,
+        ..cut.clone()
+    });
+    let (r, _) = run(Transfer::between(
+        vec![at(&a, "/f")],
+        local("one"),
+        once.clone(),
+    ))
+    .await;
+    let e = r.error.expect("a lost connection must fail").to_string();
+    assert!(
+        e.ends_with("; run the same command again to copy it from its start"),
+        "{e}"
+    );
+    assert!(!e.contains("part file is kept"), "{e}");
+    let made = &a.counters.made_local;
+    assert_eq!(made.load(std::sync::atomic::Ordering::Relaxed), 1);
+
+    a.set_faults(cut);
+    let split = CopyOptions {
+        split_min: 1_000_000,
+        streams: Some(4),
+        ..once
+    };
+    let (r, _) = run(Transfer::between(vec![at(&a, "/f")], local("split"), split)).await;
+    let e = r.error.expect("a lost connection must fail").to_string();
+    assert!(
+        e.ends_with("; the part file is kept: run the same command with --resume to continue"),
+        "{e}"
+    );
+    assert!(dir.path().join(".split.ferry-part").exists());
+    assert_eq!(made.load(std::sync::atomic::Ordering::Relaxed), 1);
+}
+
 /// Local files into a store that takes each whole file in one job on a
 /// thread of its own (as FTP's `put_from_local`): sent, renamed, counted;
 /// a source rewritten in place (same size, new time) while it is sent is
