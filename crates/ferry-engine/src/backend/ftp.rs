@@ -235,35 +235,35 @@ impl Ftp {
         to: &[u8],
         from: SmallFile,
     ) -> Result<(), TransferError> {
-        let w = s(part.unwrap_or(to));
-        let rename = part.map(|_| s(to));
-        let shown = self.display(part.unwrap_or(to));
-        let fin = part.map(|_| self.display(to));
+        let (up, rename) = self.whole_upload(part, to);
         let pool = self.pool.clone();
         tokio::task::spawn_blocking(move || -> Result<(), TransferError> {
             // Read before a connection is taken from the pool.
             let data = from.into_bytes()?;
-            let mut c = pool.take()?;
-            let stored = (|| {
-                let mut t = c.stor(&w, false)?;
-                if let Err(e) = t.write_all(&data) {
-                    return Err(stor_failed(&mut c, t, &w, &shown, e));
-                }
-                c.finish(t, &w)?;
-                // In the same job: one more round trip, no thread switch.
-                check_stored(&mut c, &w, &shown, fin.as_deref(), data.len() as u64)?;
-                if let Some(to) = rename {
-                    c.rename(&w, &to)?;
-                }
+            let send = |t: &mut Transfer, end: &mut u64| {
+                t.write_all(&data).map_err(Sent::Network)?;
+                *end += data.len() as u64;
                 Ok(())
-            })();
-            if !matches!(&stored, Err(e) if e.is_network()) {
-                pool.give_back(c);
-            }
-            stored.map_err(TransferError::from)
+            };
+            // The SIZE check in the same job: one more round trip, no
+            // thread switch.
+            put_in_one_job(&pool, &up, rename.as_deref(), send, |_| Ok(()))
         })
         .await
         .map_err(|e| TransferError::Network(format!("internal: {e}")))?
+    }
+
+    /// The upload of a whole file to `to` in one job, written under
+    /// `part` when given: its [`Upload`], and the name the part is renamed
+    /// to.
+    fn whole_upload(&self, part: Option<&[u8]>, to: &[u8]) -> (Upload, Option<String>) {
+        let written = part.unwrap_or(to);
+        let up = Upload {
+            path: s(written),
+            shown: self.display(written),
+            fin: part.map(|_| self.display(to)),
+        };
+        (up, part.map(|_| s(to)))
     }
 
     /// Run `f` on a connection from the pool (or a new one) on a blocking
@@ -413,16 +413,19 @@ impl Backend for Ftp {
             WriteMode::Create { .. } => 0,
             WriteMode::At(n) => n,
         };
-        let append = from > 0;
         let (tx, rx) = tokio::sync::mpsc::channel::<Piece>(QUEUE);
-        let ps = s(p);
-        let display = self.display(p);
-        let fin = final_of(p).map(|f| self.display(&f));
+        let up = Upload {
+            path: s(p),
+            shown: self.display(p),
+            fin: final_of(p).map(|f| self.display(&f)),
+        };
         let pool = self.pool.clone();
         let task = tokio::task::spawn_blocking(move || -> Result<(), TransferError> {
             let mut rx = rx;
-            let stor = pool.take().and_then(|mut c| Ok((c.stor(&ps, append)?, c)));
-            let (mut t, mut c) = match stor {
+            let begun = pool
+                .take()
+                .and_then(|mut c| Ok((up.stor(&mut c, from)?, c)));
+            let (stor, mut c) = match begun {
                 Ok(v) => v,
                 Err(e) => {
                     let e = TransferError::from(e);
@@ -436,19 +439,16 @@ impl Backend for Ftp {
                     };
                 }
             };
-            let failed = |c: &mut Conn, t, e| -> TransferError {
-                stor_failed(c, t, &ps, &display, e).into()
-            };
-            let mut end = from;
-            loop {
+            // A range whose data connection failed: told why once the
+            // server's reply is read.
+            let mut cut = None;
+            let send = |t: &mut Transfer, end: &mut u64| loop {
                 match rx.blocking_recv() {
                     Some(Piece::Data(b)) => {
-                        if let Err(e) = t.write_all(&b) {
-                            return Err(failed(&mut c, t, e));
-                        }
-                        end += b.len() as u64;
+                        t.write_all(&b).map_err(Sent::Network)?;
+                        *end += b.len() as u64;
                     }
-                    Some(Piece::File(range, done)) => match send_file(&mut t, &range, &mut end) {
+                    Some(Piece::File(range, done)) => match send_file(t, &range, end) {
                         Ok(()) => {
                             let _ = done.send(Ok(()));
                         }
@@ -457,25 +457,40 @@ impl Backend for Ftp {
                         Err(Sent::Source(e)) => {
                             let _ = done.send(Err((e, true)));
                         }
-                        Err(Sent::Stopped) => return Ok(()),
+                        Err(Sent::Stopped) => return Err(Sent::Stopped),
                         Err(Sent::Network(e)) => {
-                            let e = failed(&mut c, t, e);
-                            let _ = done.send(Err((e, false)));
-                            return Ok(());
+                            cut = Some(done);
+                            return Err(Sent::Network(e));
                         }
                     },
-                    Some(Piece::End) => break,
+                    Some(Piece::End) => return Ok(()),
                     // Abandoned: the data connection is dropped, and
                     // with it this control connection.
-                    None => return Ok(()),
+                    None => return Err(Sent::Stopped),
                 }
+            };
+            // The connection goes back only after the server took the
+            // whole upload (a SIZE that does not match included): a
+            // refused or cut one closes it.
+            match stor.send(&mut c, send) {
+                Ok(()) => {
+                    pool.give_back(c);
+                    Ok(())
+                }
+                Err(Stop::Kept(e)) => {
+                    pool.give_back(c);
+                    Err(e)
+                }
+                Err(Stop::Ftp(e)) => match cut {
+                    Some(done) => {
+                        let _ = done.send(Err((e.into(), false)));
+                        Ok(())
+                    }
+                    None => Err(e.into()),
+                },
+                // Stopped or abandoned by the engine: nothing to report.
+                Err(Stop::Dropped(_)) => Ok(()),
             }
-            c.finish(t, &ps)?;
-            let checked = check_stored(&mut c, &ps, &display, fin.as_deref(), end);
-            if !matches!(&checked, Err(e) if e.is_network()) {
-                pool.give_back(c);
-            }
-            checked.map_err(TransferError::from)
         });
         Ok(Box::new(FtpWrite {
             tx,
@@ -571,54 +586,24 @@ impl Backend for Ftp {
         to: &[u8],
         from: LocalSource,
     ) -> Option<RangeTask> {
-        let w = s(part.unwrap_or(to));
-        let rename = part.map(|_| s(to));
-        let shown = self.display(part.unwrap_or(to));
-        let fin = part.map(|_| self.display(to));
+        let (up, rename) = self.whole_upload(part, to);
         let pool = self.pool.clone();
         Some(tokio::task::spawn_blocking(move || {
-            let (range, check) = from.open(&shown).map_err(|e| (e, true))?;
-            let mut c = pool.take().map_err(|e| (e.into(), false))?;
-            let res = (|| -> Result<(), Stop> {
-                let mut t = c.stor(&w, false)?;
-                let mut end = 0;
-                match send_file(&mut t, &range, &mut end) {
-                    Ok(()) => {}
-                    Err(Sent::Network(e)) => {
-                        return Err(stor_failed(&mut c, t, &w, &shown, e).into())
-                    }
-                    // The data connection left in the middle.
-                    Err(Sent::Source(e)) => return Err(Stop::Dropped(e)),
-                    Err(Sent::Stopped) => return Err(Stop::Dropped(TransferError::cancelled())),
-                }
-                c.finish(t, &w)?;
-                check_stored(&mut c, &w, &shown, fin.as_deref(), end)?;
+            let (range, check) = from.open(&up.shown).map_err(|e| (e, true))?;
+            let send = |t: &mut Transfer, end: &mut u64| send_file(t, &range, end);
+            let unchanged = |c: &mut Conn| {
                 if check.check().is_err() {
                     // Both versions' bytes: not kept for a --resume.
                     from.changed.store(true, Ordering::Relaxed);
-                    let _ = c.remove(&w);
+                    let _ = c.remove(&up.path);
                     return Err(Stop::Kept(TransferError::Remote(format!(
                         "{}: the file changed during the copy",
                         from.path.display()
                     ))));
                 }
-                if let Some(to) = &rename {
-                    c.rename(&w, to)?;
-                }
                 Ok(())
-            })();
-            // The control connection is closed, not given back, after a
-            // lost connection or a transfer left in the middle.
-            let (lost, res) = match res {
-                Ok(()) => (false, Ok(())),
-                Err(Stop::Ftp(e)) => (e.is_network(), Err(e.into())),
-                Err(Stop::Dropped(e)) => (true, Err(e)),
-                Err(Stop::Kept(e)) => (false, Err(e)),
             };
-            if !lost {
-                pool.give_back(c);
-            }
-            res.map_err(|e| (e, false))
+            put_in_one_job(&pool, &up, rename.as_deref(), send, unchanged).map_err(|e| (e, false))
         }))
     }
 
@@ -683,9 +668,9 @@ fn stor_failed(c: &mut Conn, t: Transfer, path: &str, shown: &str, e: std::io::E
 /// unchecked, that short part file would be renamed into place. A server
 /// that refuses `SIZE` (500/502: not implemented; any refusal) goes
 /// unchecked, as ferry's FTP copy loop did before the engine. A mismatch
-/// is final (not a lost connection), and the part file stays where it is
-/// (as after a `452`/`552`): `--resume` continues it after its tail is
-/// compared.
+/// is final (not a lost connection: [`Stop::Kept`]), and the part file
+/// stays where it is (as after a `452`/`552`): `--resume` continues it
+/// after its tail is compared.
 /// `shown` is the written file's URL, `fin` the final name's when it was
 /// written under a part name.
 fn check_stored(
@@ -694,11 +679,11 @@ fn check_stored(
     shown: &str,
     fin: Option<&str>,
     want: u64,
-) -> Result<(), FtpError> {
+) -> Result<(), Stop> {
     let got = match c.size(path) {
         Ok(n) => n,
         Err(FtpError::Reply { .. }) => return Ok(()),
-        Err(e) => return Err(e),
+        Err(e) => return Err(Stop::Ftp(e)),
     };
     if got == want {
         return Ok(());
@@ -711,12 +696,12 @@ fn check_stored(
     } else {
         "the file holds more than was sent (something else wrote to it during the upload?): run the copy again"
     };
-    Err(FtpError::Remote(match fin {
+    Err(Stop::Kept(TransferError::Remote(match fin {
         Some(fin) => format!(
             "{fin}: {what}: {why} (--resume continues the part file {shown}); the final name was left alone"
         ),
         None => format!("{shown}: {what}: {why}"),
-    }))
+    })))
 }
 
 /// The final name of a part file (`.NAME.ferry-part` beside it), for
@@ -1126,8 +1111,8 @@ enum Piece {
     End,
 }
 
-/// Why an upload job ([`Ftp::put_from_local`]) stopped, and whether its
-/// control connection is still in step.
+/// Why an upload stopped, and whether its control connection is still
+/// in step.
 enum Stop {
     Ftp(FtpError),
     /// A transfer left in the middle: the connection is closed.
@@ -1142,7 +1127,95 @@ impl From<FtpError> for Stop {
     }
 }
 
-/// Why [`send_file`] stopped early.
+/// Where an upload goes: the file written on the server (a part, or the
+/// final name), its URL for messages, and the final name's URL where it
+/// is a part.
+struct Upload {
+    path: String,
+    shown: String,
+    fin: Option<String>,
+}
+
+/// An upload begun ([`Upload::stor`]): its data connection open.
+struct Stor<'a> {
+    to: &'a Upload,
+    t: Transfer,
+    /// Where the file ends: the bytes it held before (`APPE`) and those
+    /// sent.
+    end: u64,
+}
+
+impl Upload {
+    /// `STOR` on `c`, or `APPE` to continue after the `from` bytes the
+    /// file holds.
+    fn stor(&self, c: &mut Conn, from: u64) -> Result<Stor<'_>, FtpError> {
+        Ok(Stor {
+            to: self,
+            t: c.stor(&self.path, from > 0)?,
+            end: from,
+        })
+    }
+}
+
+impl Stor<'_> {
+    /// The bytes `send` puts on the data connection (adding them to its
+    /// `end`), the server's reply, and the file's `SIZE`
+    /// ([`check_stored`]). Where the bytes come from is the caller's: a
+    /// buffer, a local file by sendfile, the engine's pieces.
+    fn send(
+        self,
+        c: &mut Conn,
+        send: impl FnOnce(&mut Transfer, &mut u64) -> Result<(), Sent>,
+    ) -> Result<(), Stop> {
+        let Stor { to, mut t, mut end } = self;
+        match send(&mut t, &mut end) {
+            Ok(()) => {}
+            Err(Sent::Network(e)) => return Err(stor_failed(c, t, &to.path, &to.shown, e).into()),
+            // The data connection left in the middle.
+            Err(Sent::Source(e)) => return Err(Stop::Dropped(e)),
+            Err(Sent::Stopped) => return Err(Stop::Dropped(TransferError::cancelled())),
+        }
+        c.finish(t, &to.path)?;
+        check_stored(c, &to.path, &to.shown, to.fin.as_deref(), end)
+    }
+}
+
+/// A whole file uploaded in one job on this (blocking) thread: [`Stor`]
+/// on a connection from `pool` with the bytes `send` puts on the data
+/// connection, then `ready` (the source's last word before the rename)
+/// and `RNFR`/`RNTO` over `rename`.
+fn put_in_one_job(
+    pool: &Arc<Pool>,
+    to: &Upload,
+    rename: Option<&str>,
+    send: impl FnOnce(&mut Transfer, &mut u64) -> Result<(), Sent>,
+    ready: impl FnOnce(&mut Conn) -> Result<(), Stop>,
+) -> Result<(), TransferError> {
+    let mut c = pool.take()?;
+    let res = (|| {
+        to.stor(&mut c, 0)?.send(&mut c, send)?;
+        ready(&mut c)?;
+        if let Some(r) = rename {
+            c.rename(&to.path, r)?;
+        }
+        Ok(())
+    })();
+    // The control connection is closed, not given back, after a lost
+    // connection or a transfer left in the middle.
+    let (lost, res) = match res {
+        Ok(()) => (false, Ok(())),
+        Err(Stop::Ftp(e)) => (e.is_network(), Err(e.into())),
+        Err(Stop::Dropped(e)) => (true, Err(e)),
+        Err(Stop::Kept(e)) => (false, Err(e)),
+    };
+    if !lost {
+        pool.give_back(c);
+    }
+    res
+}
+
+/// Why an upload's bytes stopped before their end ([`send_file`], or the
+/// sender given to [`Stor::send`]).
 enum Sent {
     Source(TransferError),
     Network(std::io::Error),
