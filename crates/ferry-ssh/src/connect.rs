@@ -46,8 +46,8 @@ pub const WINDOW: u32 = 64 * 1024 * 1024;
 /// sshd's socket can hold by default (`tcp_wmem`'s maximum, 4 MiB). sshd
 /// reads what the window allows from sftp-server at once, and what its
 /// socket cannot take waits in its channel buffer, which it grows by
-/// copying and moves down as it sends: with 64 MiB, sshd spent 2.4x the
-/// CPU (and 3.4x the page faults) of a 4 MiB window on one connection at
+/// copying and moves down as it sends: with 64 MiB, sshd spent 2.6x the
+/// CPU (and 3.5x the page faults) of a 4 MiB window on one connection at
 /// 100 ms, at the same 16 MB/s; on loopback the two were alike
 /// (BENCHMARKS.md, run sshd-window-1).
 pub const OPENSSH_WINDOW: u32 = 4 * 1024 * 1024;

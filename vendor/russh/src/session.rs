@@ -374,7 +374,10 @@ impl Encrypted {
             if data.len() as u32 <= channel.sender_window_size {
                 channel.sender_window_size -= data.len() as u32;
             }
-            if channel.sender_window_size < target / 2 {
+            // ferry: topped up once a quarter is used, not half: a
+            // window sized to what the sender's socket holds (OpenSSH's,
+            // docs/internals/sftp.md) then stays between 3/4 and all of it.
+            if channel.sender_window_size < target - target / 4 {
                 debug!(
                     "sender_window_size {:?}, target {:?}",
                     channel.sender_window_size, target
