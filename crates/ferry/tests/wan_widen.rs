@@ -83,6 +83,13 @@ fn big_files_are_widened_over_more_connections_on_a_long_path() {
     a.extend(args![serve.url("big.bin"), &down]);
     let o = cp_in(&ns, &serve, &a);
     assert_widened(&o, &down, &body, "sftp download");
+    // It starts on 8 connections: the 48 MiB are six pieces of 8 MiB,
+    // all under way at once.
+    assert!(
+        streams(&o) >= 6,
+        "an SFTP download starts on 8 connections, used {}",
+        streams(&o)
+    );
 
     // `--streams 3` on the long path: its ranges share the connections
     // out as they join, as a widened file's do.
@@ -130,8 +137,7 @@ fn big_files_are_widened_over_more_connections_on_a_long_path() {
         ],
     );
     assert_widened(&o, &https, &body, "https download");
-    // HTTPS starts a widened file on 8 connections (SFTP on 4): the
-    // 48 MiB are six pieces of 8 MiB, all under way at once.
+    // HTTPS starts a widened file on 8 connections too.
     assert!(
         streams(&o) >= 6,
         "an HTTPS download starts on 8 connections, used {}",

@@ -636,7 +636,7 @@ impl Backend for Http {
     /// an HTTPS connection costs one TLS handshake, and on `loss100`
     /// (100 ms, 0.1% loss) the ramp from 4 left ferry at 0.84-0.88x
     /// aria2c where a start on 8 moved 1.14-1.19x more (BENCHMARKS.md,
-    /// run wan-start-1; SFTP keeps 4: an SSH connection is a login).
+    /// run wan-start-1; SFTP starts on 8 too since run sftp-start-1).
     fn widen_start(&self) -> usize {
         HTTP_WIDEN_START
     }

@@ -92,6 +92,11 @@ fn chunk_sizes(info: &ferry_ssh::SftpInfo, opts: &CopyOptions) -> (u32, u32) {
 /// default), and a doubling opens at most half of these at once.
 const MAX_CONNECTIONS: usize = 16;
 
+/// Ranges a widened SFTP file starts on ([`Backend::widen_start`]): at
+/// most [`MAX_CONNECTIONS`] / 2, which sshd's `MaxStartups` (10
+/// unauthenticated at once) takes.
+const SFTP_WIDEN_START: usize = 8;
+
 /// A server window at least this large makes one connection enough.
 const ONE_STREAM_WINDOW: u32 = 16 * 1024 * 1024;
 
@@ -1352,6 +1357,16 @@ impl Backend for Sftp {
 
     fn round_trip(&self) -> Option<std::time::Duration> {
         self.round_trip.get()
+    }
+
+    /// A widened file starts on eight connections, as HTTP(S) does. The
+    /// start on four was kept while eight sshd sessions cost more CPU than
+    /// they gave (run wan-start-1: 0.84x); with OpenSSH's smaller window
+    /// (ferry_ssh::connect::OPENSSH_WINDOW) eight moved 512 MiB at loss100
+    /// 1.09x faster from sshd, 1.11x from ferry serve and 1.15x to sshd
+    /// (BENCHMARKS.md, run sftp-start-1).
+    fn widen_start(&self) -> usize {
+        SFTP_WIDEN_START
     }
 
     /// More connections for a widened file: each joins as it comes up,
