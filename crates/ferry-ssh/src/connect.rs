@@ -36,7 +36,6 @@ use crate::hostcert;
 use crate::proxy_command::ProxyCommand;
 use crate::sftp::SftpClient;
 
-/// What the command line says about SSH, on top of `ssh_config`.
 /// Our receive window per channel by default: 670 MB/s at 100 ms for
 /// one connection, where the server can send that much
 /// (docs/internals/wan.md, "Windows and buffers").
@@ -63,6 +62,7 @@ fn channel_window(server_id: &[u8], chosen: Option<u32>) -> u32 {
     }
 }
 
+/// What the command line says about SSH, on top of `ssh_config`.
 #[derive(Debug, Clone)]
 pub struct ConnectOptions {
     /// `-F`: use only this config file.
@@ -1417,13 +1417,13 @@ impl ClientHandler {
 }
 
 impl client::Handler for ClientHandler {
+    type Error = russh::Error;
+
     fn channel_window(&mut self, server_id: &[u8], _configured: u32) -> u32 {
         let w = channel_window(server_id, self.window);
         tracing::debug!("{}: a channel window of {} KiB", self.host, w / 1024);
         w
     }
-
-    type Error = russh::Error;
 
     async fn check_server_key(
         &mut self,
