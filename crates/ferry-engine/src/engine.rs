@@ -374,9 +374,18 @@ pub(crate) async fn run(r: Arc<Run>, plan: Plan) -> Vec<FileReport> {
     while let Some((j, rep)) = running.next().await {
         reports[j] = Some(rep);
     }
-    for p in pullers {
-        let mut p = p;
-        let _ = (&mut p.0).await;
+    // A file on an FTP lane runs on the lane's own thread, which nothing
+    // watches while it does: a cancel does not wait for it. It stops at
+    // its next piece and puts nothing under the final name; its file is
+    // reported cancelled with the others its lane had not finished.
+    let lanes_done = async move {
+        for mut p in pullers {
+            let _ = (&mut p.0).await;
+        }
+    };
+    tokio::select! {
+        _ = lanes_done => {}
+        _ = r.cancel.cancelled() => {}
     }
     // What the backends' threads did, and what they left (a connection's
     // thread that ended): copied here instead, `parallel` at once.
@@ -390,7 +399,12 @@ pub(crate) async fn run(r: Arc<Run>, plan: Plan) -> Vec<FileReport> {
     }
     let copies = left.into_iter().map(|(j, f)| {
         let r = &r;
-        async move { (j, copy_file(r, &f).await) }
+        async move {
+            if r.cancel.is_cancelled() {
+                return (j, FileReport::failed(r, &f, TransferError::cancelled()));
+            }
+            (j, copy_file(r, &f).await)
+        }
     });
     let mut copies = futures_util::stream::iter(copies).buffer_unordered(parallel);
     while let Some((j, rep)) = copies.next().await {
@@ -464,14 +478,18 @@ impl HomeQueue {
             // read that says it is made there too, and a big one goes on
             // there (its bytes arrive and are written there anyway).
             let small = match f.size {
-                Some(n) => n <= WHOLE_FILE,
+                Some(n) => n <= b.home_file_max().unwrap_or(WHOLE_FILE),
                 None => b.sizes_by_reading(),
             };
             // Downloads into local files go to the source's threads,
             // uploads of small local files to the destination's.
             let b = if small && dst.local_path(&f.dst).is_some() {
                 b
-            } else if f.size.is_some_and(|n| n <= WHOLE_FILE) && b.local_path(&f.src).is_some() {
+            } else if f
+                .size
+                .is_some_and(|n| n <= dst.home_file_max().unwrap_or(WHOLE_FILE))
+                && b.local_path(&f.src).is_some()
+            {
                 dst
             } else {
                 rest.push((i, f));
@@ -1522,7 +1540,7 @@ fn kept_attrs(r: &Run, f: &FilePlan) -> (Option<i64>, Option<u32>) {
 /// The largest file moved in one job on a backend's thread
 /// ([`Backend::get_local`], [`Backend::put_from_local`]): a lost
 /// connection sends it again whole.
-const ONE_JOB_MAX: u64 = 16 * 1024 * 1024;
+pub(crate) const ONE_JOB_MAX: u64 = 16 * 1024 * 1024;
 
 /// `f` moved whole in one job on a thread of the remote side's own: made
 /// into a local file by its source ([`Backend::get_local`]), or sent from
@@ -1559,7 +1577,9 @@ async fn copy_in_one_job(
     };
     let changed = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let res = retried(r, |_| {
-        let progress = Arc::new(RangeProgress::default());
+        // Counted and told to stop by itself: on an FTP lane the job runs
+        // on this task's thread, and `on_home` cannot look until it ends.
+        let progress = Arc::new(RangeProgress::of_run(r.cancel.clone(), r.stats.clone()));
         let job = match (&into, &from) {
             (Some((to, part)), _) => src.get_local(
                 &f.src,
@@ -2094,6 +2114,12 @@ async fn on_home(
     u64,
 ) {
     let mut task = StopOnDrop(task, progress.clone());
+    // What the job counts itself is not counted here again.
+    let counted = |n: u64| {
+        if !progress.counts_itself() {
+            r.stats.bytes_done.fetch_add(n, Ordering::Relaxed);
+        }
+    };
     let stall = r.opts.timeout;
     let mut tick = tokio::time::interval(PROGRESS_TICK.min(stall).max(Duration::from_millis(1)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -2111,7 +2137,7 @@ async fn on_home(
             _ = tick.tick() => {
                 let now = progress.bytes.load(Ordering::Relaxed);
                 if now != seen {
-                    r.stats.bytes_done.fetch_add(now - seen, Ordering::Relaxed);
+                    counted(now - seen);
                     (seen, last) = (now, Instant::now());
                 } else if last.elapsed() >= stall {
                     break Err((TransferError::stalled(shown, "no progress", stall), true));
@@ -2121,7 +2147,7 @@ async fn on_home(
     };
     drop(task);
     let now = progress.bytes.load(Ordering::Relaxed).max(seen);
-    r.stats.bytes_done.fetch_add(now - seen, Ordering::Relaxed);
+    counted(now - seen);
     (res, now)
 }
 

@@ -11,6 +11,7 @@ mod common;
 
 use std::fs;
 use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::vsftpd::{vsftpd_or_skip, FTP_PASS};
@@ -383,6 +384,57 @@ fn server_killed_mid_copy_keeps_old_file_then_resume_completes() {
     assert_eq!(hash_file(&ftpd.root().join("up/big.bin")), want);
     assert!(!rpart.exists());
     assert!(had > 0);
+}
+
+/// A file on an FTP lane (a whole file of up to 16 MiB, its job run on
+/// the lane's own thread, which nothing watches while it runs): its bytes
+/// are counted as they come (the example cancels on a progress event),
+/// and the cancel reaches it mid-file, leaving nothing under its final
+/// name. Through the library's example: 12 MB at 1 MB/s (12 s whole),
+/// cancelled after 1 MiB.
+#[test]
+fn a_lane_file_counts_its_bytes_and_a_cancel_does_not_wait_for_it() {
+    let Some(ftpd) = vsftpd_or_skip(
+        "a_lane_file_counts_its_bytes_and_a_cancel_does_not_wait_for_it",
+        VsftpdOptions {
+            max_rate: 1_000_000,
+            ..Default::default()
+        },
+    ) else {
+        return;
+    };
+    make_file(&ftpd.root().join("slow.bin"), 12_000_000, 12);
+    let out = tempdir();
+    let o = Command::new(events_example())
+        .args([
+            ftpd.url("slow.bin").as_str(),
+            &format!("{}/", out.path().display()),
+            "--cancel-after",
+            &MIB.to_string(),
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(!o.status.success(), "a cancelled copy must fail: {text}");
+    assert!(text.contains("\"kind\":\"Cancelled\""), "{text}");
+    // Counted while the file ran: the cancel came from a progress event.
+    let report = text
+        .lines()
+        .find(|l| l.starts_with("{\"type\":\"report\""))
+        .unwrap_or_else(|| panic!("no report: {text}"));
+    let secs: f64 = report
+        .split("\"seconds\":")
+        .nth(1)
+        .and_then(|r| r.split([',', '}']).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no seconds: {report}"));
+    assert!(secs < 8.0, "the cancel waited for the file: {report}");
+    assert!(
+        !out.path().join("slow.bin").exists(),
+        "a final file was left"
+    );
+    assert_eq!(fs::read_dir(out.path()).unwrap().count(), 0, "{text}");
 }
 
 #[test]

@@ -237,17 +237,7 @@ fn example_cancels_a_remote_to_remote_copy() {
     let config = serve.config_with_sshd(&sshd, work.path());
     let src = sshd.mkdir("cancel-src");
     make_file(&src.join("big.bin"), 96 * MIB, 4);
-    let example = Path::new(ferry_bin())
-        .with_file_name("examples")
-        .join("events");
-    if !example.exists() {
-        let st = Command::new(env!("CARGO"))
-            .args(["build", "-p", "ferry-engine", "--example", "events"])
-            .stdout(Stdio::null())
-            .status()
-            .unwrap();
-        assert!(st.success());
-    }
+    let example = events_example();
     // The example reads the ssh config from HOME (no -F flag): link it.
     let home = work.path().join("home");
     fs::create_dir_all(home.join(".ssh")).unwrap();

@@ -19,6 +19,7 @@ use super::{
     path, Backend, BackendInfo, ByteStream, Capabilities, Entry, EntryKind, HashAlgo, LocalRange,
     LocalSource, LocalTarget, RangeTask, Sink, SmallFile, WriteMode,
 };
+use crate::engine::ONE_JOB_MAX;
 use crate::error::TransferError;
 use crate::location::FtpSpec;
 use crate::{CopyOptions, Tuning};
@@ -48,6 +49,35 @@ pub struct Ftp {
     /// The hashes the server computes with `HASH` (FEAT's HASH line, read
     /// once at open), best first, with the server's names for them.
     hashes: Vec<(HashAlgo, String)>,
+    /// Threads of this backend's own, one per file at once (-P), started
+    /// when the engine first asks for them ([`Backend::homes`]).
+    lanes: std::sync::OnceLock<Vec<Lane>>,
+}
+
+/// A thread running a current-thread runtime on which the engine copies
+/// whole files one after the other, each file's blocking job run right
+/// there (the copy loop's worker): no hand-off between threads a file.
+struct Lane {
+    rt: tokio::runtime::Handle,
+    _hold: tokio::sync::oneshot::Sender<()>,
+}
+
+thread_local! {
+    /// Set on a [`Lane`]'s thread.
+    static ON_LANE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// A file's blocking job: run where the engine's task is when that is a
+/// lane (it has the thread to itself), else on the blocking pool.
+fn run_job<F>(job: F) -> RangeTask
+where
+    F: FnOnce() -> Result<(), (TransferError, bool)> + Send + 'static,
+{
+    if ON_LANE.with(|l| l.get()) {
+        tokio::spawn(async move { job() })
+    } else {
+        tokio::task::spawn_blocking(job)
+    }
 }
 
 /// Logged-in control connections to one server: at most `max` live
@@ -219,6 +249,7 @@ impl Ftp {
                 max,
                 refusal: Mutex::new(None),
                 hashes: known_hashes(&hash_names),
+                lanes: std::sync::OnceLock::new(),
             },
             resolved,
         ))
@@ -327,6 +358,25 @@ impl Backend for Ftp {
     fn endpoint_key(&self) -> String {
         self.prefix.clone()
     }
+
+    fn homes(&self) -> Vec<tokio::runtime::Handle> {
+        let lanes = self.lanes.get_or_init(|| {
+            (0..self.max)
+                .map_while(|i| {
+                    let on_lane = || ON_LANE.with(|l| l.set(true));
+                    let (rt, hold) =
+                        super::runtime_thread_with(format!("ferry-ftp-{i}"), on_lane).ok()?;
+                    Some(Lane { rt, _hold: hold })
+                })
+                .collect()
+        });
+        lanes.iter().map(|l| l.rt.clone()).collect()
+    }
+
+    fn home_file_max(&self) -> Option<u64> {
+        Some(ONE_JOB_MAX)
+    }
+
     fn info(&self) -> BackendInfo {
         BackendInfo {
             connections: self.pool.opened.load(Ordering::Relaxed),
@@ -573,7 +623,7 @@ impl Backend for Ftp {
             offset: 0,
             len: Some(to.len),
         };
-        Some(tokio::task::spawn_blocking(move || {
+        Some(run_job(move || {
             to.make(|range| retr.run(&mut Out::File(range)))
         }))
     }

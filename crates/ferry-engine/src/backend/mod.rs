@@ -20,6 +20,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use crate::error::TransferError;
+use crate::{Cancel, Stats};
 
 pub mod exec_hash;
 pub mod ftp;
@@ -438,14 +439,34 @@ impl SourceCheck {
 pub struct RangeProgress {
     pub(crate) bytes: AtomicU64,
     pub(crate) stop: AtomicBool,
+    /// For a job that may run on its watcher's own thread (an FTP lane's
+    /// file), where the watcher cannot look until it ends: the transfer's
+    /// cancel, checked with `stop`, and its count of bytes done, added to
+    /// as the bytes come.
+    run: Option<(Cancel, Arc<Stats>)>,
 }
 
 impl RangeProgress {
+    /// Progress that reaches the transfer's count and cancel by itself.
+    pub(crate) fn of_run(cancel: Cancel, stats: Arc<Stats>) -> RangeProgress {
+        RangeProgress {
+            run: Some((cancel, stats)),
+            ..RangeProgress::default()
+        }
+    }
     pub(crate) fn add(&self, n: u64) {
         self.bytes.fetch_add(n, Ordering::Relaxed);
+        if let Some((_, stats)) = &self.run {
+            stats.bytes_done.fetch_add(n, Ordering::Relaxed);
+        }
     }
     pub(crate) fn stopped(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
+            || self.run.as_ref().is_some_and(|(c, _)| c.is_cancelled())
+    }
+    /// Its bytes are counted in the transfer's as they come.
+    pub(crate) fn counts_itself(&self) -> bool {
+        self.run.is_some()
     }
 }
 
@@ -761,6 +782,13 @@ pub trait Backend: Send + Sync {
         Vec::new()
     }
 
+    /// The largest file the engine copies on [`Backend::homes`]' threads;
+    /// `None`: a file read whole (256 KiB). FTP moves a file of up to 16
+    /// MiB in one blocking job there.
+    fn home_file_max(&self) -> Option<u64> {
+        None
+    }
+
     /// Remove an empty directory.
     async fn remove_dir(&self, path: &[u8]) -> Result<(), TransferError> {
         Err(TransferError::Usage(format!(
@@ -874,6 +902,15 @@ pub trait Backend: Send + Sync {
 pub(crate) fn runtime_thread(
     name: String,
 ) -> Result<(tokio::runtime::Handle, tokio::sync::oneshot::Sender<()>), TransferError> {
+    runtime_thread_with(name, || {})
+}
+
+/// [`runtime_thread`], running `start` on the new thread before its
+/// runtime takes any task (an FTP lane marks its thread).
+pub(crate) fn runtime_thread_with(
+    name: String,
+    start: impl FnOnce() + Send + 'static,
+) -> Result<(tokio::runtime::Handle, tokio::sync::oneshot::Sender<()>), TransferError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -883,6 +920,7 @@ pub(crate) fn runtime_thread(
     std::thread::Builder::new()
         .name(name)
         .spawn(move || {
+            start();
             let _ = rt.block_on(held);
         })
         .map_err(|e| TransferError::Local(format!("cannot start a thread: {e}")))?;

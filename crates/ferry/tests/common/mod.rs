@@ -385,6 +385,25 @@ pub fn ferry_bin() -> &'static str {
     env!("CARGO_BIN_EXE_ferry")
 }
 
+/// The library's example (crates/ferry-engine/examples/events.rs) beside
+/// ferry's binary, built first if it is not there.
+#[allow(dead_code)]
+pub fn events_example() -> PathBuf {
+    let example = Path::new(ferry_bin())
+        .with_file_name("examples")
+        .join("events");
+    if !example.exists() {
+        let mut build = Command::new(env!("CARGO"));
+        build.args(["build", "-p", "ferry-engine", "--example", "events"]);
+        if !cfg!(debug_assertions) {
+            build.arg("--release");
+        }
+        let st = build.stdout(Stdio::null()).status().unwrap();
+        assert!(st.success());
+    }
+    example
+}
+
 /// ferry, started through `setsid` (which execs in place, so the PID is
 /// ferry's) so it has no controlling terminal and can never prompt on
 /// /dev/tty, even when the tests run in a terminal.
