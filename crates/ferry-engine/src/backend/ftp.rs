@@ -638,7 +638,7 @@ impl Backend for Ftp {
     ) -> Option<RangeTask> {
         let (up, rename) = self.whole_upload(part, to);
         let pool = self.pool.clone();
-        Some(tokio::task::spawn_blocking(move || {
+        Some(run_job(move || {
             let (range, check) = from.open(&up.shown).map_err(|e| (e, true))?;
             let send = |t: &mut Transfer, end: &mut u64| send_file(t, &range, end);
             let unchanged = |c: &mut Conn| {
@@ -1072,14 +1072,16 @@ impl Retr {
     }
 }
 
-/// [`FileBuf`]s between files: as many as RETRs ran at once. Kept per
+/// [`FileBuf`]s between files: as many as transfers between a local file
+/// and a data connection ran at once (RETRs into one, uploads of more
+/// than [`SENDFILE_MAX`] from one). Kept per
 /// blocking thread they were one per thread the pool ever used (15 for
 /// `-P 8`), and each new one costs its pages' first touch (2.7 ms of
 /// system time per MiB on this VM).
 static FILE_BUFS: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
 
-/// A RETR's buffer into a local file, given back to [`FILE_BUFS`] when
-/// dropped.
+/// A buffer between a local file and a data connection, given back to
+/// [`FILE_BUFS`] when dropped.
 struct FileBuf(Vec<u8>);
 
 impl FileBuf {
@@ -1276,35 +1278,45 @@ enum Sent {
 /// crosses a thread. `end` grows by each piece sent.
 fn send_file(t: &mut Transfer, from: &LocalRange, end: &mut u64) -> Result<(), Sent> {
     let mut done = 0u64;
-    // A data connection without TLS takes the file's pages by `sendfile`:
-    // no read into a buffer (and no buffer to zero and fault in: 100 x 1
-    // MB to vsftpd spent 9% of the client's CPU there, beside 17% in the
-    // read's copy).
-    if let Some(sock) = ferry_ftp::plain_socket(t) {
-        match sendfile_range(sock, from, &mut done, end) {
-            Ok(true) => return Ok(()),
-            Ok(false) => {}
-            Err(e) => return Err(e),
+    // A data connection without TLS takes a file of up to 4 MiB by
+    // `sendfile`: no read into a buffer (100 x 1 MB to vsftpd spent 9%
+    // of the client's CPU zeroing and faulting in a fresh buffer per
+    // file, beside 17% in the read's copy). Bigger ones go by reads into
+    // a buffer kept between files and writes: 10 x 12 MB by `sendfile`
+    // took 0.083 s against 0.081 (vsftpd) and 0.108 against 0.095 (ferry
+    // serve), the receiver spending more CPU on loopback (BENCHMARKS.md
+    // run ftp-lanes-1).
+    if from.len <= SENDFILE_MAX {
+        if let Some(sock) = ferry_ftp::plain_socket(t) {
+            match sendfile_range(sock, from, &mut done, end) {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(e) => return Err(e),
+            }
         }
     }
-    let mut buf = Vec::with_capacity(PIECE);
+    let mut kept = FileBuf::take();
+    let buf = &mut kept.0;
     while done < from.len {
         if from.progress.stopped() {
             return Err(Sent::Stopped);
         }
         let n = (from.len - done).min(PIECE as u64);
         buf.clear();
-        buf = from
+        *buf = from
             .file
-            .append(from.file.at + done, n, buf)
+            .append(from.file.at + done, n, std::mem::take(buf))
             .map_err(Sent::Source)?;
-        t.write_all(&buf).map_err(Sent::Network)?;
+        t.write_all(buf).map_err(Sent::Network)?;
         *end += n;
         done += n;
         from.progress.add(n);
     }
     Ok(())
 }
+
+/// The largest upload (a file, or a range) sent by `sendfile(2)`.
+const SENDFILE_MAX: u64 = 4 * 1024 * 1024;
 
 /// [`send_file`] by `sendfile(2)` from `done` on: `Ok(false)` where the
 /// kernel cannot (the caller goes on with reads and writes from `done`).
