@@ -1285,7 +1285,7 @@ fn send_file(t: &mut Transfer, from: &LocalRange, end: &mut u64) -> Result<(), S
     // a buffer kept between files and writes: 10 x 12 MB by `sendfile`
     // took 0.083 s against 0.081 (vsftpd) and 0.108 against 0.095 (ferry
     // serve), the receiver spending more CPU on loopback (BENCHMARKS.md
-    // run ftp-lanes-1).
+    // run ftp-lanes-1b).
     if from.len <= SENDFILE_MAX {
         if let Some(sock) = ferry_ftp::plain_socket(t) {
             match sendfile_range(sock, from, &mut done, end) {
