@@ -374,10 +374,11 @@ pub(crate) async fn run(r: Arc<Run>, plan: Plan) -> Vec<FileReport> {
     while let Some((j, rep)) = running.next().await {
         reports[j] = Some(rep);
     }
-    // A file on an FTP lane runs on the lane's own thread, which nothing
-    // watches while it does: a cancel does not wait for it. It stops at
-    // its next piece and puts nothing under the final name; its file is
-    // reported cancelled with the others its lane had not finished.
+    // After a cancel the queues' tasks are not waited for (dropped, they
+    // are aborted): a file on an FTP lane runs on the lane's own thread,
+    // which nothing watches while it does. It stops at its next piece and
+    // puts nothing under the final name; its file is reported cancelled
+    // with the others its lane had not finished.
     let lanes_done = async move {
         for mut p in pullers {
             let _ = (&mut p.0).await;
@@ -478,16 +479,14 @@ impl HomeQueue {
             // read that says it is made there too, and a big one goes on
             // there (its bytes arrive and are written there anyway).
             let small = match f.size {
-                Some(n) => n <= b.home_file_max().unwrap_or(WHOLE_FILE),
+                Some(n) => n <= b.home_file_max(),
                 None => b.sizes_by_reading(),
             };
             // Downloads into local files go to the source's threads,
             // uploads of small local files to the destination's.
             let b = if small && dst.local_path(&f.dst).is_some() {
                 b
-            } else if f
-                .size
-                .is_some_and(|n| n <= dst.home_file_max().unwrap_or(WHOLE_FILE))
+            } else if f.size.is_some_and(|n| n <= dst.home_file_max())
                 && b.local_path(&f.src).is_some()
             {
                 dst
@@ -1418,7 +1417,7 @@ async fn discard(dst: &dyn Backend, part: &[u8], record: &[u8]) {
 
 /// Files up to this size are read whole and written with one
 /// `put_whole`, with retries as a range's.
-const WHOLE_FILE: u64 = 256 * 1024;
+pub(crate) const WHOLE_FILE: u64 = 256 * 1024;
 
 /// A small file in one read and one `put_whole`.
 async fn copy_whole(

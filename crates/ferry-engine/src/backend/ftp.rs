@@ -373,8 +373,8 @@ impl Backend for Ftp {
         lanes.iter().map(|l| l.rt.clone()).collect()
     }
 
-    fn home_file_max(&self) -> Option<u64> {
-        Some(ONE_JOB_MAX)
+    fn home_file_max(&self) -> u64 {
+        ONE_JOB_MAX
     }
 
     fn info(&self) -> BackendInfo {

@@ -782,11 +782,11 @@ pub trait Backend: Send + Sync {
         Vec::new()
     }
 
-    /// The largest file the engine copies on [`Backend::homes`]' threads;
-    /// `None`: a file read whole (256 KiB). FTP moves a file of up to 16
+    /// The largest file the engine copies on [`Backend::homes`]' threads:
+    /// by default one read whole (256 KiB); FTP moves a file of up to 16
     /// MiB in one blocking job there.
-    fn home_file_max(&self) -> Option<u64> {
-        None
+    fn home_file_max(&self) -> u64 {
+        crate::engine::WHOLE_FILE
     }
 
     /// Remove an empty directory.

@@ -387,7 +387,6 @@ pub fn ferry_bin() -> &'static str {
 
 /// The library's example (crates/ferry-engine/examples/events.rs) beside
 /// ferry's binary, built first if it is not there.
-#[allow(dead_code)]
 pub fn events_example() -> PathBuf {
     let example = Path::new(ferry_bin())
         .with_file_name("examples")
