@@ -17,7 +17,7 @@ use ferry_ftp::{Conn, Endpoint, FtpError, Security, Transfer};
 
 use super::{
     path, Backend, BackendInfo, ByteStream, Capabilities, Entry, EntryKind, HashAlgo, LocalRange,
-    LocalSource, LocalTarget, RangeTask, Sink, SmallFile, WriteMode,
+    LocalSource, LocalTarget, RangeProgress, RangeTask, Sink, SmallFile, WriteMode,
 };
 use crate::engine::ONE_JOB_MAX;
 use crate::error::TransferError;
@@ -69,11 +69,12 @@ thread_local! {
 
 /// A file's blocking job: run where the engine's task is when that is a
 /// lane (it has the thread to itself), else on the blocking pool.
-fn run_job<F>(job: F) -> RangeTask
+fn run_job<F>(progress: &RangeProgress, job: F) -> RangeTask
 where
     F: FnOnce() -> Result<(), (TransferError, bool)> + Send + 'static,
 {
     if ON_LANE.with(|l| l.get()) {
+        progress.set_inline();
         tokio::spawn(async move { job() })
     } else {
         tokio::task::spawn_blocking(job)
@@ -97,6 +98,10 @@ struct PoolState {
     idle: Vec<Conn>,
     /// Connections open: idle or leased.
     live: usize,
+    /// Takers waiting on `ready`: a connection given back wakes one only
+    /// when there is one (std's `notify_one` makes a futex call either
+    /// way, once a file).
+    waiting: usize,
 }
 
 /// How long `take` waits for a connection at the bound before opening
@@ -122,10 +127,12 @@ impl Pool {
             if st.live < self.max || now >= deadline {
                 break;
             }
+            st.waiting += 1;
             st = match self.ready.wait_timeout(st, deadline - now) {
                 Ok((g, _)) => g,
                 Err(p) => p.into_inner().0,
             };
+            st.waiting -= 1;
         }
         st.live += 1;
         drop(st);
@@ -146,16 +153,24 @@ impl Pool {
 
     fn give_back(&self, mut lease: Lease) {
         if let Some(c) = lease.conn.take() {
-            lock(&self.state).idle.push(c);
-            self.ready.notify_one();
+            let mut st = lock(&self.state);
+            st.idle.push(c);
+            self.wake_one(st);
         }
     }
 
     fn lost(&self) {
         let mut st = lock(&self.state);
         st.live = st.live.saturating_sub(1);
+        self.wake_one(st);
+    }
+
+    fn wake_one(&self, st: std::sync::MutexGuard<'_, PoolState>) {
+        let waiting = st.waiting > 0;
         drop(st);
-        self.ready.notify_one();
+        if waiting {
+            self.ready.notify_one();
+        }
     }
 }
 
@@ -238,6 +253,7 @@ impl Ftp {
                     state: Mutex::new(PoolState {
                         idle: vec![conn],
                         live: 1,
+                        waiting: 0,
                     }),
                     ready: Condvar::new(),
                     // -P files at once, or --streams ranges of one.
@@ -623,7 +639,7 @@ impl Backend for Ftp {
             offset: 0,
             len: Some(to.len),
         };
-        Some(run_job(move || {
+        Some(run_job(&to.progress.clone(), move || {
             to.make(|range| retr.run(&mut Out::File(range)))
         }))
     }
@@ -638,7 +654,7 @@ impl Backend for Ftp {
     ) -> Option<RangeTask> {
         let (up, rename) = self.whole_upload(part, to);
         let pool = self.pool.clone();
-        Some(run_job(move || {
+        Some(run_job(&from.progress.clone(), move || {
             let (range, check) = from.open(&up.shown).map_err(|e| (e, true))?;
             let send = |t: &mut Transfer, end: &mut u64| send_file(t, &range, end);
             let unchanged = |c: &mut Conn| {

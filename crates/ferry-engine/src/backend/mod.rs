@@ -444,6 +444,9 @@ pub struct RangeProgress {
     /// cancel, checked with `stop`, and its count of bytes done, added to
     /// as the bytes come.
     run: Option<(Cancel, Arc<Stats>)>,
+    /// Set by a backend that runs the job on its watcher's own thread: it
+    /// ends when the job does, so a watcher's timer could never fire.
+    inline: AtomicBool,
 }
 
 impl RangeProgress {
@@ -467,6 +470,13 @@ impl RangeProgress {
     /// Its bytes are counted in the transfer's as they come.
     pub(crate) fn counts_itself(&self) -> bool {
         self.run.is_some()
+    }
+    /// The job runs on its watcher's thread (see `inline`).
+    pub(crate) fn set_inline(&self) {
+        self.inline.store(true, Ordering::Relaxed);
+    }
+    pub(crate) fn is_inline(&self) -> bool {
+        self.inline.load(Ordering::Relaxed)
     }
 }
 
