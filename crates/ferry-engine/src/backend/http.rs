@@ -146,14 +146,14 @@ fn upload_coding(opts: &CopyOptions) -> Option<Coding> {
 /// decrypted, parsed and written on one thread, as the HTTP copy loop's
 /// shard threads did (SFTP's connections have threads of their own for
 /// the same reason). It ends when dropped.
-struct ShardThread {
-    rt: tokio::runtime::Handle,
+pub(crate) struct ShardThread {
+    pub(crate) rt: tokio::runtime::Handle,
     _hold: tokio::sync::oneshot::Sender<()>,
 }
 
 impl ShardThread {
     /// Shard `i` of the backend numbered `backend`.
-    fn start(backend: usize, i: usize) -> Result<ShardThread, TransferError> {
+    pub(crate) fn start(backend: usize, i: usize) -> Result<ShardThread, TransferError> {
         let (rt, hold) = super::runtime_thread(format!("ferry-http-{i}"))?;
         // Its first task, so before any request made there.
         rt.spawn(async move { HERE.set(Some((backend, i))) });
@@ -165,11 +165,11 @@ thread_local! {
     /// On a shard's thread: which backend (numbered by [`BACKENDS`]) and
     /// which of its shards. A request made there goes over that shard's
     /// own client ([`Backend::homes`]), without crossing threads.
-    static HERE: std::cell::Cell<Option<(usize, usize)>> = const { std::cell::Cell::new(None) };
+    pub(crate) static HERE: std::cell::Cell<Option<(usize, usize)>> = const { std::cell::Cell::new(None) };
 }
 
 /// Numbers the HTTP backends of this process, for [`HERE`].
-static BACKENDS: AtomicUsize = AtomicUsize::new(0);
+pub(crate) static BACKENDS: AtomicUsize = AtomicUsize::new(0);
 
 /// Most clients (connections to one server) files are spread over.
 const MAX_SHARDS: usize = 4;

@@ -44,6 +44,16 @@ const LIST_BODY: usize = 16 << 20;
 
 struct Inner {
     client: Client,
+    /// Clients of their own threads for small files, taken from the
+    /// engine's queue there ([`Backend::homes`]): a small object's GET, its
+    /// body and the local file's write stay on one thread, as HTTP's
+    /// shards do (docs/internals/s3.md). Big files, listings and uploads
+    /// in parts go over `client`, on the engine's runtime.
+    shards: Vec<Client>,
+    threads: Vec<super::http::ShardThread>,
+    /// This backend's number among the HTTP and S3 backends, for
+    /// [`super::http::HERE`].
+    id: usize,
     cfg: Config,
     /// What requests are signed with (`cfg.creds`, or what the provider
     /// or the chain's source gave last).
@@ -129,11 +139,24 @@ impl S3 {
         // STS and the container endpoint are asked over the same client:
         // the same CA bundle, pins and proxies.
         let creds = CredSource::open(&cfg, &client).await?;
+        let id = super::http::BACKENDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let n = shards(opts);
+        let threads = (0..n)
+            .map(|i| super::http::ShardThread::start(id, i))
+            .collect::<Result<Vec<_>, _>>()?;
+        let per_shard = opts.files_in_flight().div_ceil(n.max(1)).max(1);
+        let shards = threads
+            .iter()
+            .map(|t| client.sibling_on(per_shard, Some(t.rt.clone())))
+            .collect();
         let (path, dir) = Self::path_of(spec);
         Ok((
             S3 {
                 inner: Arc::new(Inner {
                     client,
+                    shards,
+                    threads,
+                    id,
                     cfg,
                     creds,
                     bucket: spec.bucket.clone(),
@@ -148,7 +171,30 @@ impl S3 {
     }
 }
 
+/// Threads for small files: one per core (at most 4) when several files
+/// move at once, else none.
+fn shards(opts: &CopyOptions) -> usize {
+    if opts.files_in_flight() < 2 {
+        return 0;
+    }
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, 4)
+        .min(opts.files_in_flight())
+}
+
 impl Inner {
+    /// The client for a request made here: on one of this backend's
+    /// threads, that thread's own; elsewhere the engine runtime's.
+    fn client_here(&self) -> &Client {
+        super::http::HERE
+            .get()
+            .filter(|&(id, _)| id == self.id)
+            .and_then(|(_, i)| self.shards.get(i))
+            .unwrap_or(&self.client)
+    }
+
     fn display_key(&self, key: &str) -> String {
         format!("s3://{}/{key}", self.bucket)
     }
@@ -268,12 +314,12 @@ impl Inner {
             Some(b) => {
                 let make = || b.clone().boxed();
                 Ok(self
-                    .client
+                    .client_here()
                     .send(r.method.clone(), &url, &headers, Some(&make))
                     .await?)
             }
             None => Ok(self
-                .client
+                .client_here()
                 .send(r.method.clone(), &url, &headers, None)
                 .await?),
         }
@@ -769,10 +815,14 @@ impl Backend for S3 {
     fn endpoint_key(&self) -> String {
         format!("s3 {} {}", self.inner.cfg.endpoint(), self.inner.bucket)
     }
+    fn homes(&self) -> Vec<tokio::runtime::Handle> {
+        self.inner.threads.iter().map(|t| t.rt.clone()).collect()
+    }
     fn info(&self) -> BackendInfo {
         let c = &self.inner.client;
+        let on_shards: usize = self.inner.shards.iter().map(Client::connections).sum();
         BackendInfo {
-            connections: c.connections().max(1),
+            connections: (c.connections() + on_shards).max(1),
             cipher: None,
             chunk: 0,
             protocol: Some(format!(
