@@ -639,7 +639,8 @@ impl Backend for Ftp {
             offset: 0,
             len: Some(to.len),
         };
-        Some(run_job(&to.progress.clone(), move || {
+        let progress = to.progress.clone();
+        Some(run_job(&progress, move || {
             to.make(|range| retr.run(&mut Out::File(range)))
         }))
     }
@@ -654,7 +655,8 @@ impl Backend for Ftp {
     ) -> Option<RangeTask> {
         let (up, rename) = self.whole_upload(part, to);
         let pool = self.pool.clone();
-        Some(run_job(&from.progress.clone(), move || {
+        let progress = from.progress.clone();
+        Some(run_job(&progress, move || {
             let (range, check) = from.open(&up.shown).map_err(|e| (e, true))?;
             let send = |t: &mut Transfer, end: &mut u64| send_file(t, &range, end);
             let unchanged = |c: &mut Conn| {

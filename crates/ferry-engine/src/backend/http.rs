@@ -168,7 +168,7 @@ thread_local! {
     pub(crate) static HERE: std::cell::Cell<Option<(usize, usize)>> = const { std::cell::Cell::new(None) };
 }
 
-/// Numbers the HTTP backends of this process, for [`HERE`].
+/// Numbers the HTTP and S3 backends of this process, for [`HERE`].
 pub(crate) static BACKENDS: AtomicUsize = AtomicUsize::new(0);
 
 /// Most clients (connections to one server) files are spread over.
