@@ -2119,22 +2119,12 @@ async fn on_home(
             r.stats.bytes_done.fetch_add(n, Ordering::Relaxed);
         }
     };
-    if progress.is_inline() && progress.counts_itself() {
-        // The job runs on this thread (an FTP lane's file): it counts its
-        // bytes, stops at a cancel and ends a stall at its connection's
-        // timeout by itself, and a tick could not fire before it ends.
-        // Arming one cost an eventfd write and an epoll_wait a file.
-        let res = tokio::select! {
-            biased;
-            _ = r.cancel.cancelled() => Err((TransferError::cancelled(), false)),
-            done = &mut task.0 => done.map_err(|e| {
-                let lost = format!("{shown}: the connection's thread ended: {e}");
-                (TransferError::Network(lost), true)
-            }),
-        };
-        drop(task);
-        return (res, progress.bytes.load(Ordering::Relaxed));
-    }
+    // A job that runs on this thread (an FTP lane's file) counts its
+    // bytes, stops at a cancel and ends a stall at its connection's
+    // timeout by itself, and a tick could not fire before it ends: none
+    // is polled (arming one cost an eventfd write and an epoll_wait a
+    // file).
+    let watch = !(progress.is_inline() && progress.counts_itself());
     let stall = r.opts.timeout;
     let mut tick = tokio::time::interval(PROGRESS_TICK.min(stall).max(Duration::from_millis(1)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -2149,7 +2139,7 @@ async fn on_home(
                     (TransferError::Network(lost), true)
                 })
             }
-            _ = tick.tick() => {
+            _ = tick.tick(), if watch => {
                 let now = progress.bytes.load(Ordering::Relaxed);
                 if now != seen {
                     counted(now - seen);

@@ -196,11 +196,17 @@ fn shards(opts: &CopyOptions) -> usize {
     if opts.files_in_flight() < 2 {
         return 1;
     }
+    per_core(opts.files_in_flight())
+}
+
+/// One shard per core, at most [`MAX_SHARDS`] and no more than `files`
+/// moving at once (HTTP's clients, S3's threads for small files).
+pub(crate) fn per_core(files: usize) -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
         .clamp(1, MAX_SHARDS)
-        .min(opts.files_in_flight())
+        .min(files)
 }
 
 impl Http {

@@ -177,11 +177,7 @@ fn shards(opts: &CopyOptions) -> usize {
     if opts.files_in_flight() < 2 {
         return 0;
     }
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .clamp(1, 4)
-        .min(opts.files_in_flight())
+    super::http::per_core(opts.files_in_flight())
 }
 
 impl Inner {
