@@ -660,6 +660,13 @@ fn the_blocking_wrapper_runs_and_cancels_from_its_callback() {
     for i in 0..10 {
         a.put(&format!("/d/f{i}"), &data(200_000, i), 0);
     }
+    // Each file takes about 50 ms, so the cancel the callback asks after
+    // the third lands before the tenth is done, however busy the host
+    // (unpaced, all ten could end before the first event was read).
+    a.set_faults(Faults {
+        read_rate: Some(4_000_000),
+        ..Faults::default()
+    });
     let o = CopyOptions {
         recursive: true,
         parallel: Some(1),
