@@ -51,19 +51,14 @@ pub struct Ftp {
     hashes: Vec<(HashAlgo, String)>,
     /// Threads of this backend's own, one per file at once (-P), started
     /// when the engine first asks for them ([`Backend::homes`]).
-    lanes: std::sync::OnceLock<Vec<Lane>>,
-}
-
-/// A thread running a current-thread runtime on which the engine copies
-/// whole files one after the other, each file's blocking job run right
-/// there (the copy loop's worker): no hand-off between threads a file.
-struct Lane {
-    rt: tokio::runtime::Handle,
-    _hold: tokio::sync::oneshot::Sender<()>,
+    lanes: std::sync::OnceLock<Vec<super::OwnThread>>,
 }
 
 thread_local! {
-    /// Set on a [`Lane`]'s thread.
+    /// Set on a lane's thread ([`Backend::homes`]): a thread of the
+    /// backend's own on which the engine copies whole files one after
+    /// the other, each file's blocking job run right there (the copy
+    /// loop's worker): no hand-off between threads a file.
     static ON_LANE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
@@ -380,9 +375,7 @@ impl Backend for Ftp {
             (0..self.max)
                 .map_while(|i| {
                     let on_lane = || ON_LANE.with(|l| l.set(true));
-                    let (rt, hold) =
-                        super::runtime_thread_with(format!("ferry-ftp-{i}"), on_lane).ok()?;
-                    Some(Lane { rt, _hold: hold })
+                    super::OwnThread::start_with(format!("ferry-ftp-{i}"), on_lane).ok()
                 })
                 .collect()
         });

@@ -80,7 +80,7 @@ pub struct Http {
     clients: Vec<Client>,
     /// Each shard's thread, which makes and drives its client's
     /// connections; dropped with the backend, they end.
-    _threads: Vec<ShardThread>,
+    _threads: Vec<super::OwnThread>,
     /// The URL as given: its query string (a signed URL) is kept for the
     /// path it names.
     root: Url,
@@ -110,7 +110,7 @@ pub struct Http {
     /// ranged GETs go in turn to the shards' clients and these, each a
     /// client with its own connection on a thread of its own (and what
     /// keeps that thread), `wide_n` clients in all.
-    wide: std::sync::RwLock<Vec<(Client, tokio::sync::oneshot::Sender<()>)>>,
+    wide: std::sync::RwLock<Vec<(Client, super::OwnThread)>>,
     wide_n: AtomicUsize,
     wide_next: AtomicUsize,
 }
@@ -140,25 +140,22 @@ fn upload_coding(opts: &CopyOptions) -> Option<Coding> {
     }
 }
 
-/// A shard's thread: a current-thread runtime that makes and drives the
-/// shard's connections, and on which its downloads are written into
-/// local files ([`ByteStream::write_into`]), so that a body's frames are
-/// decrypted, parsed and written on one thread, as the HTTP copy loop's
-/// shard threads did (SFTP's connections have threads of their own for
-/// the same reason). It ends when dropped.
-pub(crate) struct ShardThread {
-    pub(crate) rt: tokio::runtime::Handle,
-    _hold: tokio::sync::oneshot::Sender<()>,
-}
-
-impl ShardThread {
-    /// Shard `i` of the backend numbered `backend`.
-    pub(crate) fn start(backend: usize, i: usize) -> Result<ShardThread, TransferError> {
-        let (rt, hold) = super::runtime_thread(format!("ferry-http-{i}"))?;
-        // Its first task, so before any request made there.
-        rt.spawn(async move { HERE.set(Some((backend, i))) });
-        Ok(ShardThread { rt, _hold: hold })
-    }
+/// Shard `i`'s thread of the backend numbered `backend` (HTTP's, or
+/// S3's when `proto` says so): a current-thread runtime that makes and
+/// drives the shard's connections, and on which its downloads are
+/// written into local files ([`ByteStream::write_into`]), so that a
+/// body's frames are decrypted, parsed and written on one thread, as
+/// the HTTP copy loop's shard threads did (SFTP's connections have
+/// threads of their own for the same reason). It ends when dropped.
+pub(crate) fn shard_thread(
+    proto: &str,
+    backend: usize,
+    i: usize,
+) -> Result<super::OwnThread, TransferError> {
+    // Before any task, so before any request made there.
+    super::OwnThread::start_with(format!("ferry-{proto}-{i}"), move || {
+        HERE.set(Some((backend, i)))
+    })
 }
 
 thread_local! {
@@ -230,7 +227,7 @@ impl Http {
         first.trust(&spec.url);
         let id = BACKENDS.fetch_add(1, Ordering::Relaxed);
         let threads = (0..n)
-            .map(|i| ShardThread::start(id, i))
+            .map(|i| shard_thread("http", id, i))
             .collect::<Result<Vec<_>, _>>()?;
         let clients = threads
             .iter()
@@ -659,8 +656,8 @@ impl Backend for Http {
         let shards = self.clients.len();
         let mut wide = self.wide.write().unwrap_or_else(|e| e.into_inner());
         while shards + wide.len() < want {
-            match super::runtime_thread(format!("ferry-http-w{}", wide.len())) {
-                Ok((rt, hold)) => wide.push((self.clients[0].sibling_on(1, Some(rt)), hold)),
+            match super::OwnThread::start(format!("ferry-http-w{}", wide.len())) {
+                Ok(t) => wide.push((self.clients[0].sibling_on(1, Some(t.rt.clone())), t)),
                 Err(e) => {
                     tracing::debug!("{}: no extra connection: {e}", self.origin());
                     break;

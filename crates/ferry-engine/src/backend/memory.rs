@@ -159,10 +159,11 @@ fn until_stopped<T>(
 /// current-thread runtime, as an SSH connection has.
 fn own_thread() -> tokio::runtime::Handle {
     static RT: std::sync::OnceLock<tokio::runtime::Handle> = std::sync::OnceLock::new();
-    RT.get_or_init(|| match super::runtime_thread("ferry-memory".into()) {
-        Ok((rt, hold)) => {
+    RT.get_or_init(|| match super::OwnThread::start("ferry-memory".into()) {
+        Ok(t) => {
+            let rt = t.rt.clone();
             // For the life of the process.
-            std::mem::forget(hold);
+            std::mem::forget(t);
             rt
         }
         Err(_) => tokio::runtime::Handle::current(),

@@ -906,35 +906,45 @@ pub trait Backend: Send + Sync {
     async fn close(&self) {}
 }
 
-/// A thread named `name` running a current-thread runtime (an HTTP
-/// shard's, the in-memory backend's own): its handle, and what holds it
-/// up; the thread ends when that is dropped.
-pub(crate) fn runtime_thread(
-    name: String,
-) -> Result<(tokio::runtime::Handle, tokio::sync::oneshot::Sender<()>), TransferError> {
-    runtime_thread_with(name, || {})
+/// A thread of a backend's own running a current-thread runtime (an HTTP
+/// or S3 shard's, an FTP lane's, the in-memory backend's): the handle
+/// its tasks are spawned with, and what holds it up. The thread ends
+/// when this is dropped.
+pub(crate) struct OwnThread {
+    pub(crate) rt: tokio::runtime::Handle,
+    _hold: tokio::sync::oneshot::Sender<()>,
 }
 
-/// [`runtime_thread`], running `start` on the new thread before its
-/// runtime takes any task (an FTP lane marks its thread).
-pub(crate) fn runtime_thread_with(
-    name: String,
-    start: impl FnOnce() + Send + 'static,
-) -> Result<(tokio::runtime::Handle, tokio::sync::oneshot::Sender<()>), TransferError> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| TransferError::Local(format!("cannot start a runtime: {e}")))?;
-    let handle = rt.handle().clone();
-    let (hold, held) = tokio::sync::oneshot::channel::<()>();
-    std::thread::Builder::new()
-        .name(name)
-        .spawn(move || {
-            start();
-            let _ = rt.block_on(held);
+impl OwnThread {
+    /// A thread named `name`.
+    pub(crate) fn start(name: String) -> Result<OwnThread, TransferError> {
+        OwnThread::start_with(name, || {})
+    }
+
+    /// [`OwnThread::start`], running `first` on the new thread before its
+    /// runtime takes any task (a shard or a lane marks its thread).
+    pub(crate) fn start_with(
+        name: String,
+        first: impl FnOnce() + Send + 'static,
+    ) -> Result<OwnThread, TransferError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| TransferError::Local(format!("cannot start a runtime: {e}")))?;
+        let handle = rt.handle().clone();
+        let (hold, held) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name(name)
+            .spawn(move || {
+                first();
+                let _ = rt.block_on(held);
+            })
+            .map_err(|e| TransferError::Local(format!("cannot start a thread: {e}")))?;
+        Ok(OwnThread {
+            rt: handle,
+            _hold: hold,
         })
-        .map_err(|e| TransferError::Local(format!("cannot start a thread: {e}")))?;
-    Ok((handle, hold))
+    }
 }
 
 /// The rest of a stream in one buffer, `len` bytes expected (a stream

@@ -50,7 +50,7 @@ struct Inner {
     /// shards do (docs/internals/s3.md). Big files, listings and uploads
     /// in parts go over `client`, on the engine's runtime.
     shards: Vec<Client>,
-    threads: Vec<super::http::ShardThread>,
+    threads: Vec<super::OwnThread>,
     /// This backend's number among the HTTP and S3 backends, for
     /// [`super::http::HERE`].
     id: usize,
@@ -142,7 +142,7 @@ impl S3 {
         let id = super::http::BACKENDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let n = shards(opts);
         let threads = (0..n)
-            .map(|i| super::http::ShardThread::start(id, i))
+            .map(|i| super::http::shard_thread("s3", id, i))
             .collect::<Result<Vec<_>, _>>()?;
         let per_shard = opts.files_in_flight().div_ceil(n.max(1)).max(1);
         let shards = threads
