@@ -9,8 +9,13 @@
 //! but replies leave in request order, as OpenSSH's sftp-server sends
 //! them: OpenSSH's own client truncates a download at the first reply that
 //! came out of order (`truncating at ...` in `scp -vvv`). Concurrency is
-//! bounded by a per-session byte budget: when it is spent the session stops reading the channel, the SSH
-//! window closes, and the client waits. A READ's share of the budget is
+//! bounded by a per-session byte budget: when it is spent, requests wait
+//! for it; the session reads up to `READ_AHEAD` more bytes of requests from
+//! the channel meanwhile and then stops reading it, and the client waits.
+//! (It must read on: russh hands each CHANNEL_DATA to its channel before it
+//! reads the next packet, so a channel not read stops the connection, and
+//! with it the client's WINDOW_ADJUST that replies holding the budget wait
+//! for.) A READ's share of the budget is
 //! held by its reply's buffer until russh has sealed the bytes into an SSH
 //! packet ([`Budgeted`]), so replies waiting for a slow client count too. Every other request on a handle
 //! first waits for that handle's reads and writes to finish, so CLOSE never
@@ -132,6 +137,11 @@ impl AsRef<[u8]> for Budgeted {
 
 /// The budget is counted in units of this many bytes.
 const BUDGET_UNIT: usize = 16 * 1024;
+
+/// Most request bytes read from the channel ahead while a request waits
+/// for the budget ([`run`]): what a client sends beyond it waits in
+/// russh's channel queue and then in the socket.
+const READ_AHEAD: usize = 16 * 1024 * 1024;
 /// `check-file-name` ranges up to this size are hashed on the session's
 /// thread when the page cache holds them (`ferry sync -c` of small files).
 const HASH_NOW_MAX: u64 = 256 * 1024;
@@ -335,35 +345,54 @@ where
     };
     // The longest request we accept: a WRITE of max_io plus its header.
     let mut framer = Framer::new(cfg.limits.max_io + 64 * 1024);
+    // The channel has ended (EOF, close): what was read is still served.
+    let mut ended = false;
     let why = 'outer: loop {
-        let msg = read_half.wait().await;
-        match msg {
-            Some(ChannelMsg::Data { data }) => {
-                framer.push_bytes(data);
-                loop {
-                    let frame = match framer.next_frame() {
-                        Ok(Some(f)) => f,
-                        Ok(None) => break,
-                        Err(e) => break 'outer format!("bad packet: {e}"),
-                    };
-                    // Lenient about bytes after the last field, as
-                    // OpenSSH's sftp-server is: rclone (Go's pkg/sftp)
-                    // sends WRITE packets longer than their data.
-                    let req = match Request::decode_lenient(frame) {
-                        Ok((r, 0)) => r,
-                        Ok((r, extra)) => {
-                            tracing::trace!(%peer, extra, "ignored bytes after an SFTP request");
-                            r
-                        }
-                        Err(e) => break 'outer format!("malformed request: {e}"),
-                    };
-                    if let Err(e) = session.handle(req).await {
-                        break 'outer e;
-                    }
+        let frame = match framer.next_frame() {
+            Ok(Some(f)) => f,
+            Ok(None) if ended => break String::new(),
+            Ok(None) => {
+                match read_half.wait().await {
+                    Some(ChannelMsg::Data { data }) => framer.push_bytes(data),
+                    Some(ChannelMsg::Eof) | Some(ChannelMsg::Close) | None => ended = true,
+                    Some(_) => {}
                 }
+                continue;
             }
-            Some(ChannelMsg::Eof) | Some(ChannelMsg::Close) | None => break String::new(),
-            Some(_) => {}
+            Err(e) => break format!("bad packet: {e}"),
+        };
+        // Lenient about bytes after the last field, as OpenSSH's
+        // sftp-server is: rclone (Go's pkg/sftp) sends WRITE packets
+        // longer than their data.
+        let req = match Request::decode_lenient(frame) {
+            Ok((r, 0)) => r,
+            Ok((r, extra)) => {
+                tracing::trace!(%peer, extra, "ignored bytes after an SFTP request");
+                r
+            }
+            Err(e) => break format!("malformed request: {e}"),
+        };
+        // A request may wait for the budget, which READ replies hold
+        // until the client's window lets them out. The channel is read on
+        // meanwhile (up to READ_AHEAD bytes): russh hands each
+        // CHANNEL_DATA to its channel before it reads the next packet, so
+        // a channel left unread stops the whole connection, the client's
+        // WINDOW_ADJUST with it, and those replies never leave.
+        let handled = session.handle(req);
+        tokio::pin!(handled);
+        loop {
+            tokio::select! {
+                biased;
+                r = &mut handled => match r {
+                    Ok(()) => break,
+                    Err(e) => break 'outer e,
+                },
+                msg = read_half.wait(), if !ended && framer.buffered() < READ_AHEAD => match msg {
+                    Some(ChannelMsg::Data { data }) => framer.push_bytes(data),
+                    Some(ChannelMsg::Eof) | Some(ChannelMsg::Close) | None => ended = true,
+                    Some(_) => {}
+                },
+            }
         }
     };
     if !why.is_empty() {
