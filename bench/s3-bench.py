@@ -20,7 +20,9 @@ before the next (uploads by deleting the files under the bucket's
 directory); one warm-up run of each is not counted. The tools' order is
 shuffled each round: on ext4 a run right after another's output was
 deleted pays for the deleted inodes (the allocator's `recently_deleted`),
-so in a fixed order each tool paid for the one before it. Wall seconds, CPU seconds of the client and of the server
+so in a fixed order each tool paid for the one before it. The 1 GiB cells'
+source is read back into the page cache before each run (not with
+--no-warm). Wall seconds, CPU seconds of the client and of the server
 (versitygw; for r2r also sshd with its reaped children).
 
 Usage: bench/s3-bench.py --ferry target/release/ferry [--dir /var/tmp]
@@ -58,6 +60,8 @@ def main():
     ap.add_argument("--only", default="big-up,big-down,small-up,small-down,r2r")
     ap.add_argument("--tools", default="ferry,rclone,s5cmd,aws")
     ap.add_argument("--ferry-args", default="", help="extra flags for every ferry run")
+    ap.add_argument("--no-warm", action="store_true",
+                    help="do not read the 1 GiB cells' source back into the cache before each run")
     ap.add_argument("--json")
     a = ap.parse_args()
     ferry = os.path.abspath(a.ferry)
@@ -166,6 +170,21 @@ def main():
             # shorter, not gone: use a journaled ext4 for --dir
             # (docs/internals/bench.md).
             os.sync()
+        def warm(case):
+            # The 1 GiB cells read their source from the page cache, for
+            # every tool alike: before each run it is read back (a run's
+            # output pushed nothing out here, but the bench does not rely
+            # on that). This does not even out the VM's memory: a 1 GiB
+            # download into the page cache is 0.6 s or 1.2-2.5 s by whether
+            # the kernel's pages for it were touched since this VM gave
+            # them back to its host (BENCHMARKS.md, run s3-turn-1); compare
+            # tools over many interleaved runs.
+            if case not in ("big-down", "big-up", "r2r") or a.no_warm:
+                return
+            src = d("gw/bench/ro/big.bin") if case == "big-down" else big
+            with open(src, "rb") as f:
+                while f.read(1 << 24):
+                    pass
         cases = a.only.split(",")
         variants = [(c, t) for c in cases for t in tools if have.get(t) and cmds(c, t)]
         print(f"# {len(variants)} variants, {a.runs} runs each (+1 warm-up); load: {os.getloadavg()}", flush=True)
@@ -176,6 +195,7 @@ def main():
             shuffle.shuffle(order)
             for case, tool in order:
                 clean()
+                warm(case)
                 e = env if tool != "rclone" else dict({k: v for k, v in env.items() if not k.startswith("AWS_")}, **rc_env)
                 srv0 = cpu_of(gw_pid) + (cpu_of(sshd_pid, True) if case == "r2r" else 0)
                 wall, ccpu = run_timed(cmds(case, tool), e)

@@ -399,6 +399,7 @@ impl Backend for Local {
         .await?;
         Ok(Box::new(LocalWrite {
             file: Arc::new(file),
+            turn: write_turn(&p),
             path: p,
             at,
             pending: BytesMut::new(),
@@ -623,6 +624,39 @@ struct LocalWrite {
     /// the blocking pool of one write per 255 KiB READ reply).
     queued: Vec<Bytes>,
     queued_len: usize,
+    turn: WriteTurn,
+}
+
+/// The turn to write into the file at `path` from the blocking pool,
+/// shared by every [`LocalWrite`] open on it now. A split download whose
+/// ranges come through the engine's task (S3's, a remote's into a local
+/// file) wrote the part file from up to four blocking threads at once; a
+/// buffered write holds the inode's lock through its whole copy, so the
+/// others spun on that lock (`rwsem_spin_on_owner`: 3% of a 1 GiB S3
+/// download's client samples, 9-10% when the page cache's pages were
+/// fresh to this VM) on a core the network and the server needed.
+/// Waiting for the turn here sleeps instead; the kernel lets one buffered
+/// write into a file at a time either way. Writes from a connection's
+/// own thread (`LocalFile::write`: SFTP, HTTP shards, FTP lanes) take no
+/// turn: there a sleeping writer also stops reading its connection, and
+/// 1 GiB from sshd measured 0.91-0.92x with it (BENCHMARKS.md, run
+/// s3-turn-1).
+type WriteTurn = Arc<std::sync::Mutex<()>>;
+
+fn write_turn(path: &std::path::Path) -> WriteTurn {
+    use std::collections::HashMap;
+    use std::sync::{LazyLock, Mutex, Weak};
+    static TURNS: LazyLock<Mutex<HashMap<PathBuf, Weak<Mutex<()>>>>> =
+        LazyLock::new(Default::default);
+    let mut turns = TURNS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(t) = turns.get(path).and_then(Weak::upgrade) {
+        return t;
+    }
+    // Only the files open now stay (a few per file in flight).
+    turns.retain(|_, t| t.strong_count() > 0);
+    let t = WriteTurn::default();
+    turns.insert(path.to_path_buf(), Arc::downgrade(&t));
+    t
 }
 
 impl LocalWrite {
@@ -630,9 +664,11 @@ impl LocalWrite {
     /// kernel takes them all, on a blocking thread.
     async fn put(&mut self, pieces: Vec<Bytes>) -> Result<(), TransferError> {
         let (file, path, at) = (self.file.clone(), self.path.clone(), self.at);
+        let turn = self.turn.clone();
         let n: u64 = pieces.iter().map(|p| p.len() as u64).sum();
         blocking(move || {
             use std::io::{IoSlice, Seek, SeekFrom, Write};
+            let _turn = turn.lock().unwrap_or_else(|e| e.into_inner());
             let fail = |e| TransferError::local(&path, "cannot write", e);
             let mut f = &*file;
             f.seek(SeekFrom::Start(at)).map_err(fail)?;
