@@ -345,13 +345,24 @@ where
     };
     // The longest request we accept: a WRITE of max_io plus its header.
     let mut framer = Framer::new(cfg.limits.max_io + 64 * 1024);
+    // What was read from the channel while a request waited, as it came
+    // (no copy), and its length.
+    let mut ahead: std::collections::VecDeque<Bytes> = Default::default();
+    let mut ahead_len = 0;
     // The channel has ended (EOF, close): what was read is still served.
     let mut ended = false;
     let why = 'outer: loop {
         let frame = match framer.next_frame() {
             Ok(Some(f)) => f,
-            Ok(None) if ended => break String::new(),
             Ok(None) => {
+                if let Some(data) = ahead.pop_front() {
+                    ahead_len -= data.len();
+                    framer.push_bytes(data);
+                    continue;
+                }
+                if ended {
+                    break String::new();
+                }
                 match read_half.wait().await {
                     Some(ChannelMsg::Data { data }) => framer.push_bytes(data),
                     Some(ChannelMsg::Eof) | Some(ChannelMsg::Close) | None => ended = true,
@@ -387,8 +398,11 @@ where
                     Ok(()) => break,
                     Err(e) => break 'outer e,
                 },
-                msg = read_half.wait(), if !ended && framer.buffered() < READ_AHEAD => match msg {
-                    Some(ChannelMsg::Data { data }) => framer.push_bytes(data),
+                msg = read_half.wait(), if !ended && ahead_len < READ_AHEAD => match msg {
+                    Some(ChannelMsg::Data { data }) => {
+                        ahead_len += data.len();
+                        ahead.push_back(data);
+                    }
                     Some(ChannelMsg::Eof) | Some(ChannelMsg::Close) | None => ended = true,
                     Some(_) => {}
                 },
