@@ -345,28 +345,17 @@ where
     };
     // The longest request we accept: a WRITE of max_io plus its header.
     let mut framer = Framer::new(cfg.limits.max_io + 64 * 1024);
-    // What was read from the channel while a request waited, as it came
-    // (no copy), and its length.
-    let mut ahead: std::collections::VecDeque<Bytes> = Default::default();
-    let mut ahead_len = 0;
-    // The channel has ended (EOF, close): what was read is still served.
-    let mut ended = false;
+    let mut inbox = Inbox::default();
     let why = 'outer: loop {
         let frame = match framer.next_frame() {
             Ok(Some(f)) => f,
             Ok(None) => {
-                if let Some(data) = ahead.pop_front() {
-                    ahead_len -= data.len();
+                if let Some(data) = inbox.pop() {
                     framer.push_bytes(data);
-                    continue;
-                }
-                if ended {
+                } else if inbox.ended {
                     break String::new();
-                }
-                match read_half.wait().await {
-                    Some(ChannelMsg::Data { data }) => framer.push_bytes(data),
-                    Some(ChannelMsg::Eof) | Some(ChannelMsg::Close) | None => ended = true,
-                    Some(_) => {}
+                } else {
+                    inbox.take(read_half.wait().await);
                 }
                 continue;
             }
@@ -398,14 +387,7 @@ where
                     Ok(()) => break,
                     Err(e) => break 'outer e,
                 },
-                msg = read_half.wait(), if !ended && ahead_len < READ_AHEAD => match msg {
-                    Some(ChannelMsg::Data { data }) => {
-                        ahead_len += data.len();
-                        ahead.push_back(data);
-                    }
-                    Some(ChannelMsg::Eof) | Some(ChannelMsg::Close) | None => ended = true,
-                    Some(_) => {}
-                },
+                msg = read_half.wait(), if !inbox.ended && inbox.len < READ_AHEAD => inbox.take(msg),
             }
         }
     };
@@ -416,6 +398,35 @@ where
     drop(session);
     let _ = sequencer.await;
     let _ = writer.await;
+}
+
+/// What the channel said and the session has not framed yet: its data as
+/// it came (no copy), and whether it has ended (EOF, close), after which
+/// what was read is still served.
+#[derive(Default)]
+struct Inbox {
+    data: std::collections::VecDeque<Bytes>,
+    len: usize,
+    ended: bool,
+}
+
+impl Inbox {
+    fn take(&mut self, msg: Option<ChannelMsg>) {
+        match msg {
+            Some(ChannelMsg::Data { data }) => {
+                self.len += data.len();
+                self.data.push_back(data);
+            }
+            Some(ChannelMsg::Eof) | Some(ChannelMsg::Close) | None => self.ended = true,
+            Some(_) => {}
+        }
+    }
+
+    fn pop(&mut self) -> Option<Bytes> {
+        let data = self.data.pop_front()?;
+        self.len -= data.len();
+        Some(data)
+    }
 }
 
 struct Session {
