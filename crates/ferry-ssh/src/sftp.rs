@@ -21,7 +21,7 @@ use ferry_sftp::{
     Statvfs,
 };
 use russh::ChannelMsg;
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 use crate::error::SftpError;
 use crate::zlib_switch::LinkProbe;
@@ -47,6 +47,10 @@ pub struct SftpInfo {
     pub window_out: u32,
     /// The SSH cipher of the connection, when known.
     pub cipher: Option<String>,
+    /// The round trip of the session's first request (limits@openssh.com,
+    /// else INIT): the whole path's, through jump hosts too, and the
+    /// server's time besides.
+    pub round_trip: Option<Duration>,
 }
 
 impl SftpInfo {
@@ -66,8 +70,16 @@ impl SftpInfo {
     }
 }
 
+/// A request waiting for its reply: where the reply goes, and the room a
+/// WRITE took of [`Inner::write_room`], given back as its reply comes in
+/// (by the reader, whether or not the writer is polled then).
+struct Waiting {
+    tx: oneshot::Sender<Reply>,
+    room: Option<OwnedSemaphorePermit>,
+}
+
 struct State {
-    table: RequestTable<oneshot::Sender<Reply>>,
+    table: RequestTable<Waiting>,
     /// Why the session ended, once it has: no request may wait after that.
     closed: Option<String>,
 }
@@ -78,6 +90,8 @@ struct Inner {
     tx: mpsc::Sender<Bytes>,
     info: SftpInfo,
     limits: std::sync::OnceLock<Limits>,
+    /// The first request's round trip ([`SftpInfo::round_trip`]).
+    round_trip: std::sync::OnceLock<Duration>,
     /// A session whose server sends no reply for this long while requests
     /// wait has stalled (milliseconds; 0: never).
     stall_ms: std::sync::atomic::AtomicU64,
@@ -87,6 +101,9 @@ struct Inner {
     /// Counts and samples for `auto`'s zlib switch (crate::zlib_switch),
     /// where the connection has one.
     probe: Option<Arc<LinkProbe>>,
+    /// WRITE data allowed unanswered, in KiB, and its most
+    /// ([`SftpClient::limit_writes`]); unset: only the server's window.
+    write_room: std::sync::OnceLock<(Arc<Semaphore>, u32)>,
 }
 
 impl Inner {
@@ -124,13 +141,13 @@ impl SftpClient {
     {
         let (mut read_half, write_half) = channel.split();
         let packet_out = write_half.max_packet_size();
-        let window_out = write_half.window_size().await;
         let mut init = BytesMut::new();
         Request::Init {
             version: SFTP_VERSION,
             extensions: vec![],
         }
         .encode(&mut init);
+        let asked = std::time::Instant::now();
         write_half
             .data_bytes(init.freeze())
             .await
@@ -168,6 +185,11 @@ impl SftpClient {
                 version.packet_type()
             )));
         };
+        // Read now, not at the channel's opening: sshd opens a session
+        // channel with no window and gives its 2 MiB once the subsystem
+        // runs.
+        let window_out = write_half.window_size().await;
+        let mut round_trip = asked.elapsed();
         let extensions = extensions
             .into_iter()
             .map(|(k, v)| {
@@ -198,17 +220,23 @@ impl SftpClient {
                 packet_out,
                 window_out,
                 cipher,
+                round_trip: None,
             },
             limits: std::sync::OnceLock::new(),
+            round_trip: std::sync::OnceLock::new(),
             probe: probe.clone(),
+            write_room: std::sync::OnceLock::new(),
         });
         tokio::spawn(channel_writer(write_half, rx, false));
         tokio::spawn(reader(read_half, framer, Arc::downgrade(&inner), probe));
         let client = SftpClient { inner };
         if client.inner.info.has(EXT_LIMITS) {
+            let asked = std::time::Instant::now();
             let limits = client.limits().await?;
+            round_trip = asked.elapsed();
             let _ = client.inner.limits.set(limits);
         }
+        let _ = client.inner.round_trip.set(round_trip);
         Ok(client)
     }
 
@@ -216,6 +244,7 @@ impl SftpClient {
     pub fn info(&self) -> SftpInfo {
         let mut info = self.inner.info.clone();
         info.limits = self.inner.limits.get().copied();
+        info.round_trip = self.inner.round_trip.get().copied();
         info
     }
 
@@ -238,7 +267,7 @@ impl SftpClient {
         build: impl FnOnce(u32) -> Request,
         bounded: bool,
     ) -> Result<Response, SftpError> {
-        let (_permit, id, rx) = self.register().await?;
+        let (_permit, id, rx) = self.register(None).await?;
         let req = build(id);
         let mut buf = BytesMut::with_capacity(64 + write_len(&req));
         req.encode(&mut buf);
@@ -291,10 +320,11 @@ impl SftpClient {
     }
 
     /// Wait for room in flight, then record a request in the table: its
-    /// id, and where its reply will come. The permit is held until the
-    /// reply is in.
+    /// id, where its reply will come, and the WRITE room it holds. The
+    /// permit is held until the reply is in.
     async fn register(
         &self,
+        room: Option<OwnedSemaphorePermit>,
     ) -> Result<
         (
             tokio::sync::SemaphorePermit<'_>,
@@ -316,7 +346,7 @@ impl SftpClient {
         }
         let id = st
             .table
-            .insert(tx)
+            .insert(Waiting { tx, room })
             .map_err(|e| SftpError::Protocol(e.to_string()))?;
         Ok((permit, id, rx))
     }
@@ -355,6 +385,37 @@ impl SftpClient {
     /// Requests in flight right now.
     pub fn in_flight(&self) -> usize {
         lock(&self.inner.state).table.len()
+    }
+
+    /// Keep at most `bytes` of WRITE data unanswered on this session (at
+    /// least one request's, however large). Without this, uploads are
+    /// held only by the server's channel window, and fill it: OpenSSH's
+    /// sshd then keeps its whole 2 MiB window queued in its buffers, whose
+    /// growing and compacting (page faults, `memmove`) took more CPU than
+    /// the data itself, and a 25 MB upload ran at a third of its speed
+    /// (docs/internals/sftp.md, "Write room"). Set once, before writing.
+    pub fn limit_writes(&self, bytes: u32) {
+        let kib = (bytes / 1024).max(1);
+        let _ = self
+            .inner
+            .write_room
+            .set((Arc::new(Semaphore::new(kib as usize)), kib));
+    }
+
+    /// Room for a WRITE of `len` bytes, when writes are limited: waited
+    /// for (within the stall timeout) until enough earlier ones are
+    /// answered.
+    async fn write_room(&self, len: usize) -> Result<Option<OwnedSemaphorePermit>, SftpError> {
+        let Some((room, most)) = self.inner.write_room.get() else {
+            return Ok(None);
+        };
+        let kib = u32::try_from(len.div_ceil(1024))
+            .unwrap_or(u32::MAX)
+            .clamp(1, *most);
+        let taken = self.guarded(room.clone().acquire_many_owned(kib)).await?;
+        taken
+            .map(Some)
+            .map_err(|_| SftpError::Closed(self.closed_reason()))
     }
 
     pub async fn open(
@@ -427,7 +488,7 @@ impl SftpClient {
         &self,
         build: impl FnOnce(u32) -> Request,
     ) -> Result<Pending<'_>, SftpError> {
-        let (permit, id, rx) = self.register().await?;
+        let (permit, id, rx) = self.register(None).await?;
         let req = build(id);
         let mut buf = BytesMut::with_capacity(64 + write_len(&req));
         req.encode(&mut buf);
@@ -462,7 +523,8 @@ impl SftpClient {
         offset: u64,
         mut buf: BytesMut,
     ) -> Result<Pending<'_>, SftpError> {
-        let (permit, id, rx) = self.register().await?;
+        let room = self.write_room(buf.len()).await?;
+        let (permit, id, rx) = self.register(room).await?;
         if !Request::fill_write_prefix(&mut buf, id, &handle.0, offset) {
             let _ = lock(&self.inner.state).table.take(id);
             return Err(SftpError::Protocol(
@@ -965,10 +1027,13 @@ fn close_session(inner: &Inner, why: String) {
         }
         st.table.drain()
     };
-    for tx in waiting {
-        let _ = tx.send(Err(SftpError::Closed(why.clone())));
+    for w in waiting {
+        let _ = w.tx.send(Err(SftpError::Closed(why.clone())));
     }
     inner.permits.close();
+    if let Some((room, _)) = inner.write_room.get() {
+        room.close();
+    }
 }
 
 fn dispatch(framer: &mut Framer, inner: &Inner) -> Result<(), String> {
@@ -977,12 +1042,13 @@ fn dispatch(framer: &mut Framer, inner: &Inner) -> Result<(), String> {
         let Some(id) = resp.id() else {
             return Err("unexpected VERSION packet".into());
         };
-        let tx = lock(&inner.state).table.take(id);
+        let waiting = lock(&inner.state).table.take(id);
         inner
             .last_reply_ms
             .store(inner.now_ms(), std::sync::atomic::Ordering::Relaxed);
-        match tx {
-            Some(tx) => {
+        match waiting {
+            Some(Waiting { tx, room }) => {
+                drop(room);
                 let _ = tx.send(Ok(resp));
             }
             None => return Err(format!("reply to unknown request id {id}")),

@@ -685,6 +685,28 @@ fn put_64mib_scp_form() {
     check_put(Form::Scp, &BIG, &[]);
 }
 
+/// An upload to sshd over loopback keeps at most half of sshd's 2 MiB
+/// window unanswered (a full window sits queued in sshd, at a CPU cost:
+/// docs/internals/sftp.md, "Write room"), and every byte still arrives.
+#[test]
+fn put_keeps_half_of_sshds_window_unanswered() {
+    let sshd = Sshd::start();
+    let src = sshd.mkdir("local");
+    let dst = sshd.mkdir("remote");
+    let h = make_file(&src.join("f.bin"), 24 * MIB + 7, 31);
+    let o = sshd.cp_env(
+        &args![src.join("f.bin"), sshd.url(dst.join("f.bin"))],
+        &[("FERRY_LOG", "ferry_engine=debug")],
+    );
+    sshd.assert_ok(&o, "put with writes limited");
+    assert_file_hash(&dst.join("f.bin"), &h, "put with writes limited");
+    let err = stderr_text(&o);
+    assert!(
+        err.contains("at most 1024 KiB of writes unanswered"),
+        "{err}"
+    );
+}
+
 #[test]
 fn get_and_put_with_small_and_large_chunks() {
     let sizes = [("odd.bin", 3 * MIB + 12_345)];
