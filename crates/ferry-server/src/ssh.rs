@@ -112,10 +112,45 @@ pub struct Conn {
     pub(crate) policy: Arc<AuthPolicy>,
     pub(crate) sftp: Arc<SessionConfig>,
     pub(crate) peer: String,
-    pub(crate) channels: HashMap<ChannelId, Channel<Msg>>,
+    /// Session channels no subsystem has claimed yet, each read (and what
+    /// it sends dropped) by [`unclaimed`] until claimed here.
+    pub(crate) channels: HashMap<ChannelId, Claim>,
     /// This connection's slot among those not logged in yet; released on
     /// success (`crate::login`).
     pub(crate) login: Option<Arc<crate::login::Login>>,
+}
+
+/// How a subsystem takes its channel from [`unclaimed`]: the channel
+/// comes back on the sender given.
+pub(crate) type Claim = tokio::sync::oneshot::Sender<tokio::sync::oneshot::Sender<Channel<Msg>>>;
+
+/// A session channel that no subsystem has claimed yet. russh hands each
+/// CHANNEL_DATA to its channel before it reads the next packet, and a
+/// channel nobody reads holds 100 of them: a client that sent more on a
+/// channel with no subsystem stopped its whole connection, its other
+/// channels too. So the channel is read until it is claimed (and handed
+/// over) or ends; what it sends before a subsystem runs is dropped, as a
+/// client must wait for the subsystem's answer before it speaks.
+async fn unclaimed(
+    mut ch: Channel<Msg>,
+    mut claim: tokio::sync::oneshot::Receiver<tokio::sync::oneshot::Sender<Channel<Msg>>>,
+) {
+    loop {
+        tokio::select! {
+            biased;
+            to = &mut claim => {
+                if let Ok(to) = to {
+                    let _ = to.send(ch);
+                }
+                return;
+            }
+            msg = ch.wait() => {
+                if msg.is_none() {
+                    return;
+                }
+            }
+        }
+    }
 }
 
 impl Conn {
@@ -187,7 +222,9 @@ impl russh::server::Handler for Conn {
         if self.channels.len() >= 16 {
             return Ok(()); // dropping `reply` refuses the channel
         }
-        self.channels.insert(channel.id(), channel);
+        let (claim, claimed) = tokio::sync::oneshot::channel();
+        self.channels.insert(channel.id(), claim);
+        tokio::spawn(unclaimed(channel, claimed));
         reply.accept().await;
         Ok(())
     }
@@ -198,8 +235,16 @@ impl russh::server::Handler for Conn {
         name: &str,
         session: &mut Session,
     ) -> Result<(), Self::Error> {
-        match (name, self.channels.remove(&channel)) {
-            ("sftp", Some(ch)) => {
+        let ch = match (name, self.channels.remove(&channel)) {
+            ("sftp", Some(claim)) => {
+                let (to, back) = tokio::sync::oneshot::channel();
+                let _ = claim.send(to);
+                back.await.ok()
+            }
+            _ => None,
+        };
+        match ch {
+            Some(ch) => {
                 session.channel_success(channel)?;
                 let cfg = self.sftp.clone();
                 let peer = self.peer.clone();

@@ -51,6 +51,86 @@ async fn reply(ch: &mut russh::Channel<russh::client::Msg>, framer: &mut Framer)
     }
 }
 
+/// A logged-in raw SSH connection to `s`, with this receive window.
+async fn logged_in(s: &FerryServe, window: u32) -> russh::client::Handle<TrustAll> {
+    let cfg = russh::client::Config {
+        window_size: window,
+        ..Default::default()
+    };
+    let port = s.sftp_port.unwrap();
+    let mut ssh = russh::client::connect(Arc::new(cfg), ("127.0.0.1", port), TrustAll)
+        .await
+        .unwrap();
+    let key = russh::keys::load_secret_key(s.key(), None).unwrap();
+    let hash = ssh.best_supported_rsa_hash().await.unwrap().flatten();
+    let auth = ssh
+        .authenticate_publickey(
+            common::current_user(),
+            russh::keys::PrivateKeyWithHashAlg::new(Arc::new(key), hash),
+        )
+        .await
+        .unwrap();
+    assert!(auth.success(), "the key was refused");
+    ssh
+}
+
+/// A new channel running SFTP, past INIT and VERSION.
+async fn sftp_channel(
+    ssh: &russh::client::Handle<TrustAll>,
+) -> (russh::Channel<russh::client::Msg>, Framer) {
+    let mut ch = ssh.channel_open_session().await.unwrap();
+    ch.request_subsystem(true, "sftp").await.unwrap();
+    let mut framer = Framer::new(1 << 20);
+    ch.data(
+        &packet(&Request::Init {
+            version: 3,
+            extensions: vec![],
+        })[..],
+    )
+    .await
+    .unwrap();
+    assert!(matches!(
+        reply(&mut ch, &mut framer).await,
+        Response::Version { .. }
+    ));
+    (ch, framer)
+}
+
+/// A session channel that asks for no subsystem and sends data anyway
+/// (more messages than russh queues for a channel) must not stop the
+/// connection: another channel on it still gets SFTP. It did: the
+/// unclaimed channel was never read, russh waited on it, and the
+/// connection's other channels waited with it.
+#[test]
+fn a_channel_with_no_subsystem_that_talks_stops_no_other() {
+    let s = FerryServe::start(&[]);
+    std::fs::write(s.root().join("f.txt"), b"hello").unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async move {
+        let ssh = logged_in(&s, 2 << 20).await;
+        let idle = ssh.channel_open_session().await.unwrap();
+        for _ in 0..300 {
+            idle.data(&[0u8; 1024][..]).await.unwrap();
+        }
+        let other = async {
+            let (mut ch, mut framer) = sftp_channel(&ssh).await;
+            let stat = Request::Stat {
+                id: 1,
+                path: Bytes::from_static(b"/f.txt"),
+            };
+            ch.data(&packet(&stat)[..]).await.unwrap();
+            match reply(&mut ch, &mut framer).await {
+                Response::Attrs { attrs, .. } => assert_eq!(attrs.size, Some(5)),
+                other => panic!("not attributes: {other:?}"),
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(20), other)
+            .await
+            .expect("the connection stopped behind the channel with no subsystem");
+        drop(idle);
+    });
+}
+
 #[test]
 fn reads_far_past_the_budget_behind_a_small_window_all_come_back() {
     const PIECE: u32 = 32 * 1024;
@@ -60,43 +140,11 @@ fn reads_far_past_the_budget_behind_a_small_window_all_come_back() {
         .map(|i| (i * 7 % 251) as u8)
         .collect();
     std::fs::write(s.root().join("big.bin"), &data).unwrap();
-    let port = s.sftp_port.unwrap();
-    let key = s.key();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async move {
-        let cfg = russh::client::Config {
-            // The server waits for this client's WINDOW_ADJUST every 64 KiB.
-            window_size: 64 * 1024,
-            ..Default::default()
-        };
-        let mut ssh = russh::client::connect(Arc::new(cfg), ("127.0.0.1", port), TrustAll)
-            .await
-            .unwrap();
-        let key = russh::keys::load_secret_key(&key, None).unwrap();
-        let hash = ssh.best_supported_rsa_hash().await.unwrap().flatten();
-        let auth = ssh
-            .authenticate_publickey(
-                common::current_user(),
-                russh::keys::PrivateKeyWithHashAlg::new(Arc::new(key), hash),
-            )
-            .await
-            .unwrap();
-        assert!(auth.success(), "the key was refused");
-        let mut ch = ssh.channel_open_session().await.unwrap();
-        ch.request_subsystem(true, "sftp").await.unwrap();
-        let mut framer = Framer::new(1 << 20);
-        ch.data(
-            &packet(&Request::Init {
-                version: 3,
-                extensions: vec![],
-            })[..],
-        )
-        .await
-        .unwrap();
-        assert!(matches!(
-            reply(&mut ch, &mut framer).await,
-            Response::Version { .. }
-        ));
+        // The server waits for this client's WINDOW_ADJUST every 64 KiB.
+        let ssh = logged_in(&s, 64 * 1024).await;
+        let (mut ch, mut framer) = sftp_channel(&ssh).await;
         let open = Request::Open {
             id: 1,
             path: Bytes::from_static(b"/big.bin"),
