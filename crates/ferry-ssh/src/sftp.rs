@@ -405,7 +405,7 @@ impl SftpClient {
     /// Room for a WRITE of `len` bytes, when writes are limited: waited
     /// for (within the stall timeout) until enough earlier ones are
     /// answered.
-    async fn write_room(&self, len: usize) -> Result<Option<OwnedSemaphorePermit>, SftpError> {
+    async fn room_for_write(&self, len: usize) -> Result<Option<OwnedSemaphorePermit>, SftpError> {
         let Some((room, most)) = self.inner.write_room.get() else {
             return Ok(None);
         };
@@ -523,7 +523,7 @@ impl SftpClient {
         offset: u64,
         mut buf: BytesMut,
     ) -> Result<Pending<'_>, SftpError> {
-        let room = self.write_room(buf.len()).await?;
+        let room = self.room_for_write(buf.len()).await?;
         let (permit, id, rx) = self.register(room).await?;
         if !Request::fill_write_prefix(&mut buf, id, &handle.0, offset) {
             let _ = lock(&self.inner.state).table.take(id);
