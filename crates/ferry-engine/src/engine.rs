@@ -457,8 +457,9 @@ type Queued = Vec<(usize, FilePlan)>;
 #[derive(Default)]
 struct HomeState {
     todo: std::collections::VecDeque<(usize, FilePlan)>,
-    /// Taken and not yet done: given back if its thread ends first.
-    busy: std::collections::HashMap<usize, FilePlan>,
+    /// Taken and not yet done: given back if its thread ends first. A
+    /// few, one a task.
+    busy: Vec<(usize, FilePlan)>,
     done: Vec<(usize, FileReport)>,
 }
 
@@ -558,20 +559,22 @@ impl HomeQueue {
     fn take(&self) -> Option<(usize, FilePlan)> {
         let mut s = lock(&self.state);
         let (i, f) = s.todo.pop_front()?;
-        s.busy.insert(i, f.clone());
+        s.busy.push((i, f.clone()));
         Some((i, f))
     }
 
     fn done(&self, i: usize, rep: FileReport) {
         let mut s = lock(&self.state);
-        s.busy.remove(&i);
+        if let Some(k) = s.busy.iter().position(|(j, _)| *j == i) {
+            s.busy.swap_remove(k);
+        }
         s.done.push((i, rep));
     }
 
     /// The reports, and the files no thread finished.
     fn finish(&self) -> (Vec<(usize, FileReport)>, Queued) {
         let mut s = lock(&self.state);
-        let mut left: Vec<_> = s.busy.drain().collect();
+        let mut left: Vec<_> = s.busy.drain(..).collect();
         left.extend(s.todo.drain(..));
         left.sort_by_key(|(i, _)| *i);
         (std::mem::take(&mut s.done), left)
@@ -615,16 +618,15 @@ impl From<TransferError> for Failed {
 }
 
 pub(crate) async fn copy_file(r: &Arc<Run>, f: &FilePlan) -> FileReport {
+    // Shown once: the event's names are the report's.
+    let (source, dest) = crate::transfer::shown(r, f);
     r.events.emit(Event::FileStarted {
-        source: r.sources[f.source].backend.display(&f.src),
-        dest: r.dest.backend.display(&f.dst),
+        source: source.clone(),
+        dest: dest.clone(),
         size: f.size,
     });
     let result = copy_file_inner(r, f).await;
-    let rep = match result {
-        Ok(moved) => FileReport::ok(r, f, moved),
-        Err(e) => FileReport::failed(r, f, explain(r, f, e)),
-    };
+    let rep = FileReport::of(source, dest, result.map_err(|e| explain(r, f, e)));
     r.stats.files_done.fetch_add(1, Ordering::Relaxed);
     r.events.emit(Event::FileDone(rep.clone()));
     rep
@@ -777,7 +779,6 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, Failed> {
 
     // What is left to move: all of it, or with --resume what an earlier
     // run's part file (and its record, for a split file) lacks.
-    let record = path::side_name(&f.dst, b".ferry-resume");
     let mut missing = vec![(0, size)];
     let streams = r
         .opts
@@ -815,6 +816,7 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, Failed> {
     // stream from the part's length; the record of split copies needs
     // offset writes.
     if resume && resumable {
+        let record = path::side_name(&f.dst, RECORD);
         missing = resume_missing(r, f, &target.write, &record, size, &info).await?;
         let have = size - span(&missing);
         if have > 0 {
@@ -859,6 +861,7 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, Failed> {
     if fresh && size <= WHOLE_FILE {
         return Ok(copy_whole(r, f, &target, size, first).await?);
     }
+    let record = path::side_name(&f.dst, RECORD);
     // Where files appear whole (an HTTP PUT), the server puts the file
     // under its final name as its last byte arrives: the source is asked
     // again before that byte goes (a file of WHOLE_FILE or less is one
@@ -1143,6 +1146,10 @@ fn chunks(ranges: &[(u64, u64)], chunk: u64) -> Vec<(u64, u64)> {
     }
     out
 }
+
+/// The suffix of a split file's resume record beside it
+/// (`.NAME.ferry-resume`).
+const RECORD: &[u8] = b".ferry-resume";
 
 fn record_mtime(f: &FilePlan) -> u32 {
     f.mtime.unwrap_or(0).clamp(0, u32::MAX as i64) as u32

@@ -104,25 +104,38 @@ pub struct FileError {
 }
 
 impl FileReport {
-    pub(crate) fn ok(r: &Run, f: &FilePlan, bytes: u64) -> FileReport {
-        FileReport {
-            source: r.sources[f.source].backend.display(&f.src),
-            dest: r.dest.backend.display(&f.dst),
-            bytes,
-            error: None,
-        }
-    }
     pub(crate) fn failed(r: &Run, f: &FilePlan, e: TransferError) -> FileReport {
+        let (source, dest) = shown(r, f);
+        FileReport::of(source, dest, Err(e))
+    }
+    /// The report of a file whose source and destination are shown as
+    /// `source` and `dest`: `Ok` with the bytes moved, or why it failed.
+    pub(crate) fn of(source: String, dest: String, res: Result<u64, TransferError>) -> FileReport {
+        let (bytes, error) = match res {
+            Ok(n) => (n, None),
+            Err(e) => (
+                0,
+                Some(FileError {
+                    kind: e.kind(),
+                    message: e.to_string(),
+                }),
+            ),
+        };
         FileReport {
-            source: r.sources[f.source].backend.display(&f.src),
-            dest: r.dest.backend.display(&f.dst),
-            bytes: 0,
-            error: Some(FileError {
-                kind: e.kind(),
-                message: e.to_string(),
-            }),
+            source,
+            dest,
+            bytes,
+            error,
         }
     }
+}
+
+/// A file's source and destination as its events and report show them.
+pub(crate) fn shown(r: &Run, f: &FilePlan) -> (String, String) {
+    (
+        r.sources[f.source].backend.display(&f.src),
+        r.dest.backend.display(&f.dst),
+    )
 }
 
 /// What a finished transfer did.

@@ -250,7 +250,7 @@ impl Backend for Local {
         Some(os(path))
     }
     fn display(&self, path: &[u8]) -> String {
-        String::from_utf8_lossy(path).into_owned()
+        super::path::text(path)
     }
     fn capabilities(&self) -> Capabilities {
         Capabilities {

@@ -987,6 +987,23 @@ pub struct BackendInfo {
 
 /// `/`-separated path helpers shared by the engine and the backends.
 pub mod path {
+    /// A path as text, for messages and for protocols that name files in
+    /// text: as it is where it is UTF-8 (a check a word at a time), else
+    /// with U+FFFD for what is not. `String::from_utf8_lossy` alone looks
+    /// at each byte: 9 calls a file were 5% of the client's instructions
+    /// for 1000 x 20 kB to an FTP server.
+    pub fn text(p: &[u8]) -> String {
+        text_ref(p).into_owned()
+    }
+
+    /// [`text`], borrowed where it is UTF-8.
+    pub fn text_ref(p: &[u8]) -> std::borrow::Cow<'_, str> {
+        match std::str::from_utf8(p) {
+            Ok(t) => std::borrow::Cow::Borrowed(t),
+            Err(_) => String::from_utf8_lossy(p),
+        }
+    }
+
     /// `dir` + `/` + `name`, without doubling the slash.
     pub fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
         let mut p = dir.to_vec();
@@ -1043,10 +1060,16 @@ pub mod path {
     /// `.NAME` + `suffix` beside NAME: the part file, and the resume
     /// record of a split file (`.NAME.ferry-resume`).
     pub fn side_name(p: &[u8], suffix: &[u8]) -> Vec<u8> {
-        let mut name = b".".to_vec();
-        name.extend_from_slice(basename(p));
-        name.extend_from_slice(suffix);
-        join(parent(p), &name)
+        let (dir, name) = (parent(p), basename(p));
+        let mut side = Vec::with_capacity(dir.len() + 2 + name.len() + suffix.len());
+        side.extend_from_slice(dir);
+        if !dir.is_empty() && !dir.ends_with(b"/") {
+            side.push(b'/');
+        }
+        side.push(b'.');
+        side.extend_from_slice(name);
+        side.extend_from_slice(suffix);
+        side
     }
 
     /// A name that can be a plain file name: not empty, `.`, `..`, and no

@@ -899,7 +899,9 @@ impl Backend for Sftp {
         true
     }
     fn display(&self, p: &[u8]) -> String {
-        format!("{}{}", self.prefix, String::from_utf8_lossy(p))
+        let mut shown = self.prefix.clone();
+        shown.push_str(&super::path::text(p));
+        shown
     }
     fn capabilities(&self) -> Capabilities {
         Capabilities {
