@@ -119,7 +119,7 @@ impl Pool {
             // server process file after file, as the copy loop's workers
             // did. Handed round the lanes (the last one given back),
             // 1000 x 20 kB to vsftpd ran 0.87x the loop's speed up and
-            // 0.94x down, against 0.94x and 1.05x with its own, and its
+            // 0.94x down, against 0.95x and 1.05x with its own, and its
             // threads moved between CPUs three times as often
             // (BENCHMARKS.md run ftp-affinity-1).
             let mine = lane.and_then(|_| st.idle.iter().rposition(|(l, _)| *l == lane));
