@@ -6,10 +6,11 @@ res={}; rat={}
 for i in range(n+1):
     order=bins[:]; random.shuffle(order); w={}
     for name,b in order:
-        shutil.rmtree('/dev/shm/fx/root/up/x',ignore_errors=True); os.makedirs('/dev/shm/fx/root/up/x')
+        R=os.environ.get('ROOT','/dev/shm/fx/root')
+        shutil.rmtree(R+'/up/x',ignore_errors=True); os.makedirs(R+'/up/x')
         shutil.rmtree('/dev/shm/fx/down/x',ignore_errors=True); os.makedirs('/dev/shm/fx/down/x')
-        if d=='up': cmd=[b,'cp','-q','-r']+extra+[os.environ.get('SRC','/dev/shm/fx/src2/small'),'ftp://127.0.0.1:2121/up/x/']
-        else: cmd=[b,'cp','-q','-r']+extra+['ftp://127.0.0.1:2121/'+os.environ.get('RSRC','pub/small'),'/dev/shm/fx/down/x/']
+        if d=='up': cmd=[b,'cp','-q','-r']+extra+[os.environ.get('SRC','/dev/shm/fx/src2/small'),os.environ.get('URL','ftp://127.0.0.1:2121')+'/up/x/']
+        else: cmd=[b,'cp','-q','-r']+extra+[os.environ.get('URL','ftp://127.0.0.1:2121')+'/'+os.environ.get('RSRC','pub/small'),'/dev/shm/fx/down/x/']
         t=time.time(); subprocess.run(cmd,check=True); w[name]=time.time()-t
     if i==0: continue
     for k,v in w.items():
