@@ -119,8 +119,8 @@ impl Pool {
             // server process file after file, as the copy loop's workers
             // did. Handed round the lanes (the last one given back),
             // 1000 x 20 kB to vsftpd ran 0.87x the loop's speed up and
-            // 0.94x down, against 0.95x and 1.05x with its own, and its
-            // threads moved between CPUs three times as often
+            // 0.94x down, against 0.95x and 1.05x with its own, and the
+            // client's threads moved between CPUs three times as often
             // (BENCHMARKS.md run ftp-affinity-1).
             let mine = lane.and_then(|_| st.idle.iter().rposition(|(l, _)| *l == lane));
             let idle = match mine {
@@ -769,9 +769,8 @@ fn stor_failed(c: &mut Conn, t: Transfer, path: &str, shown: &str, e: std::io::E
 /// unchecked, as ferry's FTP copy loop did before the engine. A mismatch
 /// is final (not a lost connection: [`Stop::Kept`]), and the part file
 /// stays where it is (as after a `452`/`552`): `--resume` continues it
-/// after its tail is compared.
-/// `shown` is the written file's URL, `fin` the final name's when it was
-/// written under a part name.
+/// after its tail is compared. The message names the file written and,
+/// for a part, its final name.
 fn check_stored(c: &mut Conn, to: &Upload, want: u64) -> Result<(), Stop> {
     let got = match c.size(&to.path) {
         Ok(n) => n,

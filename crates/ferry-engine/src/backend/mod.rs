@@ -1099,6 +1099,11 @@ pub mod path {
             assert_eq!(parent(b"a"), b"");
             assert_eq!(part_name(b"/d/f.bin"), b"/d/.f.bin.ferry-part");
             assert_eq!(part_name(b"f"), b".f.ferry-part");
+            assert_eq!(part_name(b"/f"), b"/.f.ferry-part");
+            assert_eq!(part_name(b"/d/f/"), b"/d/.f.ferry-part");
+            assert_eq!(side_name(b"/d/f", b".ferry-resume"), b"/d/.f.ferry-resume");
+            assert_eq!(text(b"/d/f \xc3\xa9"), "/d/f \u{e9}");
+            assert_eq!(text(b"/d/\xff"), "/d/\u{fffd}");
             assert!(safe_name(b"a b"));
             assert!(!safe_name(b".."));
             assert!(!safe_name(b"a/b"));
