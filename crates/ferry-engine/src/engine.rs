@@ -499,7 +499,7 @@ impl HomeQueue {
             let q = match seen.iter().find(|(k, _)| *k == key) {
                 Some((_, q)) => *q,
                 None => {
-                    let q = (!b.homes().is_empty()).then(|| {
+                    let q = (!b.homes_for(1).is_empty()).then(|| {
                         queues.push(Arc::new(HomeQueue {
                             backend: b.clone(),
                             state: Default::default(),
@@ -534,8 +534,8 @@ impl HomeQueue {
         }
         let per_queue = (slots / queues.len().max(1)).max(1);
         for q in queues {
-            let homes = q.backend.homes();
             let files = lock(&q.state).todo.len();
+            let homes = q.backend.homes_for(per_queue.min(files));
             let per_home = (per_queue.min(files) / homes.len().max(1)).max(1);
             for rt in homes {
                 for _ in 0..per_home {

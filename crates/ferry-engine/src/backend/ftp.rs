@@ -50,7 +50,7 @@ pub struct Ftp {
     hashes: Vec<(HashAlgo, String)>,
     /// Threads of this backend's own, one per file at once (-P), started
     /// when the engine first asks for them ([`Backend::homes`]).
-    lanes: std::sync::OnceLock<Vec<super::OwnThread>>,
+    lanes: Mutex<Vec<super::OwnThread>>,
 }
 
 thread_local! {
@@ -304,7 +304,7 @@ impl Ftp {
                 max,
                 refusal: Mutex::new(None),
                 hashes: known_hashes(&hash_names),
-                lanes: std::sync::OnceLock::new(),
+                lanes: Mutex::new(Vec::new()),
             },
             resolved,
         ))
@@ -408,15 +408,24 @@ impl Backend for Ftp {
     }
 
     fn homes(&self) -> Vec<tokio::runtime::Handle> {
-        let lanes = self.lanes.get_or_init(|| {
-            (0..self.max)
-                .map_while(|i| {
-                    let on_lane = move || LANE.with(|l| l.set(Some(i)));
-                    super::OwnThread::start_with(format!("ferry-ftp-{i}"), on_lane).ok()
-                })
-                .collect()
-        });
-        lanes.iter().map(|l| l.rt.clone()).collect()
+        lock(&self.lanes).iter().map(|l| l.rt.clone()).collect()
+    }
+
+    /// Lanes started as the files need them, up to -P: a lane is a thread
+    /// with a runtime of its own, and all 8 for one small file made its
+    /// copy 8.4 ms against the copy loop's 7.5 ms.
+    fn homes_for(&self, files: usize) -> Vec<tokio::runtime::Handle> {
+        let want = files.min(self.max);
+        let mut lanes = lock(&self.lanes);
+        while lanes.len() < want {
+            let i = lanes.len();
+            let on_lane = move || LANE.with(|l| l.set(Some(i)));
+            match super::OwnThread::start_with(format!("ferry-ftp-{i}"), on_lane) {
+                Ok(lane) => lanes.push(lane),
+                Err(_) => break,
+            }
+        }
+        lanes.iter().take(want).map(|l| l.rt.clone()).collect()
     }
 
     fn home_file_max(&self) -> u64 {

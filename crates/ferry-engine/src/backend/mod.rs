@@ -792,6 +792,14 @@ pub trait Backend: Send + Sync {
         Vec::new()
     }
 
+    /// [`Backend::homes`] for a queue of `files` files: a backend that
+    /// starts its threads when first asked (FTP's lanes) starts no more
+    /// than the files need, and gives at most that many.
+    fn homes_for(&self, files: usize) -> Vec<tokio::runtime::Handle> {
+        let _ = files;
+        self.homes()
+    }
+
     /// The largest file the engine copies on [`Backend::homes`]' threads:
     /// by default one read whole (256 KiB); FTP moves a file of up to 16
     /// MiB in one blocking job there.
