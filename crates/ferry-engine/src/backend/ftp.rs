@@ -49,7 +49,7 @@ pub struct Ftp {
     /// once at open), best first, with the server's names for them.
     hashes: Vec<(HashAlgo, String)>,
     /// Threads of this backend's own, one per file at once (-P), started
-    /// when the engine first asks for them ([`Backend::homes`]).
+    /// as the engine's queue needs them ([`Backend::homes_for`]).
     lanes: Mutex<Vec<super::OwnThread>>,
 }
 
@@ -412,8 +412,9 @@ impl Backend for Ftp {
     }
 
     /// Lanes started as the files need them, up to -P: a lane is a thread
-    /// with a runtime of its own, and all 8 for one small file made its
-    /// copy 8.4 ms against the copy loop's 7.5 ms.
+    /// with a runtime of its own, and all 8 for one 20 kB file made its
+    /// upload 9.1 ms against the copy loop's 8.5 ms, one lane 8.1 ms
+    /// (BENCHMARKS.md run ftp-affinity-1).
     fn homes_for(&self, files: usize) -> Vec<tokio::runtime::Handle> {
         let want = files.min(self.max);
         let mut lanes = lock(&self.lanes);
