@@ -900,7 +900,7 @@ impl Backend for Sftp {
     }
     fn display(&self, p: &[u8]) -> String {
         let mut shown = self.prefix.clone();
-        shown.push_str(&super::path::text(p));
+        shown.push_str(&super::path::text_ref(p));
         shown
     }
     fn capabilities(&self) -> Capabilities {

@@ -19,11 +19,12 @@ use tokio::sync::{
     oneshot,
 };
 
-// ferry: 100 tries, not 10. On one host the client's own connections
-// take ports in the passive range as their source ports (Linux's
-// ephemeral range, 32768-60999, overlaps 49152-65535), and after a
-// thousand small files a third of the binds met one (EADDRINUSE): nine
-// tries all failed about once in 30,000 EPSVs, which answered 425.
+// ferry: 100, not 10 (`try_port_range` tries one fewer: 99 ports, not
+// 9). On one host the client's own connections take ports in the
+// passive range as their source ports (Linux's ephemeral range,
+// 32768-60999, overlaps 49152-65535): after a few thousand small uploads
+// a third of the binds met one (EADDRINUSE), and about one EPSV in 5,000
+// found nine taken and answered 425.
 const BIND_RETRIES: u8 = 100;
 
 #[async_trait]
