@@ -70,6 +70,11 @@ impl SftpInfo {
     }
 }
 
+/// Room taken on a session for one WRITE ([`SftpClient::room_for_write`]);
+/// given back when the WRITE's reply comes in, or when dropped unused.
+#[derive(Debug)]
+pub struct WriteRoom(Option<OwnedSemaphorePermit>);
+
 /// A request waiting for its reply: where the reply goes, and the room a
 /// WRITE took of [`Inner::write_room`], given back as its reply comes in
 /// (by the reader, whether or not the writer is polled then).
@@ -402,19 +407,24 @@ impl SftpClient {
             .set((Arc::new(Semaphore::new(kib as usize)), kib));
     }
 
-    /// Room for a WRITE of `len` bytes, when writes are limited: waited
-    /// for (within the stall timeout) until enough earlier ones are
-    /// answered.
-    async fn room_for_write(&self, len: usize) -> Result<Option<OwnedSemaphorePermit>, SftpError> {
+    /// Room for a WRITE of `len` bytes (header and data), when writes are
+    /// limited ([`SftpClient::limit_writes`]): waited for (within the
+    /// stall timeout) until enough earlier ones are answered. Taken before
+    /// the data is read ([`SftpClient::write_prepared`]), a file's pieces
+    /// are read only as the session can send them: read first, a 2.5 GB
+    /// upload to sshd held 170 MB of pieces waiting, and touching their
+    /// fresh pages cost the client more than the zeroing it had just been
+    /// spared (2026-11-30).
+    pub async fn room_for_write(&self, len: usize) -> Result<WriteRoom, SftpError> {
         let Some((room, most)) = self.inner.write_room.get() else {
-            return Ok(None);
+            return Ok(WriteRoom(None));
         };
         let kib = u32::try_from(len.div_ceil(1024))
             .unwrap_or(u32::MAX)
             .clamp(1, *most);
         let taken = self.guarded(room.clone().acquire_many_owned(kib)).await?;
         taken
-            .map(Some)
+            .map(|t| WriteRoom(Some(t)))
             .map_err(|_| SftpError::Closed(self.closed_reason()))
     }
 
@@ -521,10 +531,20 @@ impl SftpClient {
         &self,
         handle: &Handle,
         offset: u64,
-        mut buf: BytesMut,
+        buf: BytesMut,
     ) -> Result<Pending<'_>, SftpError> {
         let room = self.room_for_write(buf.len()).await?;
-        let (permit, id, rx) = self.register(room).await?;
+        self.send_in_room(room, handle, offset, buf).await
+    }
+
+    async fn send_in_room(
+        &self,
+        room: WriteRoom,
+        handle: &Handle,
+        offset: u64,
+        mut buf: BytesMut,
+    ) -> Result<Pending<'_>, SftpError> {
+        let (permit, id, rx) = self.register(room.0).await?;
         if !Request::fill_write_prefix(&mut buf, id, &handle.0, offset) {
             let _ = lock(&self.inner.state).table.take(id);
             return Err(SftpError::Protocol(
@@ -569,13 +589,15 @@ impl SftpClient {
     /// WRITE from a buffer whose first `write_prefix_len(handle)` bytes are
     /// room for the packet header and the rest is the data: the caller
     /// reads file data straight into it, and no byte is copied again.
+    /// `room` is [`SftpClient::room_for_write`]'s for this buffer's length.
     pub async fn write_prepared(
         &self,
+        room: WriteRoom,
         handle: &Handle,
         offset: u64,
         buf: BytesMut,
     ) -> Result<(), SftpError> {
-        self.send_prepared(handle, offset, buf)
+        self.send_in_room(room, handle, offset, buf)
             .await?
             .status()
             .await

@@ -694,17 +694,24 @@ fn put_keeps_half_of_sshds_window_unanswered() {
     let src = sshd.mkdir("local");
     let dst = sshd.mkdir("remote");
     let h = make_file(&src.join("f.bin"), 24 * MIB + 7, 31);
-    let o = sshd.cp_env(
-        &args![src.join("f.bin"), sshd.url(dst.join("f.bin"))],
-        &[("FERRY_LOG", "ferry_engine=debug")],
-    );
-    sshd.assert_ok(&o, "put with writes limited");
-    assert_file_hash(&dst.join("f.bin"), &h, "put with writes limited");
-    let err = stderr_text(&o);
-    assert!(
-        err.contains("at most 1024 KiB of writes unanswered"),
-        "{err}"
-    );
+    // The limit holds on a short path: a first request answered in under
+    // 1 ms. With the other tests running beside it, sshd sometimes takes
+    // longer, so up to three tries (each one's bytes checked) may show it.
+    let mut logs = Vec::new();
+    for _ in 0..3 {
+        let o = sshd.cp_env(
+            &args![src.join("f.bin"), sshd.url(dst.join("f.bin"))],
+            &[("FERRY_LOG", "ferry_engine=debug")],
+        );
+        sshd.assert_ok(&o, "put with writes limited");
+        assert_file_hash(&dst.join("f.bin"), &h, "put with writes limited");
+        let err = stderr_text(&o);
+        if err.contains("at most 1024 KiB of writes unanswered") {
+            return;
+        }
+        logs.push(err);
+    }
+    panic!("no try limited its writes: {logs:?}");
 }
 
 #[test]

@@ -1697,6 +1697,7 @@ impl SendFile {
             ..
         } = from;
         let prefix = ferry_sftp::packet_ext::write_prefix_len(self.h.0.len());
+        let file = &file;
         let mut running = FuturesUnordered::new();
         let (mut next, mut failed) = (0u64, None);
         loop {
@@ -1705,25 +1706,49 @@ impl SendFile {
                     return Err((TransferError::cancelled(), false));
                 }
                 let n = (len - next).min(self.chunk as u64);
-                let mut buf = Vec::with_capacity(prefix + n as usize);
-                buf.resize(prefix, 0);
-                match file.append(file.at + next, n, buf) {
-                    Ok(buf) => {
-                        let (c, h, at) = (self.c.clone(), self.h.clone(), self.at + next);
-                        let buf = BytesMut::from(Bytes::from(buf));
-                        let asked = Instant::now();
-                        running
-                            .push(async move { (n, asked, c.write_prepared(&h, at, buf).await) });
-                        next += n;
+                let (c, h, at, from) = (
+                    self.c.clone(),
+                    self.h.clone(),
+                    self.at + next,
+                    file.at + next,
+                );
+                // Each piece is read once the session has room to send it
+                // (`SftpClient::room_for_write`), not before.
+                running.push(async move {
+                    let asked = Instant::now();
+                    let room = match c.room_for_write(prefix + n as usize).await {
+                        Ok(room) => room,
+                        Err(e) => return (n, asked, Piece::Sent(Err(e))),
+                    };
+                    let mut buf = Vec::with_capacity(prefix + n as usize);
+                    buf.resize(prefix, 0);
+                    match file.append(from, n, buf) {
+                        Ok(buf) => {
+                            let buf = BytesMut::from(Bytes::from(buf));
+                            (
+                                n,
+                                asked,
+                                Piece::Sent(c.write_prepared(room, &h, at, buf).await),
+                            )
+                        }
+                        Err(e) => (n, asked, Piece::Unread(e)),
                     }
-                    // What is in flight still lands: then it is good.
-                    Err(e) => failed = Some(e),
-                }
+                });
+                next += n;
             }
-            let Some((n, asked, res)) = running.next().await else {
+            let Some((n, asked, piece)) = running.next().await else {
                 break;
             };
-            res.map_err(|e| (TransferError::sftp(&self.host, &self.path, e), false))?;
+            match piece {
+                Piece::Sent(res) => {
+                    res.map_err(|e| (TransferError::sftp(&self.host, &self.path, e), false))?
+                }
+                // What is in flight still lands: then it is good.
+                Piece::Unread(e) => {
+                    failed.get_or_insert(e);
+                    continue;
+                }
+            }
             progress.add(n);
             let now = Instant::now();
             self.window.on_reply(n, now - asked, now);
@@ -1733,6 +1758,13 @@ impl SendFile {
             None => Ok(()),
         }
     }
+}
+
+/// What became of one WRITE's piece of the file.
+enum Piece {
+    Sent(Result<(), ferry_ssh::SftpError>),
+    /// The local file could not be read.
+    Unread(TransferError),
 }
 
 #[cfg(test)]
