@@ -16,7 +16,6 @@
 //! known before more are opened.
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::os::unix::fs::FileExt;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -1068,18 +1067,30 @@ impl http_body::Body for FileBody {
         // it to (crate::tls::PLAINTEXT_PAGE_OFFSET).
         let mut buf: Vec<u8> = Vec::with_capacity(n + 4096);
         let skew = crate::tls::skew_to(&buf, 0, crate::tls::PLAINTEXT_PAGE_OFFSET);
-        buf.resize(skew + n, 0);
-        // A local read from the page cache: cheap enough to do in place.
-        let Some(dst) = buf.get_mut(skew..) else {
-            return Poll::Ready(Some(Err(std::io::Error::other("internal: upload buffer"))));
+        buf.resize(skew, 0);
+        // A local read from the page cache: cheap enough to do in place,
+        // into the spare capacity (zeroing the piece first costs a pass
+        // over it; ferry-engine's `local::append_at` measured 6% of an SFTP
+        // upload's client for that).
+        let read = loop {
+            let Some(spare) = buf.spare_capacity_mut().get_mut(..n) else {
+                break Err(std::io::Error::other("internal: upload buffer"));
+            };
+            match rustix::io::pread(&*self.file, spare, self.at) {
+                Ok((init, _)) => break Ok(init.len()),
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => break Err(std::io::Error::from(e)),
+            }
         };
-        match self.file.read_at(dst, self.at) {
+        match read {
             Ok(0) => Poll::Ready(Some(Err(std::io::Error::new(
                 std::io::ErrorKind::UnexpectedEof,
                 "the file shrank during the upload",
             )))),
             Ok(k) => {
-                buf.truncate(skew + k);
+                // SAFETY: pread initialised the first `k <= n` bytes of the
+                // spare capacity, which holds `n`.
+                unsafe { buf.set_len(skew + k) };
                 // The last bytes are read before the file is asked: a
                 // write that could have changed any byte read so far
                 // shows in its time by now.
