@@ -412,9 +412,9 @@ impl SftpClient {
     /// stall timeout) until enough earlier ones are answered. Taken before
     /// the data is read ([`SftpClient::write_prepared`]), a file's pieces
     /// are read only as the session can send them: read first, a 2.5 GB
-    /// upload to sshd held 170 MB of pieces waiting, and touching their
-    /// fresh pages cost the client more than the zeroing it had just been
-    /// spared (2026-11-30).
+    /// upload to sshd held 170 MB of pieces waiting, 53,000 fresh pages
+    /// touched against 7,000 with the room taken first (2026-11-30,
+    /// docs/internals/sftp.md, "Write room").
     pub async fn room_for_write(&self, len: usize) -> Result<WriteRoom, SftpError> {
         let Some((room, most)) = self.inner.write_room.get() else {
             return Ok(WriteRoom(None));

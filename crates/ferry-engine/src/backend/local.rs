@@ -596,7 +596,11 @@ fn append_at(
         let at = at + (buf.len() - start) as u64;
         let want = end - buf.len();
         let Some(spare) = buf.spare_capacity_mut().get_mut(..want) else {
-            break;
+            // Not after `reserve_exact`; never a short piece handed on.
+            return Err(TransferError::Local(format!(
+                "{}: internal: no room to read {n} bytes into",
+                path.display()
+            )));
         };
         let got = match rustix::io::pread(file, spare, at) {
             Ok((init, _)) => init.len(),
