@@ -965,7 +965,19 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, Failed> {
             WIDEN_PIECES
         };
         let fine = (todo / pieces).clamp(MIN_WIDEN_CHUNK, MAX_CHUNK);
-        let chunk = if widening {
+        // Where each range read is a data connection of its own (FTP), a
+        // piece costs a new connection's slow start and several round
+        // trips, so the ranges are not cut finer: one piece a range, as
+        // `lftp pget -n 8` does (run ftp-wide-1).
+        let per_connection = src.range_opens_connection() || dst.range_opens_connection();
+        let chunk = if per_connection && (widening || split) {
+            let ranges = if widening {
+                n.max(widen_start(r, f))
+            } else {
+                n
+            };
+            todo.div_ceil(ranges as u64).min(MAX_CHUNK)
+        } else if widening {
             fine
         } else if split && long_path.is_some() && !local_source {
             fine.min(todo.div_ceil(n as u64))

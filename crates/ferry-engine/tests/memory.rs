@@ -1392,6 +1392,38 @@ async fn a_big_file_on_a_long_path_is_widened_as_measured() {
     assert!(parts(&b).is_empty(), "{:?}", parts(&b));
 }
 
+/// A source whose every ranged read is a connection of its own (FTP): on
+/// a long path the big file is widened, but cut into one piece a range,
+/// not finer; `--streams 2` there gives two pieces.
+#[tokio::test]
+async fn ranges_that_open_connections_are_not_cut_finer() {
+    for (streams, pieces) in [(None, 4), (Some(2), 2)] {
+        let (a, b) = (Memory::new("a"), Memory::new("b"));
+        let body = data(48 << 20, 5);
+        a.put("/big", &body, 0);
+        a.set_faults(Faults {
+            round_trip: Some(Duration::from_millis(20)),
+            range_per_connection: true,
+            ..Faults::default()
+        });
+        let o = CopyOptions { streams, ..opts() };
+        let (r, _) = run(Transfer::between(
+            vec![at(&a, "/big")],
+            at(&b, "/big.copy"),
+            o,
+        ))
+        .await;
+        assert!(r.error.is_none(), "{:?}", r.error);
+        assert_eq!(b.get("/big.copy").as_deref(), Some(&body[..]));
+        assert_eq!(
+            a.counters.reads.load(std::sync::atomic::Ordering::Relaxed),
+            pieces,
+            "--streams {streams:?}"
+        );
+        assert!(parts(&b).is_empty(), "{:?}", parts(&b));
+    }
+}
+
 /// A short path, `--streams`, or `--max-streams 1`: no widening; but
 /// `--streams` on a long path is cut finer, for connections that join late.
 #[tokio::test]

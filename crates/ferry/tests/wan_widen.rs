@@ -2,7 +2,7 @@
 //! measured (docs/internals/wan.md, "More connections as measured"),
 //! against a real `ferry serve` through the packet-level link: the server
 //! in one network namespace, `ferry cp` in another, 20 ms round trip and
-//! a 200 Mbit/s bottleneck. Every byte is compared; `--json` says how many
+//! a 200 Mbit/s bottleneck; SFTP, HTTPS and FTPS. Every byte is compared; `--json` says how many
 //! connections the copy used. Root only (namespaces, TUN devices); the
 //! speed is the benchmark's business (BENCHMARKS.md), never asserted.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -68,7 +68,11 @@ fn assert_widened(o: &Output, got: &std::path::Path, body: &[u8], what: &str) {
 #[test]
 fn big_files_are_widened_over_more_connections_on_a_long_path() {
     let Some(link) = long_link("wd") else { return };
-    let serve = FerryServe::start_in_netns(&link.server_netns(), "198.19.0.1", &["--writable"]);
+    let serve = FerryServe::start_in_netns(
+        &link.server_netns(),
+        "198.19.0.1",
+        &["--writable", "--ftp", "198.19.0.1:0"],
+    );
     let body: Vec<u8> = (0..(48u32 << 20))
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
         .collect();
@@ -150,6 +154,30 @@ fn big_files_are_widened_over_more_connections_on_a_long_path() {
             .to_string_lossy()
             .contains(".ferry-")),
         "no part file or record left"
+    );
+
+    // FTPS down: one data connection unasked (`--streams 1`), ranges
+    // added as control connections of the pool's.
+    let ftp = local.path().join("ftp.bin");
+    let o = cp_in(
+        &ns,
+        &serve,
+        &args![
+            "--json",
+            "--ssl-reqd",
+            "--pin",
+            format!("sha256:{}", serve.cert_sha256),
+            "-u",
+            format!("ferry:{}", serve.token),
+            serve.ftp_url("big.bin"),
+            &ftp
+        ],
+    );
+    assert_widened(&o, &ftp, &body, "ftps download");
+    assert!(
+        streams(&o) >= 6,
+        "an FTP download starts on 8 connections, used {}",
+        streams(&o)
     );
 
     // --max-streams 1: the protocol's default, nothing added.

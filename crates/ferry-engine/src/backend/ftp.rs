@@ -17,7 +17,7 @@ use ferry_ftp::{Conn, Endpoint, FtpError, Security, Transfer};
 
 use super::{
     path, Backend, BackendInfo, ByteStream, Capabilities, Entry, EntryKind, HashAlgo, LocalRange,
-    LocalSource, LocalTarget, RangeProgress, RangeTask, Sink, SmallFile, WriteMode,
+    LocalSource, LocalTarget, RangeProgress, RangeTask, Role, Sink, SmallFile, WriteMode,
 };
 use crate::engine::ONE_JOB_MAX;
 use crate::error::TransferError;
@@ -37,6 +37,12 @@ pub struct FtpOptions {
 const PIECE: usize = 1024 * 1024;
 /// Pieces queued between a blocking transfer and the engine.
 const QUEUE: usize = 4;
+/// Ranges a download widened on a long path starts on: eight, as HTTP(S)
+/// and SFTP start (runs wan-start-1, sftp-start-1) and as `lftp pget -n 8`
+/// runs. Before, FTP did not tell the engine its round trip and never
+/// widened: at `wan50` one connection moved 128 MiB from vsftpd at
+/// 34.9 MB/s against `lftp pget -n 8`'s 50.9 (BENCHMARKS.md, run wan-full-1).
+const WIDEN_START: usize = 8;
 
 pub struct Ftp {
     pool: Arc<Pool>,
@@ -51,6 +57,9 @@ pub struct Ftp {
     /// Threads of this backend's own, one per file at once (-P), started
     /// as the engine's queue needs them ([`Backend::homes_for`]).
     lanes: Mutex<Vec<super::OwnThread>>,
+    /// Connections a big download on a long path will want: `--streams`,
+    /// or the ranges a widened file starts on ([`Backend::prepare`]).
+    ahead: usize,
 }
 
 thread_local! {
@@ -84,9 +93,17 @@ struct Pool {
     state: Mutex<PoolState>,
     /// Signalled when a connection comes back or is lost.
     ready: Condvar,
-    max: usize,
+    /// -P files at once, or --streams ranges of one; raised for a file
+    /// the engine widens on a long path ([`Backend::widen`]).
+    max: AtomicUsize,
     /// Connections opened in all (the report's `streams`).
     opened: AtomicUsize,
+    /// The shortest TCP handshake of its connections: the path's round
+    /// trip, which tells the engine whether to widen a big download.
+    round_trip: ferry_tcp::MinRoundTrip,
+    /// The login directory, as the first connection's `PWD` said: the
+    /// others do not ask again.
+    home: String,
 }
 
 struct PoolState {
@@ -134,7 +151,7 @@ impl Pool {
                 });
             }
             let now = Instant::now();
-            if st.live < self.max || now >= deadline {
+            if st.live < self.max.load(Ordering::Relaxed) || now >= deadline {
                 break;
             }
             st.waiting += 1;
@@ -146,18 +163,51 @@ impl Pool {
         }
         st.live += 1;
         drop(st);
-        match Conn::open(&self.ep) {
+        self.connect().map(|c| Lease {
+            conn: Some(c),
+            pool: self.clone(),
+        })
+    }
+
+    /// A new logged-in connection, counted in `live` already; a failure
+    /// uncounts it.
+    fn connect(&self) -> Result<Conn, FtpError> {
+        match Conn::open_at(&self.ep, Some(&self.home)) {
             Ok(c) => {
                 self.opened.fetch_add(1, Ordering::Relaxed);
-                Ok(Lease {
-                    conn: Some(c),
-                    pool: self.clone(),
-                })
+                if let Some(d) = c.round_trip() {
+                    self.round_trip.note(d);
+                }
+                Ok(c)
             }
             Err(e) => {
                 self.lost();
                 Err(e)
             }
+        }
+    }
+
+    /// Open connections in the background until `want` are live, each
+    /// joining the idle ones when logged in (a failure is only logged:
+    /// the work opens its own as before).
+    fn open_ahead(self: &Arc<Self>, want: usize) {
+        self.max.fetch_max(want, Ordering::Relaxed);
+        let more = {
+            let mut st = lock(&self.state);
+            let more = want.saturating_sub(st.live);
+            st.live += more;
+            more
+        };
+        for _ in 0..more {
+            let pool = self.clone();
+            tokio::task::spawn_blocking(move || match pool.connect() {
+                Ok(c) => {
+                    let mut st = lock(&pool.state);
+                    st.idle.push((None, c));
+                    pool.wake_one(st);
+                }
+                Err(e) => tracing::debug!("opening an FTP connection ahead: {e}"),
+            });
         }
     }
 
@@ -267,6 +317,10 @@ impl Ftp {
         .map_err(|e| TransferError::Network(format!("internal: {e}")))?
         .map_err(TransferError::from)?;
         let home = conn.home.clone();
+        let round_trip = ferry_tcp::MinRoundTrip::default();
+        if let Some(d) = conn.round_trip() {
+            round_trip.note(d);
+        }
         let resolved = absolute(&home, &spec.path);
         let scheme = match ep.security {
             Security::Implicit => "ftps",
@@ -294,9 +348,16 @@ impl Ftp {
                     }),
                     ready: Condvar::new(),
                     // -P files at once, or --streams ranges of one.
-                    max: max.max(opts.streams.unwrap_or(Tuning::FTP_STREAMS)),
+                    max: AtomicUsize::new(max.max(opts.streams.unwrap_or(Tuning::FTP_STREAMS))),
                     opened: AtomicUsize::new(1),
+                    round_trip,
+                    home: home.clone(),
                 }),
+                ahead: match opts.streams {
+                    Some(n) => n,
+                    None if opts.max_streams > 1 => WIDEN_START.min(opts.max_streams),
+                    None => 1,
+                },
                 names: Arc::new(Names {
                     home,
                     prefix: format!("{scheme}://{user}{}{port}", spec.host),
@@ -431,6 +492,51 @@ impl Backend for Ftp {
 
     fn home_file_max(&self) -> u64 {
         ONE_JOB_MAX
+    }
+
+    fn round_trip(&self) -> Option<Duration> {
+        self.pool.round_trip.get()
+    }
+
+    /// Downloads of at least a widened file's size on a long path: the
+    /// connections its ranges will take are opened now, in the
+    /// background, while the engine asks the first one for sizes and
+    /// times. Each is a login (five round trips); opened as the ranges
+    /// started, they held the seven extra ranges of a 128 MiB file at
+    /// loss100 back by about a second against `lftp pget -n 8` (run
+    /// ftp-wide-1).
+    async fn prepare(&self, role: Role, bytes: Option<u64>) {
+        let long = self.round_trip().is_some_and(|d| d >= ferry_tcp::LONG_PATH);
+        if role == Role::Source
+            && long
+            && self.ahead > 1
+            && bytes.is_some_and(|b| b >= crate::widen::WIDEN_MIN)
+        {
+            self.pool.open_ahead(self.ahead);
+        }
+    }
+
+    /// A range is `REST` and `RETR` on a data connection of its own.
+    fn range_opens_connection(&self) -> bool {
+        true
+    }
+
+    /// A widened download starts on eight ranges ([`WIDEN_START`]).
+    fn widen_start(&self) -> usize {
+        WIDEN_START
+    }
+
+    /// A widened download's ranges each take a control connection of the
+    /// pool, opened as they start (a login each): the pool may hold that
+    /// many from now on. Uploads are one stream (`STOR` has no offset).
+    async fn widen(&self, role: Role, ranges: usize) -> usize {
+        match role {
+            Role::Source => {
+                self.pool.max.fetch_max(ranges, Ordering::Relaxed);
+                ranges
+            }
+            Role::Destination => self.capabilities().max_ranges.min(ranges),
+        }
     }
 
     fn info(&self) -> BackendInfo {
@@ -752,10 +858,25 @@ impl Backend for Ftp {
 
     async fn close(&self) {
         let conns = std::mem::take(&mut lock(&self.pool.state).idle);
+        // All QUITs at once: each waits a round trip for the server's
+        // 221, and one after the other they added 8 x 50 ms to an 8-range
+        // download at wan50 (run ftp-wide-1).
         let _ = tokio::task::spawn_blocking(move || {
-            for (_, c) in conns {
-                c.quit();
-            }
+            std::thread::scope(|scope| {
+                let mut conns = conns.into_iter().map(|(_, c)| c);
+                let first = conns.next();
+                for c in conns {
+                    let quit = move || c.quit();
+                    // A thread that cannot start: its connection is
+                    // dropped unsaid.
+                    let _ = std::thread::Builder::new()
+                        .name("ftp-quit".into())
+                        .spawn_scoped(scope, quit);
+                }
+                if let Some(c) = first {
+                    c.quit();
+                }
+            });
         })
         .await;
     }

@@ -106,6 +106,9 @@ pub struct Faults {
     /// Each read delivers at most this many bytes a second: a connection
     /// held by its window or its losses on a long path.
     pub read_rate: Option<u64>,
+    /// Each ranged read opens a connection of its own, as FTP's do
+    /// ([`Backend::range_opens_connection`]).
+    pub range_per_connection: bool,
     /// `read_info` announces a CRC32 as the file's digest, as S3 does.
     pub crc32_digest: Option<Crc32Digest>,
 }
@@ -478,6 +481,9 @@ impl Backend for Memory {
     }
     fn round_trip(&self) -> Option<Duration> {
         lock(&self.faults).round_trip
+    }
+    fn range_opens_connection(&self) -> bool {
+        lock(&self.faults).range_per_connection
     }
     async fn widen(&self, _role: Role, ranges: usize) -> usize {
         self.counters.widened.fetch_max(ranges, Ordering::Relaxed);

@@ -902,6 +902,14 @@ pub trait Backend: Send + Sync {
         crate::widen::START
     }
 
+    /// Whether each ranged read opens a data connection of its own (FTP's
+    /// `REST` and `RETR`): a new connection's round trips and slow start
+    /// a range. The engine then cuts a split file into one piece a range,
+    /// not finer. The default: no.
+    fn range_opens_connection(&self) -> bool {
+        false
+    }
+
     /// Let `ranges` ranges of one file go each over a connection of its
     /// own, opening more as needed (a file the engine widens on a long
     /// path): how many ranges it can spread over now, connections still

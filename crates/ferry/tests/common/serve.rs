@@ -255,10 +255,11 @@ impl FerryServe {
         )
     }
 
-    /// `ftp://127.0.0.1:PORT/path` (the path as given: percent-encode it).
+    /// `ftp://HOST:PORT/path` (the path as given: percent-encode it).
     pub fn ftp_url(&self, path: &str) -> String {
         format!(
-            "ftp://127.0.0.1:{}/{}",
+            "ftp://{}:{}/{}",
+            self.host,
             self.ftp_port.unwrap_or(0),
             path.trim_start_matches('/')
         )
