@@ -65,6 +65,16 @@ fn assert_widened(o: &Output, got: &std::path::Path, body: &[u8], what: &str) {
     assert!(streams(o) >= 2, "{what} used {} connection(s)", streams(o));
 }
 
+/// A widened download started on 8 connections: at least six were open
+/// (48 MiB is six pieces of 8 MiB over SFTP and HTTPS).
+fn assert_starts_on_eight(o: &Output, what: &str) {
+    assert!(
+        streams(o) >= 6,
+        "{what} starts on 8 connections, used {}",
+        streams(o)
+    );
+}
+
 #[test]
 fn big_files_are_widened_over_more_connections_on_a_long_path() {
     let Some(link) = long_link("wd") else { return };
@@ -89,11 +99,7 @@ fn big_files_are_widened_over_more_connections_on_a_long_path() {
     assert_widened(&o, &down, &body, "sftp download");
     // It starts on 8 connections: the 48 MiB are six pieces of 8 MiB,
     // all under way at once.
-    assert!(
-        streams(&o) >= 6,
-        "an SFTP download starts on 8 connections, used {}",
-        streams(&o)
-    );
+    assert_starts_on_eight(&o, "an SFTP download");
 
     // `--streams 3` on the long path: its ranges share the connections
     // out as they join, as a widened file's do.
@@ -142,11 +148,7 @@ fn big_files_are_widened_over_more_connections_on_a_long_path() {
     );
     assert_widened(&o, &https, &body, "https download");
     // HTTPS starts a widened file on 8 connections too.
-    assert!(
-        streams(&o) >= 6,
-        "an HTTPS download starts on 8 connections, used {}",
-        streams(&o)
-    );
+    assert_starts_on_eight(&o, "an HTTPS download");
     assert!(
         std::fs::read_dir(local.path()).unwrap().all(|e| !e
             .unwrap()
@@ -159,26 +161,12 @@ fn big_files_are_widened_over_more_connections_on_a_long_path() {
     // FTPS down: one data connection unasked (`--streams 1`), ranges
     // added as control connections of the pool's.
     let ftp = local.path().join("ftp.bin");
-    let o = cp_in(
-        &ns,
-        &serve,
-        &args![
-            "--json",
-            "--ssl-reqd",
-            "--pin",
-            format!("sha256:{}", serve.cert_sha256),
-            "-u",
-            format!("ferry:{}", serve.token),
-            serve.ftp_url("big.bin"),
-            &ftp
-        ],
-    );
+    let mut a = args!["--json"];
+    a.extend(serve.ftps_login());
+    a.extend(args![serve.ftp_url("big.bin"), &ftp]);
+    let o = cp_in(&ns, &serve, &a);
     assert_widened(&o, &ftp, &body, "ftps download");
-    assert!(
-        streams(&o) >= 6,
-        "an FTP download starts on 8 connections, used {}",
-        streams(&o)
-    );
+    assert_starts_on_eight(&o, "an FTP download");
 
     // --max-streams 1: the protocol's default, nothing added.
     let one = local.path().join("one.bin");

@@ -265,18 +265,22 @@ impl FerryServe {
         )
     }
 
-    /// `ferry cp -q --ssl-reqd --pin sha256:CERT -u ferry:TOKEN ARGS...`:
-    /// FTPS with the token as the password.
-    pub fn ftp_cp(&self, args: &[OsString]) -> Output {
-        let mut all = args![
-            "cp",
-            "-q",
+    /// `--ssl-reqd --pin sha256:CERT -u ferry:TOKEN`: FTPS to this
+    /// server with the token as the password.
+    pub fn ftps_login(&self) -> Vec<OsString> {
+        args![
             "--ssl-reqd",
             "--pin",
             format!("sha256:{}", self.cert_sha256),
             "-u",
             format!("ferry:{}", self.token),
-        ];
+        ]
+    }
+
+    /// `ferry cp -q` [`FerryServe::ftps_login`] `ARGS...`.
+    pub fn ftp_cp(&self, args: &[OsString]) -> Output {
+        let mut all = args!["cp", "-q"];
+        all.extend(self.ftps_login());
         all.extend(args.iter().cloned());
         ferry_in(&self.home(), &all, &[])
     }
