@@ -965,27 +965,6 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, Failed> {
             WIDEN_PIECES
         };
         let fine = (todo / pieces).clamp(MIN_WIDEN_CHUNK, MAX_CHUNK);
-        // Where each range read is a data connection of its own (FTP), a
-        // piece costs a new connection's slow start and several round
-        // trips, so the ranges are not cut finer: one piece a range, as
-        // `lftp pget -n 8` does (run ftp-wide-1).
-        let per_connection = src.range_opens_connection() || dst.range_opens_connection();
-        let chunk = if per_connection && (widening || split) {
-            let ranges = if widening {
-                n.max(widen_start(r, f))
-            } else {
-                n
-            };
-            todo.div_ceil(ranges as u64).min(MAX_CHUNK)
-        } else if widening {
-            fine
-        } else if split && long_path.is_some() && !local_source {
-            fine.min(todo.div_ceil(n as u64))
-        } else if split {
-            todo.div_ceil(n as u64).min(MAX_CHUNK)
-        } else {
-            todo
-        };
         let mut wider = match long_path {
             Some(rtt) if widening => Some(widen::Widening::new(
                 n.max(widen_start(r, f)),
@@ -995,6 +974,23 @@ async fn copy_file_inner(r: &Arc<Run>, f: &FilePlan) -> Result<u64, Failed> {
                 r.stats.bytes_done.load(Ordering::Relaxed),
             )),
             _ => None,
+        };
+        // Where each range read is a data connection of its own (FTP), a
+        // piece costs a new connection's slow start and several round
+        // trips, so the ranges are not cut finer: one piece for each range
+        // the file starts on, as `lftp pget -n 8` does (run ftp-wide-1).
+        let per_connection = src.range_opens_connection() || dst.range_opens_connection();
+        let chunk = if split && per_connection {
+            let ranges = wider.as_ref().map_or(n, widen::Widening::ranges);
+            todo.div_ceil(ranges as u64).min(MAX_CHUNK)
+        } else if widening {
+            fine
+        } else if split && long_path.is_some() && !local_source {
+            fine.min(todo.div_ceil(n as u64))
+        } else if split {
+            todo.div_ceil(n as u64).min(MAX_CHUNK)
+        } else {
+            todo
         };
         if let Some(w) = &wider {
             n = w.ranges();

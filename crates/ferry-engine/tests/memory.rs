@@ -1394,10 +1394,11 @@ async fn a_big_file_on_a_long_path_is_widened_as_measured() {
 
 /// A source whose every ranged read is a connection of its own (FTP): on
 /// a long path the big file is widened, but cut into one piece a range,
-/// not finer; `--streams 2` there gives two pieces.
+/// not finer; `--streams 2` there gives two pieces, and so does a widening
+/// held to `--max-streams 2`.
 #[tokio::test]
 async fn ranges_that_open_connections_are_not_cut_finer() {
-    for (streams, pieces) in [(None, 4), (Some(2), 2)] {
+    for (streams, max_streams, pieces) in [(None, 16, 4), (Some(2), 16, 2), (None, 2, 2)] {
         let (a, b) = (Memory::new("a"), Memory::new("b"));
         let body = data(48 << 20, 5);
         a.put("/big", &body, 0);
@@ -1406,7 +1407,11 @@ async fn ranges_that_open_connections_are_not_cut_finer() {
             range_per_connection: true,
             ..Faults::default()
         });
-        let o = CopyOptions { streams, ..opts() };
+        let o = CopyOptions {
+            streams,
+            max_streams,
+            ..opts()
+        };
         let (r, _) = run(Transfer::between(
             vec![at(&a, "/big")],
             at(&b, "/big.copy"),
@@ -1418,7 +1423,7 @@ async fn ranges_that_open_connections_are_not_cut_finer() {
         assert_eq!(
             a.counters.reads.load(std::sync::atomic::Ordering::Relaxed),
             pieces,
-            "--streams {streams:?}"
+            "--streams {streams:?} --max-streams {max_streams}"
         );
         assert!(parts(&b).is_empty(), "{:?}", parts(&b));
     }
