@@ -798,6 +798,8 @@ pub struct VsftpdOptions {
     pub password: Option<String>,
     /// Bytes per second per transfer (0: unlimited).
     pub max_rate: u64,
+    /// Sessions at once from one address (0: the bench's 500).
+    pub max_per_ip: u32,
 }
 
 impl Vsftpd {
@@ -854,11 +856,12 @@ impl Vsftpd {
                  anon_root={root}\nlocal_enable=NO\nwrite_enable=YES\nanon_upload_enable=YES\n\
                  anon_mkdir_write_enable=YES\nanon_other_write_enable=YES\nanon_umask=022\n\
                  pasv_enable=YES\npasv_address={host}\nseccomp_sandbox=NO\nxferlog_enable=NO\n\
-                 max_clients=500\nmax_per_ip=500\ndirmessage_enable=NO\nconnect_from_port_20=NO\n\
+                 max_clients=500\nmax_per_ip={per_ip}\ndirmessage_enable=NO\nconnect_from_port_20=NO\n\
                  vsftpd_log_file={log}\n{extra}",
                 host = listen_host(),
                 root = root.display(),
                 log = dir.join("vsftpd.log").display(),
+                per_ip = if o.max_per_ip == 0 { 500 } else { o.max_per_ip },
             ),
         )?;
         let mut cmd = Command::new(&vsftpd);

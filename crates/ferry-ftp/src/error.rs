@@ -51,6 +51,26 @@ impl FtpError {
         matches!(self, FtpError::Network(_))
     }
 
+    /// A login refused because the server already holds as many
+    /// connections from this client as it allows: a `421` greeting
+    /// (vsftpd's `max_per_ip`, pure-ftpd, FileZilla Server) or a `530`
+    /// that says so (ProFTPD's `MaxClientsPerHost`). The connections
+    /// already open still work: wait for one of them, as lftp lowers its
+    /// connection limit on such a refusal.
+    pub fn is_connection_limit(&self) -> bool {
+        match self {
+            FtpError::Network(m) => m.contains(": 421 "),
+            FtpError::Auth(m) => {
+                let m = m.to_ascii_lowercase();
+                m.contains(" 530 ")
+                    && ["too many", "maximum number", "connection limit"]
+                        .iter()
+                        .any(|w| m.contains(w))
+            }
+            _ => false,
+        }
+    }
+
     /// Wrap a suppaftp error about `what` (a URL).
     pub fn from_ftp(what: &str, e: suppaftp::FtpError) -> FtpError {
         use suppaftp::FtpError as E;
@@ -154,5 +174,28 @@ mod tests {
             "Login incorrect.; Bye"
         );
         assert_eq!(reply_text(b"", 550), "");
+    }
+
+    #[test]
+    fn connection_limits() {
+        let reply = |code: u32, text: &str| {
+            let body = format!("{code} {text}\r\n").into_bytes();
+            let r = suppaftp::types::Response::new(suppaftp::Status::from(code), body);
+            FtpError::from_ftp("ftp://h:21", suppaftp::FtpError::UnexpectedResponse(r))
+        };
+        // vsftpd's max_per_ip, ProFTPD's MaxClientsPerHost.
+        let vsftpd = reply(
+            421,
+            "There are too many connections from your internet address.",
+        );
+        assert!(vsftpd.is_connection_limit());
+        let proftpd = reply(
+            530,
+            "Sorry, the maximum number of clients (3) from your host are already connected.",
+        );
+        assert!(proftpd.is_connection_limit());
+        assert!(!reply(530, "Login incorrect.").is_connection_limit());
+        assert!(!reply(550, "Too many files.").is_connection_limit());
+        assert!(!reply(426, "Connection closed; transfer aborted.").is_connection_limit());
     }
 }

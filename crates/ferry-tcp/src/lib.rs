@@ -129,10 +129,56 @@ pub enum Applied {
 /// keeps the system default.
 pub fn apply<Fd: AsFd>(sock: Fd) -> Applied {
     let choice = congestion();
-    if choice != Congestion::System {
-        fix_send_buffer(&sock);
+    if let (true, Some(rtt)) = (choice != Congestion::System, smoothed_rtt(&sock)) {
+        fix_send_buffer(&sock, rtt);
     }
     apply_choice(&choice, sock)
+}
+
+/// [`apply`] to a socket not yet connected, whose path's round trip
+/// `rtt` is known from another connection to the same host (an FTP data
+/// connection from its control connection): its own `TCP_INFO` says
+/// nothing before the handshake.
+pub fn apply_on_path<Fd: AsFd>(sock: Fd, rtt: Option<Duration>) -> Applied {
+    let choice = congestion();
+    if let (true, Some(rtt)) = (choice != Congestion::System, rtt) {
+        fix_send_buffer(&sock, rtt);
+    }
+    apply_choice(&choice, sock)
+}
+
+/// Start a TCP connection to `addr` and return its socket at once, in
+/// blocking mode, with [`apply_on_path`]'s settings, before the handshake
+/// ends. The caller goes on (an FTP client sends its `STOR`/`RETR` on the
+/// control connection meanwhile) and the socket's first blocking read or
+/// write waits for the handshake (its timeouts, when set, bound that
+/// wait), then fails if the connection was refused. This saves the
+/// handshake's round trip each time a connection is opened right before
+/// another exchange with the same server, as curl does for FTP data
+/// connections.
+pub fn connect_in_flight(
+    addr: std::net::SocketAddr,
+    rtt: Option<Duration>,
+) -> std::io::Result<std::net::TcpStream> {
+    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+    let family = if addr.is_ipv4() {
+        AddressFamily::INET
+    } else {
+        AddressFamily::INET6
+    };
+    let fd = rustix::net::socket_with(
+        family,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+        None,
+    )?;
+    apply_on_path(&fd, rtt);
+    match rustix::net::connect(&fd, &addr) {
+        Ok(()) | Err(rustix::io::Errno::INPROGRESS) => {}
+        Err(e) => return Err(e.into()),
+    }
+    rustix::io::ioctl_fionbio(&fd, false)?;
+    Ok(std::net::TcpStream::from(fd))
 }
 
 /// A path whose round trip is at least this long is long: one connection
@@ -190,11 +236,10 @@ pub fn smoothed_rtt<Fd: AsFd>(sock: Fd) -> Option<Duration> {
     (r == 0 && info.tcpi_rtt > 0).then(|| Duration::from_micros(u64::from(info.tcpi_rtt)))
 }
 
-/// Fix `sock`'s send buffer where [`fixed_send_buffer`] says so; the size
-/// set, if any.
-fn fix_send_buffer<Fd: AsFd>(sock: Fd) -> Option<usize> {
+/// Fix the send buffer of `sock`, on a path of round trip `rtt`, where
+/// [`fixed_send_buffer`] says so; the size set, if any.
+fn fix_send_buffer<Fd: AsFd>(sock: Fd, rtt: Duration) -> Option<usize> {
     let (fixed_max, auto_max) = send_buffer_limits()?;
-    let rtt = smoothed_rtt(&sock)?;
     let size = fixed_send_buffer(rtt, fixed_max, auto_max)?;
     match rustix::net::sockopt::set_socket_send_buffer_size(&sock, size) {
         Ok(()) => {

@@ -229,6 +229,58 @@ fn parallel_files_and_streams_ranges_verify_every_byte() {
     );
 }
 
+/// A server that allows two sessions from one address: the logins it
+/// refuses (`421` at the greeting) hold the pool at what it accepted, and
+/// every file waits its turn instead of failing (before, 49 of 200 files
+/// failed against a limit of 3 at -P 8).
+#[test]
+fn a_server_connection_limit_holds_the_pool_and_every_file_arrives() {
+    let Some(ftpd) = vsftpd_or_skip(
+        "a_server_connection_limit_holds_the_pool_and_every_file_arrives",
+        VsftpdOptions {
+            max_per_ip: 2,
+            ..VsftpdOptions::default()
+        },
+    ) else {
+        return;
+    };
+    let src = tempdir();
+    fs::create_dir(src.path().join("set")).unwrap();
+    for i in 0..40 {
+        make_file(
+            &src.path().join(format!("set/f{i}")),
+            (i as u64 + 1) * 3_000,
+            i as u64,
+        );
+    }
+    let o = cp(&args(&[
+        "-r",
+        "-P",
+        "6",
+        "--json",
+        &s(&src.path().join("set")),
+        &ftpd.url("set"),
+    ]));
+    assert_ok(&o, "-P 6 put to a server allowing 2");
+    let conns: usize = json_field(&o, "streams").parse().unwrap();
+    assert!((1..=2).contains(&conns), "{conns} connections logged in");
+    assert_same_tree(
+        &src.path().join("set"),
+        &ftpd.root().join("set"),
+        Cmp::default(),
+        "put",
+    );
+    let out = tempdir();
+    let o = cp(&args(&["-r", "-P", "6", &ftpd.url("set"), &s(out.path())]));
+    assert_ok(&o, "-P 6 get from a server allowing 2");
+    assert_same_tree(
+        &src.path().join("set"),
+        &out.path().join("set"),
+        Cmp::default(),
+        "get",
+    );
+}
+
 /// Wait until `path` holds at least `n` bytes (the copy is under way).
 fn wait_for_bytes(path: &Path, n: u64, child: &mut FerryChild) {
     let deadline = Instant::now() + Duration::from_secs(60);

@@ -7,7 +7,7 @@
 //! connection at a time, so parallelism is connections: `-P` files, and
 //! `--streams N` ranges of one download.
 use std::io::{Read, Write};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -104,6 +104,9 @@ struct Pool {
     /// The login directory, as the first connection's `PWD` said: the
     /// others do not ask again.
     home: String,
+    /// The server refused a login for its connection limit: `max` holds
+    /// what it accepted ([`Pool::hold_at_limit`]).
+    limited: AtomicBool,
 }
 
 struct PoolState {
@@ -123,36 +126,76 @@ struct PoolState {
 /// second connection while every other is busy (a tail check of both
 /// ends on one server) never waits for good.
 const POOL_WAIT: Duration = Duration::from_secs(2);
+/// Logins refused for the server's connection limit that one `take`
+/// waits out before it fails: a connection comes back each file, so
+/// this is met only when every open one is held for good.
+const LIMIT_REFUSALS: u32 = 8;
+/// [`POOL_WAIT`] once the server refused a login for its limit.
+const LIMITED_WAIT: Duration = Duration::from_secs(30);
 
 impl Pool {
     /// An idle connection, a new one while fewer than `max` are open, or
     /// (after waiting up to [`POOL_WAIT`] for one to come back) a new one.
+    /// A new one the server refuses for its connection limit lowers `max`
+    /// to the connections open ([`Pool::hold_at_limit`]), and the taker
+    /// waits for one of those instead.
     fn take(self: &Arc<Self>) -> Result<Lease, FtpError> {
-        let deadline = Instant::now() + POOL_WAIT;
-        let mut st = lock(&self.state);
-        let lane = LANE.with(|l| l.get());
+        let mut refused = 0;
         loop {
-            // A lane's own connection first: each lane talks to the same
-            // server process file after file, as the copy loop's workers
-            // did. Handed round the lanes (the last one given back),
-            // 1000 x 20 kB to vsftpd ran 0.87x the loop's speed up and
-            // 0.94x down, against 0.95x and 1.05x with its own, and the
-            // client's threads moved between CPUs three times as often
-            // (BENCHMARKS.md run ftp-affinity-1).
-            let mine = lane.and_then(|_| st.idle.iter().rposition(|(l, _)| *l == lane));
-            let idle = match mine {
-                Some(i) => Some(st.idle.swap_remove(i).1),
-                None => st.idle.pop().map(|(_, c)| c),
-            };
-            if let Some(c) = idle {
+            if let Some(c) = self.idle_or_room() {
                 return Ok(Lease {
                     conn: Some(c),
                     pool: self.clone(),
                 });
             }
+            match self.connect() {
+                Ok(c) => {
+                    return Ok(Lease {
+                        conn: Some(c),
+                        pool: self.clone(),
+                    })
+                }
+                Err(e) if refused < LIMIT_REFUSALS && self.hold_at_limit(&e) => refused += 1,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// An idle connection, or `None` once a new one may be opened (it is
+    /// counted in `live` already).
+    fn idle_or_room(&self) -> Option<Conn> {
+        // At the server's limit, files wait their turn for a connection:
+        // a taker that has not waited yet queues behind those waiting
+        // (else a lane would take back its own connection file after
+        // file while others starve), and waits longer before trying one
+        // more login.
+        let limited = self.limited.load(Ordering::Relaxed);
+        let deadline = Instant::now() + if limited { LIMITED_WAIT } else { POOL_WAIT };
+        let mut st = lock(&self.state);
+        let lane = LANE.with(|l| l.get());
+        let mut queue = limited && st.waiting > 0;
+        loop {
+            if !queue {
+                // A lane's own connection first: each lane talks to the
+                // same server process file after file, as the copy loop's
+                // workers did. Handed round the lanes (the last one given
+                // back), 1000 x 20 kB to vsftpd ran 0.87x the loop's speed
+                // up and 0.94x down, against 0.95x and 1.05x with its own,
+                // and the client's threads moved between CPUs three times
+                // as often (BENCHMARKS.md run ftp-affinity-1).
+                let mine = lane.and_then(|_| st.idle.iter().rposition(|(l, _)| *l == lane));
+                let idle = match mine {
+                    Some(i) => Some(st.idle.swap_remove(i).1),
+                    None => st.idle.pop().map(|(_, c)| c),
+                };
+                if idle.is_some() {
+                    return idle;
+                }
+            }
             let now = Instant::now();
             if st.live < self.max.load(Ordering::Relaxed) || now >= deadline {
-                break;
+                st.live += 1;
+                return None;
             }
             st.waiting += 1;
             st = match self.ready.wait_timeout(st, deadline - now) {
@@ -160,13 +203,30 @@ impl Pool {
                 Err(p) => p.into_inner().0,
             };
             st.waiting -= 1;
+            queue = false;
         }
-        st.live += 1;
-        drop(st);
-        self.connect().map(|c| Lease {
-            conn: Some(c),
-            pool: self.clone(),
-        })
+    }
+
+    /// After `e`, a refused login: when it is the server's connection
+    /// limit and other connections are open, hold the pool at those (the
+    /// refused one is uncounted already) and say so once; true if the
+    /// taker should wait for one of them.
+    fn hold_at_limit(&self, e: &FtpError) -> bool {
+        if !e.is_connection_limit() {
+            return false;
+        }
+        let live = lock(&self.state).live;
+        if live == 0 {
+            return false;
+        }
+        self.max.fetch_min(live, Ordering::Relaxed);
+        if !self.limited.swap(true, Ordering::Relaxed) {
+            tracing::info!(
+                "{}: the server allows no more connections ({e}); going on with those it accepted",
+                self.ep.display,
+            );
+        }
+        true
     }
 
     /// A new logged-in connection, counted in `live` already; a failure
@@ -332,7 +392,13 @@ impl Ftp {
             .map(|u| format!("{u}@"))
             .unwrap_or_default();
         let port = spec.port.map(|p| format!(":{p}")).unwrap_or_default();
-        let max = opts.parallel.unwrap_or(Tuning::FTP_PARALLEL).max(1);
+        let long = conn.round_trip().is_some_and(|d| d >= ferry_tcp::LONG_PATH);
+        let max = match opts.parallel {
+            Some(n) => n,
+            None if long => Tuning::FTP_PARALLEL_LONG_PATH,
+            None => Tuning::FTP_PARALLEL,
+        }
+        .max(1);
         let mut resolved = resolved.into_bytes();
         if spec.trailing_slash() && !resolved.ends_with(b"/") {
             resolved.push(b'/');
@@ -352,6 +418,7 @@ impl Ftp {
                     opened: AtomicUsize::new(1),
                     round_trip,
                     home: home.clone(),
+                    limited: AtomicBool::new(false),
                 }),
                 ahead: match opts.streams {
                     Some(n) => n,
