@@ -166,14 +166,14 @@ impl Pool {
     fn idle_or_room(&self) -> Option<Conn> {
         // At the server's limit, files wait their turn for a connection:
         // a taker that has not waited yet queues behind those waiting
-        // (else a lane would take back its own connection file after
-        // file while others starve), and waits longer before trying one
-        // more login.
+        // while they outnumber the idle connections (else a lane would
+        // take back its own connection file after file while others
+        // starve), and waits longer before trying one more login.
         let limited = self.limited.load(Ordering::Relaxed);
         let deadline = Instant::now() + if limited { LIMITED_WAIT } else { POOL_WAIT };
         let mut st = lock(&self.state);
         let lane = LANE.with(|l| l.get());
-        let mut queue = limited && st.waiting > 0;
+        let mut queue = limited && st.waiting > st.idle.len();
         loop {
             if !queue {
                 // A lane's own connection first: each lane talks to the
