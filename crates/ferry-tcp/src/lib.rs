@@ -128,11 +128,8 @@ pub enum Applied {
 /// connect or accept). Never fails: a refusal is logged and the socket
 /// keeps the system default.
 pub fn apply<Fd: AsFd>(sock: Fd) -> Applied {
-    let choice = congestion();
-    if let (true, Some(rtt)) = (choice != Congestion::System, smoothed_rtt(&sock)) {
-        fix_send_buffer(&sock, rtt);
-    }
-    apply_choice(&choice, sock)
+    let rtt = smoothed_rtt(&sock);
+    apply_on_path(sock, rtt)
 }
 
 /// [`apply`] to a socket not yet connected, whose path's round trip
