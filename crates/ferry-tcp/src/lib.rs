@@ -396,6 +396,36 @@ mod path_tests {
         }
     }
 
+    /// The socket comes back before the handshake ends, blocking: its
+    /// first write and read wait for it, both ways, over IPv4 and IPv6
+    /// (where the host has it); a refused connection fails there.
+    #[test]
+    fn a_connection_in_flight_waits_for_its_handshake_then_carries_bytes() {
+        use std::io::{Read, Write};
+        for host in ["127.0.0.1:0", "[::1]:0"] {
+            let Ok(l) = std::net::TcpListener::bind(host) else {
+                continue;
+            };
+            let mut c = super::connect_in_flight(l.local_addr().unwrap(), None).unwrap();
+            c.write_all(b"STOR").unwrap();
+            let (mut a, _) = l.accept().unwrap();
+            let mut got = [0u8; 4];
+            a.read_exact(&mut got).unwrap();
+            assert_eq!(&got, b"STOR");
+            a.write_all(b"226").unwrap();
+            let mut back = [0u8; 3];
+            c.read_exact(&mut back).unwrap();
+            assert_eq!(&back, b"226");
+            // The listener gone: its port refuses.
+            let gone = l.local_addr().unwrap();
+            drop((l, a));
+            let refused = super::connect_in_flight(gone, Some(Duration::from_millis(50)))
+                .and_then(|mut s| s.write_all(b"x").and_then(|()| s.flush()));
+            let e = refused.expect_err("a closed port refuses");
+            assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
+        }
+    }
+
     #[test]
     fn keeps_the_smallest_handshake() {
         let m = MinRoundTrip::default();
