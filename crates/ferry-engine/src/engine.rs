@@ -1109,7 +1109,7 @@ fn long_path(src: &dyn Backend, dst: &dyn Backend) -> Option<Duration> {
         .into_iter()
         .flatten()
         .max()
-        .filter(|&d| d >= ferry_tcp::LONG_PATH)
+        .filter(|&d| ferry_tcp::is_long(d))
 }
 
 /// Ranges a widened file starts on: the larger of its two ends' wish.

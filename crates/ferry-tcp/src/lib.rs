@@ -184,6 +184,11 @@ pub fn connect_in_flight(
 /// connections. Loopback and a LAN stay below it.
 pub const LONG_PATH: Duration = Duration::from_millis(10);
 
+/// Is a path of round trip `rtt` long ([`LONG_PATH`])?
+pub fn is_long(rtt: Duration) -> bool {
+    rtt >= LONG_PATH
+}
+
 /// The send buffer to fix on a socket whose path's round trip is `rtt`,
 /// where `SO_SNDBUF` may ask for at most `fixed_max` (`net.core.wmem_max`;
 /// the kernel doubles it) and autotuning grows to `auto_max`
@@ -191,7 +196,7 @@ pub const LONG_PATH: Duration = Duration::from_millis(10);
 /// doubled buffer is larger than autotuning reaches, else `None` (leave the
 /// socket to autotuning, which also grows from small on a short path).
 pub fn fixed_send_buffer(rtt: Duration, fixed_max: usize, auto_max: usize) -> Option<usize> {
-    (rtt >= LONG_PATH && fixed_max.saturating_mul(2) > auto_max).then_some(fixed_max)
+    (is_long(rtt) && fixed_max.saturating_mul(2) > auto_max).then_some(fixed_max)
 }
 
 /// `net.core.wmem_max` and `tcp_wmem`'s maximum of this process's network
@@ -392,7 +397,7 @@ mod path_tests {
         let (a, _) = l.accept().unwrap();
         for s in [&c, &a] {
             let rtt = smoothed_rtt(s).expect("TCP_INFO on a connected socket");
-            assert!(rtt < super::LONG_PATH, "{rtt:?}");
+            assert!(!super::is_long(rtt), "{rtt:?}");
         }
     }
 

@@ -392,7 +392,7 @@ impl Ftp {
             .map(|u| format!("{u}@"))
             .unwrap_or_default();
         let port = spec.port.map(|p| format!(":{p}")).unwrap_or_default();
-        let long = conn.round_trip().is_some_and(|d| d >= ferry_tcp::LONG_PATH);
+        let long = conn.round_trip().is_some_and(ferry_tcp::is_long);
         let max = match opts.parallel {
             Some(n) => n,
             None if long => Tuning::FTP_PARALLEL_LONG_PATH,
@@ -573,7 +573,7 @@ impl Backend for Ftp {
     /// MiB from vsftpd at loss100 took 4.11 s; opened ahead and without
     /// `PWD`, 3.88 s (`lftp pget -n 8`: 3.75 s; run ftp-wide-1).
     async fn prepare(&self, role: Role, bytes: Option<u64>) {
-        let long = self.round_trip().is_some_and(|d| d >= ferry_tcp::LONG_PATH);
+        let long = self.round_trip().is_some_and(ferry_tcp::is_long);
         if role == Role::Source
             && long
             && self.ahead > 1

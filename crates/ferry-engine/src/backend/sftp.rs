@@ -1379,7 +1379,7 @@ impl Backend for Sftp {
         self.share_writes(role, want);
         // `--streams N` read from a server on a long path: its ranges
         // share the connections out as a widened file's do (`widen`).
-        let long = self.round_trip().is_some_and(|d| d >= ferry_tcp::LONG_PATH);
+        let long = self.round_trip().is_some_and(ferry_tcp::is_long);
         if role == Role::Source && self.streams.is_some() && long {
             self.read_share.store(1, Ordering::Relaxed);
         }
