@@ -141,24 +141,20 @@ impl Pool {
     /// waits for one of those instead.
     fn take(self: &Arc<Self>) -> Result<Lease, FtpError> {
         let mut refused = 0;
-        loop {
+        let conn = loop {
             if let Some(c) = self.idle_or_room() {
-                return Ok(Lease {
-                    conn: Some(c),
-                    pool: self.clone(),
-                });
+                break c;
             }
             match self.connect() {
-                Ok(c) => {
-                    return Ok(Lease {
-                        conn: Some(c),
-                        pool: self.clone(),
-                    })
-                }
+                Ok(c) => break c,
                 Err(e) if refused < LIMIT_REFUSALS && self.hold_at_limit(&e) => refused += 1,
                 Err(e) => return Err(e),
             }
-        }
+        };
+        Ok(Lease {
+            conn: Some(conn),
+            pool: self.clone(),
+        })
     }
 
     /// An idle connection, or `None` once a new one may be opened (it is
