@@ -34,4 +34,6 @@ pub use prompt::{Prompt, PromptHandle};
 /// random data to ferry serve failed). 1 KiB of room is ten times enough.
 pub const MAX_CHANNEL_PACKET: u32 = 255 * 1024;
 pub use error::{SftpError, SshError};
-pub use sftp::{channel_writer, Handle, Outgoing, Pending, SftpClient, SftpInfo, WriteRoom};
+pub use sftp::{
+    channel_writer, Handle, Outgoing, Pending, ReadFn, SftpClient, SftpInfo, WriteRoom,
+};

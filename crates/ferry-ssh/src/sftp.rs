@@ -92,7 +92,7 @@ struct State {
 struct Inner {
     state: Mutex<State>,
     permits: Semaphore,
-    tx: mpsc::Sender<Bytes>,
+    tx: mpsc::Sender<Outgoing>,
     info: SftpInfo,
     limits: std::sync::OnceLock<Limits>,
     /// The first request's round trip ([`SftpInfo::round_trip`]).
@@ -205,7 +205,7 @@ impl SftpClient {
             })
             .collect();
 
-        let (tx, rx) = mpsc::channel::<Bytes>(256);
+        let (tx, rx) = mpsc::channel::<Outgoing>(256);
         let max_in_flight = max_in_flight.clamp(1, ferry_sftp::MAX_IN_FLIGHT);
         let inner = Arc::new(Inner {
             state: Mutex::new(State {
@@ -362,7 +362,7 @@ impl SftpClient {
         }
         self.inner
             .tx
-            .send(bytes)
+            .send(Outgoing::Bytes(bytes))
             .await
             .map_err(|_| SftpError::Closed(self.closed_reason()))
     }
@@ -601,6 +601,56 @@ impl SftpClient {
             .await?
             .status()
             .await
+    }
+
+    /// WRITE of `len` bytes that `read` appends as the SSH packets that
+    /// carry them are built (`read(out, at, n)` appends the `n` bytes at
+    /// `at` from the data's start, exactly `n`): a file read lands in the
+    /// packet that is sealed and sent, with no buffer of its own and no
+    /// copy into the packet ([`Outgoing::Read`]). `read` runs on the
+    /// session's task. When `auto` compression's probe wants a sample of
+    /// what is sent (once a window), the bytes are read into a buffer
+    /// first instead.
+    /// `room` is [`SftpClient::room_for_write`]'s for the request.
+    pub async fn write_from(
+        &self,
+        room: WriteRoom,
+        handle: &Handle,
+        offset: u64,
+        len: usize,
+        read: ReadFn,
+    ) -> Result<(), SftpError> {
+        let prefix = ferry_sftp::packet_ext::write_prefix_len(handle.0.len());
+        let Ok(data_len) = u32::try_from(len) else {
+            return Err(SftpError::Protocol("a WRITE of 4 GiB or more".into()));
+        };
+        if self.inner.probe.as_ref().is_some_and(|p| p.wants_sent()) {
+            let mut buf = Vec::with_capacity(prefix + len);
+            buf.resize(prefix, 0);
+            read(&mut buf, 0, len);
+            let buf = BytesMut::from(Bytes::from(buf));
+            return self.write_prepared(room, handle, offset, buf).await;
+        }
+        let (permit, id, rx) = self.register(room.0).await?;
+        let mut head = BytesMut::with_capacity(prefix);
+        Request::encode_write_prefix(&mut head, id, &handle.0, offset, data_len);
+        let out = Outgoing::Read {
+            head: head.freeze(),
+            len,
+            read,
+        };
+        if self.guarded(self.inner.tx.send(out)).await?.is_err() {
+            let _ = lock(&self.inner.state).table.take(id);
+            return Err(SftpError::Closed(self.closed_reason()));
+        }
+        Pending {
+            client: self,
+            _permit: permit,
+            rx,
+            len: prefix + len,
+        }
+        .status()
+        .await
     }
 
     pub async fn stat(&self, path: &[u8]) -> Result<FileAttrs, SftpError> {
@@ -905,8 +955,25 @@ fn unexpected(resp: Response, path: &[u8]) -> SftpError {
 /// task and must not block.
 pub enum Outgoing {
     Bytes(Bytes),
-    Fill { len: usize, fill: russh::FillFn },
+    Fill {
+        len: usize,
+        fill: russh::FillFn,
+    },
+    /// `head`, then `len` bytes that `read` appends: cut into packets of
+    /// the channel's size, each one's bytes read straight into it
+    /// ([`SftpClient::write_from`]).
+    Read {
+        head: Bytes,
+        len: usize,
+        read: ReadFn,
+    },
 }
+
+/// What [`Outgoing::Read`] reads with: `read(out, at, n)` appends exactly
+/// `n` bytes, those at `at` from the start of the data (zeros where it
+/// could not read them: the caller keeps the error and fails the
+/// request's file). It runs on the session's task.
+pub type ReadFn = Arc<dyn Fn(&mut Vec<u8>, u64, usize) + Send + Sync>;
 
 /// A request sent by [`SftpClient::send_only`] whose reply is still to
 /// come; it holds its place in flight until then.
@@ -940,6 +1007,45 @@ impl From<Bytes> for Outgoing {
     }
 }
 
+/// [`Outgoing::Read`]: one `data_with` a packet of the channel's size, so
+/// each packet's bytes are read into it when it is built.
+async fn send_read<S>(
+    w: &russh::ChannelWriteHalf<S>,
+    head: Bytes,
+    len: usize,
+    read: ReadFn,
+) -> Result<(), russh::Error>
+where
+    S: From<(russh::ChannelId, russh::ChannelMsg)> + Send + Sync + 'static,
+{
+    let packet = (w.max_packet_size() as usize).max(1);
+    let total = head.len() + len;
+    let mut at = 0;
+    while at < total {
+        let n = (total - at).min(packet);
+        w.data_with(n, packet_fill(&head, &read, at, n)).await?;
+        at += n;
+    }
+    Ok(())
+}
+
+/// The producer of bytes `at..at + n` of `head` followed by what `read`
+/// reads.
+fn packet_fill(head: &Bytes, read: &ReadFn, at: usize, n: usize) -> russh::FillFn {
+    let (head, read) = (head.clone(), read.clone());
+    Box::new(move |out: &mut Vec<u8>| {
+        let end = at + n;
+        let mut from = at;
+        if let Some(h) = head.get(from..end.min(head.len())) {
+            out.extend_from_slice(h);
+            from += h.len();
+        }
+        if from < end {
+            read(out, (from - head.len()) as u64, end - from);
+        }
+    })
+}
+
 /// Own the write half of a channel and send what arrives on `rx`, small
 /// packets coalesced into writes of up to 64 KiB so that many small
 /// requests or replies cost few SSH packets. Sends EOF when `rx` closes,
@@ -960,6 +1066,7 @@ pub async fn channel_writer<S, T>(
                 Outgoing::Bytes(b) if b.is_empty() => Ok(()),
                 Outgoing::Bytes(b) => w.data_bytes(b).await,
                 Outgoing::Fill { len, fill } => w.data_with(len, fill).await,
+                Outgoing::Read { head, len, read } => send_read(w, head, len, read).await,
             }
         }
     };
@@ -1077,4 +1184,36 @@ fn dispatch(framer: &mut Framer, inner: &Inner) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The packets' producers, run in order, give the header and then the
+    /// data, whatever the packet size, the header's split included.
+    #[test]
+    fn packet_fills_make_the_header_and_then_the_data() {
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7 + 3) as u8).collect();
+        let head = Bytes::from_static(b"WRITE header, 29 bytes long..");
+        let src = Arc::new(data.clone());
+        let read: ReadFn = Arc::new(move |out: &mut Vec<u8>, at: u64, n: usize| {
+            let piece = src.get(at as usize..at as usize + n);
+            out.extend_from_slice(piece.unwrap_or_else(|| panic!("read past the data at {at}")));
+        });
+        let mut want = head.to_vec();
+        want.extend_from_slice(&data);
+        for packet in [1, 7, 29, 30, 4096, 32 * 1024] {
+            let mut out = Vec::new();
+            let mut at = 0;
+            while at < want.len() {
+                let n = (want.len() - at).min(packet);
+                let before = out.len();
+                packet_fill(&head, &read, at, n)(&mut out);
+                assert_eq!(out.len() - before, n, "packet {packet} at {at}");
+                at += n;
+            }
+            assert!(out == want, "packet size {packet}");
+        }
+    }
 }

@@ -292,6 +292,13 @@ impl LinkProbe {
         Self::offer(&self.want_out, &self.sample_out, b);
     }
 
+    /// Whether a sample of what is sent is wanted now: a WRITE read into
+    /// its packets ([`crate::SftpClient::write_from`]) is read into a
+    /// buffer instead, so that [`LinkProbe::sent`] can take it.
+    pub(crate) fn wants_sent(&self) -> bool {
+        self.want_out.load(Ordering::Relaxed)
+    }
+
     /// A request of `len` bytes was answered.
     pub(crate) fn answered(&self, len: usize) {
         self.answered.fetch_add(len as u64, Ordering::Relaxed);

@@ -582,6 +582,19 @@ fn append_at(
     n: u64,
     mut buf: Vec<u8>,
 ) -> Result<Vec<u8>, TransferError> {
+    append_into(file, path, at, n, &mut buf)?;
+    Ok(buf)
+}
+
+/// Append `n` bytes of `file` at `at` to `buf` (the same rules); after an
+/// error `buf` may hold some of them.
+fn append_into(
+    file: &std::fs::File,
+    path: &std::path::Path,
+    at: u64,
+    n: u64,
+    buf: &mut Vec<u8>,
+) -> Result<(), TransferError> {
     // One positional read of the whole piece: `read_to_end` on a `take`
     // read it in 8, 16, 32, 64 and 128 KiB steps (six system calls and a
     // seek per 255 KiB WRITE, most of what an upload's client spent
@@ -617,7 +630,7 @@ fn append_at(
         // capacity, and `got <= want` fits in it.
         unsafe { buf.set_len(buf.len() + got) };
     }
-    Ok(buf)
+    Ok(())
 }
 
 /// A read that is already done.
@@ -776,6 +789,17 @@ impl LocalFile {
     /// Moves the file's position: for the one reader of a lent file.
     pub(crate) fn append(&self, at: u64, n: u64, buf: Vec<u8>) -> Result<Vec<u8>, TransferError> {
         append_at(&self.file, &self.path, at, n, buf)
+    }
+
+    /// [`LocalFile::append`] into a buffer lent: after an error `buf` may
+    /// hold some of the bytes.
+    pub(crate) fn append_into(
+        &self,
+        at: u64,
+        n: u64,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), TransferError> {
+        append_into(&self.file, &self.path, at, n, buf)
     }
 
     /// Write `data` at the file's position and move past it.

@@ -1697,7 +1697,7 @@ impl SendFile {
             ..
         } = from;
         let prefix = ferry_sftp::packet_ext::write_prefix_len(self.h.0.len());
-        let file = &file;
+        let file = Arc::new(file);
         let mut running = FuturesUnordered::new();
         let (mut next, mut failed) = (0u64, None);
         loop {
@@ -1713,25 +1713,38 @@ impl SendFile {
                     file.at + next,
                 );
                 // Each piece is read once the session has room to send it
-                // (`SftpClient::room_for_write`), not before.
+                // (`SftpClient::room_for_write`), not before, and then
+                // straight into the SSH packets that carry it, as they
+                // are built (`SftpClient::write_from`): no buffer of its
+                // own, and no copy from one into the packet.
+                let unread = Arc::new(Mutex::new(None));
+                let read: ferry_ssh::ReadFn = {
+                    let (file, unread) = (file.clone(), unread.clone());
+                    Arc::new(move |out: &mut Vec<u8>, at: u64, n: usize| {
+                        let start = out.len();
+                        if let Err(e) = file.append_into(from + at, n as u64, out) {
+                            // The request's length is sent: zeros stand in,
+                            // and the error fails the file before its
+                            // rename.
+                            out.resize(start + n, 0);
+                            unread
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .get_or_insert(e);
+                        }
+                    })
+                };
                 running.push(async move {
                     let asked = Instant::now();
                     let room = match c.room_for_write(prefix + n as usize).await {
                         Ok(room) => room,
                         Err(e) => return (n, asked, Piece::Sent(Err(e))),
                     };
-                    let mut buf = Vec::with_capacity(prefix + n as usize);
-                    buf.resize(prefix, 0);
-                    match file.append(from, n, buf) {
-                        Ok(buf) => {
-                            let buf = BytesMut::from(Bytes::from(buf));
-                            (
-                                n,
-                                asked,
-                                Piece::Sent(c.write_prepared(room, &h, at, buf).await),
-                            )
-                        }
-                        Err(e) => (n, asked, Piece::Unread(e)),
+                    let sent = c.write_from(room, &h, at, n as usize, read).await;
+                    let failed = unread.lock().unwrap_or_else(|e| e.into_inner()).take();
+                    match failed {
+                        Some(e) => (n, asked, Piece::Unread(e)),
+                        None => (n, asked, Piece::Sent(sent)),
                     }
                 });
                 next += n;
