@@ -356,13 +356,14 @@ impl SftpClient {
         Ok((permit, id, rx))
     }
 
-    async fn send(&self, bytes: Bytes) -> Result<(), SftpError> {
-        if let Some(p) = &self.inner.probe {
-            p.sent(&bytes);
+    async fn send(&self, out: impl Into<Outgoing>) -> Result<(), SftpError> {
+        let out = out.into();
+        if let (Some(p), Outgoing::Bytes(bytes)) = (&self.inner.probe, &out) {
+            p.sent(bytes);
         }
         self.inner
             .tx
-            .send(Outgoing::Bytes(bytes))
+            .send(out)
             .await
             .map_err(|_| SftpError::Closed(self.closed_reason()))
     }
@@ -639,10 +640,7 @@ impl SftpClient {
             len,
             read,
         };
-        if self.guarded(self.inner.tx.send(out)).await?.is_err() {
-            let _ = lock(&self.inner.state).table.take(id);
-            return Err(SftpError::Closed(self.closed_reason()));
-        }
+        self.guarded(self.send(out)).await??;
         Pending {
             client: self,
             _permit: permit,
